@@ -1,0 +1,1 @@
+"""metadata_table package (see DESIGN.md)."""

@@ -1,0 +1,120 @@
+"""Shared fixtures: real backends started by the tests themselves.
+
+* ``s3_endpoint``: moto's S3 server over HTTP on 127.0.0.1 (a free port), with a bucket.
+* ``postgres_url``: a throwaway PostgreSQL server (initdb + pg_ctl) on a free loopback port.
+* ``storage``: a fresh :class:`Storage` on each backend (local, memory, s3).
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from timeline.storage import Storage
+
+BUCKET = "async-indexer-test"
+logging.getLogger("werkzeug").setLevel(logging.WARNING)
+
+# Credentials for moto; set before any boto client is created, inherited by child processes.
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=BUCKET)
+    yield endpoint
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_options(s3_endpoint: str) -> dict[str, Any]:
+    return {"endpoint_url": s3_endpoint, "key": "testing", "secret": "testing"}
+
+
+@pytest.fixture
+def s3_storage(s3_options: dict[str, Any]) -> Storage:
+    return Storage(f"s3://{BUCKET}/{uuid.uuid4().hex}", s3_options)
+
+
+@pytest.fixture(params=["local", "memory", "s3"])
+def storage(request: pytest.FixtureRequest, tmp_path: Any) -> Storage:
+    """A fresh, empty storage root on each backend."""
+    if request.param == "local":
+        return Storage(str(tmp_path / "table"))
+    if request.param == "memory":
+        return Storage(f"memory://{uuid.uuid4().hex}")
+    options = request.getfixturevalue("s3_options")
+    return Storage(f"s3://{BUCKET}/{uuid.uuid4().hex}", options)
+
+
+def _pg_binary(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
+    return candidates[-1] if candidates else None
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A PostgreSQL server of our own: initdb in a temp folder, started on a free loopback port."""
+    initdb, pg_ctl = _pg_binary("initdb"), _pg_binary("pg_ctl")
+    if not initdb or not pg_ctl:
+        pytest.fail(
+            "PostgreSQL server binaries not found: `make test` installs them (apt postgresql)"
+        )
+    root = tempfile.mkdtemp(prefix="aix-pg-")
+    data, log = os.path.join(root, "data"), os.path.join(root, "server.log")
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # initdb refuses to run as root
+        shutil.chown(root, "postgres", "postgres")
+        as_user = ["runuser", "-u", "postgres", "--"]
+    port = free_port()
+    subprocess.run(
+        [*as_user, initdb, "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"],
+        check=True,
+        capture_output=True,
+    )
+    options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
+    started = subprocess.run(
+        [*as_user, pg_ctl, "-D", data, "-o", options, "-l", log, "-w", "-t", "60", "start"],
+        capture_output=True,
+        text=True,
+    )
+    if started.returncode != 0:
+        server_log = Path(log).read_text() if os.path.exists(log) else ""
+        pytest.fail(f"PostgreSQL did not start: {started.stderr}\n{server_log}")
+    try:
+        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        subprocess.run(
+            [*as_user, pg_ctl, "-D", data, "-m", "immediate", "stop"], capture_output=True
+        )
+        shutil.rmtree(root, ignore_errors=True)

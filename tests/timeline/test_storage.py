@@ -1,0 +1,191 @@
+"""The storage facade: every verb on local files, memory and S3 (moto over HTTP), and races."""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from timeline.errors import (
+    FileAlreadyExistsError,
+    InvalidPathError,
+    StorageFileNotFoundError,
+    UnsupportedStorageError,
+)
+from timeline.storage import Storage, normalize_base_uri
+
+
+def test_create_writes_once(storage: Storage) -> None:
+    storage.create(".hoodie/a.commit", b"first")
+    with pytest.raises(FileAlreadyExistsError) as err:
+        storage.create(".hoodie/a.commit", b"second")
+    assert err.value.path == ".hoodie/a.commit"
+    assert storage.read(".hoodie/a.commit") == b"first"
+
+
+def test_overwrite_replaces_content(storage: Storage) -> None:
+    storage.overwrite("x/y.json", b"1")
+    storage.overwrite("x/y.json", b"22")
+    assert storage.read("x/y.json") == b"22"
+    assert storage.info("x/y.json").size == 2
+
+
+def test_read_missing_raises_not_found(storage: Storage) -> None:
+    with pytest.raises(StorageFileNotFoundError) as err:
+        storage.read("nope/missing")
+    assert err.value.path == "nope/missing"
+
+
+def test_exists(storage: Storage) -> None:
+    assert not storage.exists("a/b")
+    storage.create("a/b", b"")
+    assert storage.exists("a/b")
+
+
+def test_list_flat_and_recursive(storage: Storage) -> None:
+    for path in ["p/1.parquet", "p/2.parquet", "p/sub/3.parquet", "q/4.parquet"]:
+        storage.create(path, b"data")
+    flat = storage.list("p")
+    assert [(f.path, f.is_dir) for f in flat] == [
+        ("p/1.parquet", False),
+        ("p/2.parquet", False),
+        ("p/sub", True),
+    ]
+    assert [f.size for f in flat if not f.is_dir] == [4, 4]
+    assert [f.path for f in storage.list("p", recursive=True)] == [
+        "p/1.parquet",
+        "p/2.parquet",
+        "p/sub/3.parquet",
+    ]
+    assert [f.path for f in storage.list(recursive=True)] == [
+        "p/1.parquet",
+        "p/2.parquet",
+        "p/sub/3.parquet",
+        "q/4.parquet",
+    ]
+    assert storage.list("missing") == []
+    assert storage.list("missing", recursive=True) == []
+
+
+def test_delete_file_and_folder(storage: Storage) -> None:
+    storage.create("d/1", b"")
+    storage.create("d/e/2", b"")
+    storage.delete("d/1")
+    assert not storage.exists("d/1")
+    storage.delete("d/1")  # deleting what is not there is no error
+    storage.delete("d", recursive=True)
+    assert storage.list("d", recursive=True) == []
+
+
+def test_mtime_is_recent_and_moves_on_overwrite(storage: Storage) -> None:
+    storage.overwrite("h/beat", b"1")
+    first = storage.mtime("h/beat")
+    assert abs(first - time.time()) < 60
+    time.sleep(1.1)  # S3 LastModified has a resolution of one second
+    storage.overwrite("h/beat", b"2")
+    assert storage.mtime("h/beat") > first
+
+
+def test_paths_are_confined_to_the_root(storage: Storage) -> None:
+    for bad in ["../x", "a/../../x", "/etc/passwd", "a//b", "a/./b", "s3://other/x", "a\\b"]:
+        with pytest.raises(InvalidPathError):
+            storage.create(bad, b"")
+    with pytest.raises(InvalidPathError):
+        storage.read("x\x00y")
+
+
+def test_pickle_round_trip_keeps_access(storage: Storage) -> None:
+    storage.create("p/f", b"abc")
+    clone = pickle.loads(pickle.dumps(storage))
+    assert clone == storage
+    assert clone.read("p/f") == b"abc"
+
+
+def test_child_storage_is_rooted_below(storage: Storage) -> None:
+    child = storage.child(".hoodie/metadata")
+    child.create("files/x", b"1")
+    assert storage.read(".hoodie/metadata/files/x") == b"1"
+    assert [f.path for f in child.list("files")] == ["files/x"]
+
+
+def test_local_files_are_readable_by_others(tmp_path: Any) -> None:
+    storage = Storage(str(tmp_path))
+    storage.create("a", b"")
+    storage.overwrite("b", b"")
+    assert (tmp_path / "a").stat().st_mode & 0o044 == 0o044
+    assert (tmp_path / "b").stat().st_mode & 0o044 == 0o044
+
+
+def test_local_listing_hides_temp_files_and_base_uri_forms(tmp_path: Any) -> None:
+    storage = Storage(f"file://{tmp_path}")
+    assert storage.base_uri == str(tmp_path)
+    (tmp_path / ".tmp-aix-leftover").write_bytes(b"")
+    storage.create("real", b"")
+    assert [f.path for f in storage.list()] == ["real"]
+    assert normalize_base_uri("s3://b/p/") == "s3://b/p"
+
+
+def test_scheme_without_atomic_create_is_refused(tmp_path: Any) -> None:
+    storage = Storage("ftp://example.invalid/table")
+    with pytest.raises(UnsupportedStorageError):
+        storage.create("x", b"")
+
+
+# --- races: 8 contenders create the same path, exactly one wins ----------------------------------
+
+
+def _contend(storage: Storage, path: str, start_at: float, me: int) -> str:
+    while time.time() < start_at:
+        time.sleep(0.001)
+    try:
+        storage.create(path, f"winner {me}".encode())
+    except FileAlreadyExistsError:
+        return "lost"
+    return "won"
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_eight_processes_create_same_path_one_wins(
+    backend: str, tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
+    if backend == "local":
+        storage = Storage(str(tmp_path / "race"))
+    else:
+        storage = request.getfixturevalue("s3_storage")
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(8) as pool:
+        for round_ in range(5):
+            path = f".hoodie/{round_}.commit"
+            # Every process is up and waiting before the start (the first round spawns them).
+            start_at = time.time() + (4.0 if round_ == 0 else 0.5)
+            outcomes = pool.starmap(
+                _contend, [(storage, path, start_at, i) for i in range(8)], chunksize=1
+            )
+            assert sorted(outcomes) == ["lost"] * 7 + ["won"], outcomes
+            winner = outcomes.index("won")
+            assert storage.read(path) == f"winner {winner}".encode()
+
+
+def test_eight_threads_create_same_path_on_memory() -> None:
+    # memory:// lives inside one process, so its contenders are threads.
+    storage = Storage(f"memory://{uuid.uuid4().hex}")
+    for round_ in range(20):
+        outcomes: list[str] = []
+        start_at = time.time() + 0.05
+
+        def contender(
+            i: int, path: str, start_at: float = start_at, out: list[str] = outcomes
+        ) -> None:
+            out.append(_contend(storage, path, start_at, i))
+
+        threads = [threading.Thread(target=contender, args=(i, f"r{round_}")) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(outcomes) == ["lost"] * 7 + ["won"]

@@ -1,0 +1,193 @@
+"""``python -m timeline``: create a table and look at its timeline.
+
+Also the small pieces every command line of the project shares: ``--conf`` and
+``--storage-option`` options, logging set-up, and turning errors into a message and exit code 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from timeline.config import STORAGE_PREFIX, Config, describe, parse_assignments
+from timeline.errors import IndexerError
+from timeline.table import Table
+from timeline.table_config import TableType
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+
+
+def add_common_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config value (repeatable); overrides the environment. Keys: see --help-config",
+    )
+    parser.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an fsspec storage option, e.g. endpoint_url=http://127.0.0.1:9000 for S3 (repeatable)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log state changes to stderr")
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    explicit: dict[str, Any] = parse_assignments(args.conf, "--conf")
+    for key, value in parse_assignments(args.storage_option, "--storage-option").items():
+        explicit[STORAGE_PREFIX + key] = value
+    return Config.resolve(explicit=explicit)
+
+
+def help_config() -> str:
+    lines = ["Configuration keys (defaults < file < environment < --conf):", ""]
+    for key, env, default, doc in describe():
+        lines.append(f"  {key}  (env {env}, default {default})")
+        lines.append(f"      {doc}")
+    lines.append("")
+    lines.append("  indexer.storage.<option>  (env INDEXER_STORAGE_<OPTION>)")
+    lines.append("      fsspec/s3fs options, e.g. endpoint_url, key, secret, region_name")
+    return "\n".join(lines)
+
+
+def run(
+    main: Callable[[argparse.Namespace], int],
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None = None,
+) -> int:
+    """Parse, set up logging, run; an :class:`IndexerError` becomes ``error: ...`` and exit 1."""
+    args = parser.parse_args(argv)
+    if getattr(args, "help_config", False):
+        print(help_config())
+        return EXIT_OK
+    logging.basicConfig(
+        level=logging.INFO if getattr(args, "verbose", False) else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        return main(args)
+    except IndexerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _init(args: argparse.Namespace) -> int:
+    table = Table.create(
+        args.base,
+        name=args.table_name,
+        record_key_fields=[k.strip() for k in args.record_key.split(",")],
+        partition_fields=[p.strip() for p in args.partition_field.split(",")]
+        if args.partition_field
+        else [],
+        precombine_field=args.precombine_field,
+        table_type=TableType(args.table_type),
+        database=args.database,
+        config=config_from_args(args),
+    )
+    print(f"created table {table.table_config.name} at {table.base_uri}")
+    return EXIT_OK
+
+
+def _show(args: argparse.Namespace) -> int:
+    table = Table.open(args.base, config_from_args(args))
+    timeline = table.timeline.load()
+    rows = [
+        {
+            "timestamp": i.timestamp,
+            "action": i.action.value,
+            "state": i.state.name,
+            "completion_time": table.timeline.completion_time(i) if i.is_completed else None,
+        }
+        for i in timeline
+    ]
+    for skipped in timeline.skipped:
+        print(f"warning: skipped .hoodie/{skipped.name}: {skipped.reason}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    cfg = table.table_config
+    print(f"table {cfg.name} ({cfg.table_type.value}) at {table.base_uri}")
+    print(
+        f"record key: {','.join(cfg.record_key_fields)}  partition fields: "
+        f"{','.join(cfg.partition_fields) or '(none)'}"
+    )
+    print(
+        f"metadata partitions: completed={','.join(cfg.metadata_partitions) or '-'} "
+        f"inflight={','.join(cfg.metadata_partitions_inflight) or '-'}"
+    )
+    if not rows:
+        print("timeline: empty")
+        return EXIT_OK
+    print(f"{'TIMESTAMP':<18} {'ACTION':<14} {'STATE':<10} COMPLETION TIME")
+    for row in rows:
+        print(
+            f"{row['timestamp']:<18} {row['action']:<14} {row['state']:<10} "
+            f"{row['completion_time'] or '-'}"
+        )
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m timeline",
+        description="Create a Hudi 0.x table (table version 6) and inspect its timeline.",
+    )
+    parser.add_argument("--help-config", action="store_true", help="list configuration keys")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    init = sub.add_parser(
+        "init",
+        help="create a table (writes .hoodie/hoodie.properties)",
+        description="Create an empty table. Fails if one exists at BASE.",
+    )
+    init.add_argument("base", help="table base path: a local path, file://, s3:// or memory://")
+    init.add_argument("--table-name", required=True, help="hoodie.table.name")
+    init.add_argument("--record-key", required=True, help="record key field(s), comma-separated")
+    init.add_argument("--partition-field", default="", help="partition field(s), comma-separated")
+    init.add_argument("--precombine-field", help="field whose largest value wins among duplicates")
+    init.add_argument(
+        "--table-type", default=TableType.COPY_ON_WRITE.value, choices=[t.value for t in TableType]
+    )
+    init.add_argument("--database", default="", help="hoodie.database.name (optional)")
+    add_common_options(init)
+    init.set_defaults(func=_init)
+
+    show = sub.add_parser(
+        "show",
+        help="list the instants of the timeline",
+        description="List instants with action, state and completion time.",
+    )
+    show.add_argument("base", help="table base path")
+    show.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON list of {timestamp, action, state, completion_time}",
+    )
+    add_common_options(show)
+    show.set_defaults(func=_show)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+
+    def dispatch(args: argparse.Namespace) -> int:
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        result: int = args.func(args)
+        return result
+
+    return run(dispatch, parser, argv)

@@ -1,0 +1,211 @@
+"""Configuration keys, each declared once, and their resolution.
+
+Resolution order is fixed: built-in defaults < a config file < environment < explicit values (CLI
+``--conf key=value`` or code). An environment variable's name is the key upper-cased with ``.``
+turned into ``_`` (``indexer.lock.url`` -> ``INDEXER_LOCK_URL``). Storage options for fsspec
+(e.g. s3fs's ``endpoint_url``, ``key``, ``secret``) are keys under ``indexer.storage.``
+(env ``INDEXER_STORAGE_ENDPOINT_URL``, ...). Unknown ``indexer.*`` keys are errors, so a typo is
+reported at start with the key at fault; other ``hoodie.*`` keys are kept and passed along.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from timeline.errors import ConfigError
+
+T = TypeVar("T")
+
+STORAGE_PREFIX = "indexer.storage."
+
+
+def _parse_bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"{value!r} is not a boolean")
+
+
+@dataclass(frozen=True)
+class ConfigKey(Generic[T]):
+    key: str
+    parse: Callable[[str], T]
+    default: T
+    doc: str
+    check: Callable[[T], bool] = lambda _value: True
+    check_doc: str = ""
+
+    @property
+    def env(self) -> str:
+        return self.key.upper().replace(".", "_")
+
+    def coerce(self, value: Any) -> T:
+        try:
+            parsed = self.parse(value) if isinstance(value, str) else value
+        except (TypeError, ValueError) as e:
+            raise ConfigError(self.key, f"invalid value {value!r}: {e}") from e
+        if not self.check(parsed):
+            raise ConfigError(self.key, f"invalid value {value!r}: {self.check_doc}")
+        return parsed
+
+
+REGISTRY: dict[str, ConfigKey[Any]] = {}
+
+
+def _key(key: ConfigKey[T]) -> ConfigKey[T]:
+    REGISTRY[key.key] = key
+    return key
+
+
+def _positive(value: float) -> bool:
+    return value > 0
+
+
+LOCK_URL: ConfigKey[str] = _key(
+    ConfigKey(
+        "indexer.lock.url",
+        str,
+        "",
+        "Lock provider URL: sqlite:///..., postgresql://..., storage, file:///..., s3://..., "
+        "inprocess. Empty: SQLite in the user state folder for local tables, lock files on the "
+        "table's storage otherwise.",
+    )
+)
+LOCK_WAIT_MS: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.write.lock.wait_time_ms",
+        int,
+        60_000,
+        "How long to wait for the table lock before failing with LockTimeoutError.",
+        _positive,
+        "must be positive",
+    )
+)
+LOCK_LEASE_MS: ConfigKey[int] = _key(
+    ConfigKey(
+        "indexer.lock.lease_ms",
+        int,
+        30_000,
+        "Lease of a held lock: a holder that dies blocks others at most this long. Renewed every "
+        "third of it.",
+        _positive,
+        "must be positive",
+    )
+)
+HEARTBEAT_INTERVAL_MS: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.client.heartbeat.interval_in_ms",
+        int,
+        60_000,
+        "How often a writer touches its heartbeat file.",
+        lambda v: v >= 100,
+        "must be at least 100 ms",
+    )
+)
+HEARTBEAT_TOLERABLE_MISSES: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.client.heartbeat.tolerable.misses",
+        int,
+        2,
+        "Missed heartbeats after which a writer counts as dead.",
+        lambda v: v >= 1,
+        "must be at least 1",
+    )
+)
+
+_BOOL: Callable[[str], bool] = _parse_bool
+
+
+class Config:
+    """Resolved configuration: typed values for registered keys, plus storage options."""
+
+    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
+        self._values: dict[str, Any] = {}
+        self._storage: dict[str, Any] = {}
+        self.extra: dict[str, str] = {}
+        for key, value in (values or {}).items():
+            self._set(key, value)
+
+    def _set(self, key: str, value: Any) -> None:
+        if key.startswith(STORAGE_PREFIX):
+            option = key[len(STORAGE_PREFIX) :]
+            if not option:
+                raise ConfigError(key, "missing the storage option name after 'indexer.storage.'")
+            self._storage[option] = _storage_value(value)
+        elif key in REGISTRY:
+            self._values[key] = REGISTRY[key].coerce(value)
+        elif key.startswith("indexer."):
+            raise ConfigError(key, "unknown key (see the README's configuration table)")
+        else:
+            self.extra[key] = str(value)
+
+    @classmethod
+    def resolve(
+        cls,
+        file_values: Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        explicit: Mapping[str, Any] | None = None,
+    ) -> Config:
+        """defaults < file < environment < explicit."""
+        config = cls(file_values)
+        environ = os.environ if env is None else env
+        for registered in REGISTRY.values():
+            if registered.env in environ:
+                config._set(registered.key, environ[registered.env])
+        env_storage = "INDEXER_STORAGE_"
+        for name, value in environ.items():
+            if name.startswith(env_storage) and len(name) > len(env_storage):
+                config._set(STORAGE_PREFIX + name[len(env_storage) :].lower(), value)
+        for key, value in (explicit or {}).items():
+            config._set(key, value)
+        return config
+
+    def get(self, key: ConfigKey[T]) -> T:
+        value: T = self._values.get(key.key, key.default)
+        return value
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        return dict(self._storage)
+
+    @property
+    def lock_timeout_seconds(self) -> float:
+        return self.get(LOCK_WAIT_MS) / 1000
+
+    @property
+    def lock_lease_seconds(self) -> float:
+        return self.get(LOCK_LEASE_MS) / 1000
+
+    @property
+    def heartbeat_interval_seconds(self) -> float:
+        return self.get(HEARTBEAT_INTERVAL_MS) / 1000
+
+
+def _storage_value(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        return _BOOL(value)
+    except ValueError:
+        return value
+
+
+def parse_assignments(items: Iterable[str], what: str = "--conf") -> dict[str, str]:
+    """``["k=v", ...]`` from the command line into a dict; a clear error for a malformed item."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(item, f"{what} takes key=value")
+        out[key.strip()] = value
+    return out
+
+
+def describe() -> list[tuple[str, str, str, str]]:
+    """(key, env, default, doc) of every registered key, for the README and ``--help``."""
+    return [(k.key, k.env, repr(k.default), k.doc) for k in REGISTRY.values()]

@@ -1,0 +1,84 @@
+"""Instant times that are unique per table across processes and hosts.
+
+A time is ``yyyyMMddHHmmssSSS`` in UTC (hosts in different time zones agree). Within a process the
+generator is monotonic: each time is ``max(now, last + 1 ms)``. Across processes and hosts a time is
+unique because it is *claimed* with the storage's atomic create-if-absent of
+``.hoodie/.aux/.instant-times/<T>`` (one empty object per instant); a lost race bumps the time by
+one millisecond and claims again. Claims older than a retention window may be pruned; a host whose
+clock lags by more than that window could then reuse a time, so keep clocks synchronised.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from timeline.errors import FileAlreadyExistsError, IndexerError
+from timeline.instant import format_instant_time
+from timeline.storage import Storage
+
+logger = logging.getLogger(__name__)
+
+CLAIM_FOLDER = ".hoodie/.aux/.instant-times"
+_MAX_CLAIM_ATTEMPTS = 1000
+
+_local_lock = threading.Lock()
+_last_issued_ms: dict[str, int] = {}
+
+
+def _millis_to_time(ms: int) -> str:
+    return format_instant_time(dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC))
+
+
+class InstantTimeGenerator:
+    """Issues instant times for the table at ``storage``."""
+
+    def __init__(self, storage: Storage, clock: Callable[[], float] = time.time) -> None:
+        self.storage = storage
+        self._clock = clock
+
+    def _next_local(self, at_least_ms: int = 0) -> int:
+        key = self.storage.base_uri
+        with _local_lock:
+            now_ms = int(self._clock() * 1000)
+            ms = max(now_ms, _last_issued_ms.get(key, 0) + 1, at_least_ms)
+            _last_issued_ms[key] = ms
+            return ms
+
+    def peek_now(self) -> str:
+        """A time that is >= every time this process issued for the table, without claiming it.
+
+        Used for completion times, which need order, not uniqueness.
+        """
+        return _millis_to_time(self._next_local())
+
+    def next(self) -> str:
+        """A new instant time, claimed for this table."""
+        ms = self._next_local()
+        for _ in range(_MAX_CLAIM_ATTEMPTS):
+            timestamp = _millis_to_time(ms)
+            try:
+                self.storage.create(f"{CLAIM_FOLDER}/{timestamp}")
+            except FileAlreadyExistsError:
+                ms = self._next_local(at_least_ms=ms + 1)
+                continue
+            return timestamp
+        raise IndexerError(
+            f"could not claim a unique instant time after {_MAX_CLAIM_ATTEMPTS} attempts "
+            f"under {self.storage.uri(CLAIM_FOLDER)}"
+        )
+
+    def prune(self, older_than: dt.timedelta) -> int:
+        """Delete claims older than ``older_than``; returns how many were deleted."""
+        cutoff = _millis_to_time(int((self._clock() - older_than.total_seconds()) * 1000))
+        deleted = 0
+        for entry in self.storage.list(CLAIM_FOLDER):
+            if entry.name < cutoff:
+                self.storage.delete(entry.path)
+                deleted += 1
+        if deleted:
+            logger.info("pruned %d instant-time claims older than %s", deleted, cutoff)
+        return deleted

@@ -1,0 +1,459 @@
+"""The storage facade: the few verbs the kernel needs, over local files, S3 and memory.
+
+A :class:`Storage` is rooted at a base URI (a table's base path) and every path it takes is relative
+to that root, ``/``-separated, and may not leave it (no ``..``, no absolute paths). It dispatches on
+the URI scheme:
+
+========== ============================================== ==========================================
+scheme     create-if-absent                               overwrite
+========== ============================================== ==========================================
+local      write a temp file, fsync, ``link()`` into place write a temp file, fsync, ``rename()``
+``s3://``  conditional PUT (``If-None-Match: *``)         PUT (atomic on S3)
+memory     check and write under a process-wide lock      write
+========== ============================================== ==========================================
+
+Any other fsspec scheme may be read, but writes that need create-if-absent raise
+:class:`UnsupportedStorageError`: the kernel never falls back to ``exists()`` then write.
+
+``memory://`` is process-local (it is fsspec's in-memory filesystem); use it for tests and demos.
+
+A Storage is picklable: the fsspec filesystem object is dropped when pickled and re-created lazily,
+also after a ``fork()``, so Spark executors and worker processes can use the same object.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import posixpath
+import random
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from timeline.errors import (
+    FileAlreadyExistsError,
+    InvalidPathError,
+    StorageError,
+    StorageFileNotFoundError,
+    UnsupportedStorageError,
+)
+
+# Temp files of local writes carry this prefix; listings never show them.
+_TEMP_PREFIX = ".tmp-aix-"
+_MEMORY_CREATE_LOCK = threading.Lock()
+# mkstemp creates 0600 files; table files get the usual mode under the process umask.
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+_FILE_MODE = 0o666 & ~_UMASK
+_CONDITIONAL_CONFLICT_RETRIES = 8
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One listing entry. ``path`` is relative to the storage root."""
+
+    path: str
+    size: int
+    is_dir: bool
+    mtime: float | None = None
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.path)
+
+
+def normalize_base_uri(uri: str) -> str:
+    """Canonical form of a base URI: local paths absolute without a scheme, no trailing slash."""
+    if not uri:
+        raise InvalidPathError(uri, "empty base path")
+    parts = urlsplit(uri)
+    if parts.scheme in ("", "file") or (len(parts.scheme) == 1 and os.name == "nt"):
+        local = parts.path if parts.scheme == "file" else uri
+        return os.path.abspath(os.path.expanduser(local))
+    return uri.rstrip("/")
+
+
+def _check_relative(path: str) -> str:
+    if path in ("", "."):
+        return ""
+    if "\x00" in path:
+        raise InvalidPathError(path, "NUL character in path")
+    if path.startswith("/") or "\\" in path or urlsplit(path).scheme:
+        raise InvalidPathError(path, "must be a relative '/'-separated path inside the table")
+    segments = path.rstrip("/").split("/")
+    for segment in segments:
+        if segment in ("", ".", ".."):
+            raise InvalidPathError(path, f"path segment {segment!r} is not allowed")
+    return "/".join(segments)
+
+
+class _Backend:
+    """One scheme's implementation; paths here are absolute in the backend's own form."""
+
+    def join(self, root: str, rel: str) -> str:
+        return f"{root}/{rel}" if rel else root
+
+    def relative(self, root: str, full: str) -> str:
+        """The '/'-separated path of ``full`` (as the backend lists it) below ``root``."""
+        raise NotImplementedError
+
+    def create(self, path: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    def overwrite(self, path: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    def read(self, path: str) -> bytes:
+        raise NotImplementedError
+
+    def exists(self, path: str) -> bool:
+        raise NotImplementedError
+
+    def list(self, path: str, recursive: bool) -> Iterator[tuple[str, int, bool, float | None]]:
+        raise NotImplementedError
+
+    def delete(self, path: str, recursive: bool) -> None:
+        raise NotImplementedError
+
+    def info(self, path: str) -> tuple[int, bool, float]:
+        raise NotImplementedError
+
+
+class _LocalBackend(_Backend):
+    def join(self, root: str, rel: str) -> str:
+        return os.path.join(root, *rel.split("/")) if rel else root
+
+    def relative(self, root: str, full: str) -> str:
+        return os.path.relpath(full, root).replace(os.sep, "/")
+
+    def _write_temp(self, path: str, data: bytes) -> str:
+        folder = os.path.dirname(path)
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=_TEMP_PREFIX)
+        try:
+            os.fchmod(fd, _FILE_MODE)
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        return tmp
+
+    def create(self, path: str, data: bytes) -> None:
+        tmp = self._write_temp(path, data)
+        try:
+            # link() fails with EEXIST when the target exists: the atomic create-if-absent.
+            os.link(tmp, path)
+        finally:
+            os.unlink(tmp)
+
+    def overwrite(self, path: str, data: bytes) -> None:
+        tmp = self._write_temp(path, data)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+    def read(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def list(self, path: str, recursive: bool) -> Iterator[tuple[str, int, bool, float | None]]:
+        if not os.path.isdir(path):
+            return
+        if not recursive:
+            with os.scandir(path) as entries:
+                for entry in entries:
+                    if entry.name.startswith(_TEMP_PREFIX):
+                        continue
+                    st = entry.stat()
+                    yield entry.path, st.st_size, entry.is_dir(), st.st_mtime
+            return
+        for folder, _dirs, files in os.walk(path):
+            for name in files:
+                if name.startswith(_TEMP_PREFIX):
+                    continue
+                full = os.path.join(folder, name)
+                try:
+                    st = os.stat(full)
+                except FileNotFoundError:
+                    continue  # deleted while we listed
+                yield full, st.st_size, False, st.st_mtime
+
+    def delete(self, path: str, recursive: bool) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.isdir(path) and not os.path.islink(path):
+                if recursive:
+                    shutil.rmtree(path)
+                else:
+                    os.rmdir(path)
+            else:
+                os.unlink(path)
+
+    def info(self, path: str) -> tuple[int, bool, float]:
+        st = os.stat(path)
+        return st.st_size, os.path.isdir(path), st.st_mtime
+
+
+class _FsspecBackend(_Backend):
+    """S3 (s3fs), memory and any other fsspec filesystem."""
+
+    def __init__(self, protocol: str, options: Mapping[str, Any]) -> None:
+        self.protocol = protocol
+        self.options = dict(options)
+        self._fs: Any = None
+        self._pid = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"protocol": self.protocol, "options": self.options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.protocol = state["protocol"]
+        self.options = state["options"]
+        self._fs = None
+        self._pid = 0
+
+    @property
+    def fs(self) -> Any:
+        if self._fs is None or self._pid != os.getpid():
+            import fsspec
+
+            opts = dict(self.options)
+            if self.protocol in ("s3", "s3a"):
+                # Listings must reflect other processes' writes: no listing cache, own instance.
+                opts.setdefault("use_listings_cache", False)
+                opts.setdefault("skip_instance_cache", True)
+            self._fs = fsspec.filesystem(self.protocol, **opts)
+            self._pid = os.getpid()
+        return self._fs
+
+    def _strip(self, path: str) -> str:
+        return str(self.fs._strip_protocol(path)).rstrip("/")
+
+    def relative(self, root: str, full: str) -> str:
+        return self._strip(full)[len(self._strip(root)) :].lstrip("/")
+
+    def create(self, path: str, data: bytes) -> None:
+        if self.protocol == "memory":
+            with _MEMORY_CREATE_LOCK:
+                if self.fs.exists(path):
+                    raise FileExistsError(path)
+                self.fs.pipe_file(path, data)
+            return
+        if self.protocol not in ("s3", "s3a"):
+            raise UnsupportedStorageError(
+                f"scheme {self.protocol!r} has no atomic create-if-absent; "
+                "use local files, s3:// or memory://",
+                path=path,
+                operation="create",
+            )
+        for attempt in range(_CONDITIONAL_CONFLICT_RETRIES):
+            try:
+                self.fs.pipe_file(path, data, mode="create")
+                return
+            except OSError as e:
+                code = _boto_error_code(e)
+                if code == "PreconditionFailed":
+                    raise FileExistsError(path) from e
+                if (
+                    code != "ConditionalRequestConflict"
+                    or attempt == _CONDITIONAL_CONFLICT_RETRIES - 1
+                ):
+                    raise
+                # S3 answers 409 while another conditional write to the key is in flight.
+                time.sleep(min(1.0, 0.02 * 2**attempt) * random.uniform(0.5, 1.5))
+
+    def overwrite(self, path: str, data: bytes) -> None:
+        self.fs.pipe_file(path, data)
+
+    def read(self, path: str) -> bytes:
+        data: bytes = self.fs.cat_file(path)
+        return data
+
+    def exists(self, path: str) -> bool:
+        return bool(self.fs.exists(path))
+
+    def list(self, path: str, recursive: bool) -> Iterator[tuple[str, int, bool, float | None]]:
+        try:
+            if recursive:
+                entries = list(self.fs.find(path, detail=True).values())
+            else:
+                entries = self.fs.ls(path, detail=True)
+        except FileNotFoundError:
+            return
+        root = self._strip(path)
+        for entry in entries:
+            name = str(entry["name"]).rstrip("/")
+            if name == root:
+                continue  # some filesystems list a file as its own child
+            yield name, int(entry.get("size") or 0), entry.get("type") == "directory", _mtime(entry)
+
+    def delete(self, path: str, recursive: bool) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            if recursive:
+                self.fs.rm(path, recursive=True)
+            else:
+                self.fs.rm_file(path)
+
+    def info(self, path: str) -> tuple[int, bool, float]:
+        entry = self.fs.info(path)
+        mtime = _mtime(entry)
+        if mtime is None:
+            raise StorageError(
+                "the store reports no modification time", path=path, operation="mtime"
+            )
+        return int(entry.get("size") or 0), entry.get("type") == "directory", mtime
+
+
+def _boto_error_code(error: BaseException) -> str | None:
+    seen: BaseException | None = error
+    while seen is not None:
+        response = getattr(seen, "response", None)
+        if isinstance(response, dict):
+            code = response.get("Error", {}).get("Code")
+            return str(code) if code is not None else None
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _mtime(entry: Mapping[str, Any]) -> float | None:
+    for key in ("LastModified", "mtime", "created", "last_modified"):
+        value = entry.get(key)
+        if value is None:
+            continue
+        if isinstance(value, int | float):
+            return float(value)
+        if hasattr(value, "timestamp"):
+            return float(value.timestamp())
+    return None
+
+
+class Storage:
+    """Storage rooted at ``base_uri``; see the module docstring for the guarantees."""
+
+    def __init__(self, base_uri: str, options: Mapping[str, Any] | None = None) -> None:
+        self.base_uri = normalize_base_uri(base_uri)
+        self.options: dict[str, Any] = dict(options or {})
+        scheme = urlsplit(self.base_uri).scheme
+        self.scheme = scheme or "file"
+        self._root = self.base_uri
+        self._backend: _Backend = (
+            _LocalBackend() if self.scheme == "file" else _FsspecBackend(self.scheme, self.options)
+        )
+
+    def __repr__(self) -> str:
+        return f"Storage({self.base_uri!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Storage) and (self.base_uri, self.options) == (
+            other.base_uri,
+            other.options,
+        )
+
+    def __hash__(self) -> int:
+        return hash(self.base_uri)
+
+    @property
+    def is_local(self) -> bool:
+        return self.scheme == "file"
+
+    def child(self, path: str) -> Storage:
+        """A Storage rooted at ``path`` below this one (e.g. the metadata table)."""
+        return Storage(self.uri(path), self.options)
+
+    def uri(self, path: str = "") -> str:
+        """The full URI (or local absolute path) of a relative path, e.g. for Spark or logs."""
+        return self._backend.join(self._root, _check_relative(path))
+
+    @contextlib.contextmanager
+    def _translate(self, operation: str, path: str) -> Iterator[None]:
+        try:
+            yield
+        except (StorageError, InvalidPathError):
+            raise
+        except FileExistsError as e:
+            raise FileAlreadyExistsError(path) from e
+        except FileNotFoundError as e:
+            raise StorageFileNotFoundError(path, operation) from e
+        except IsADirectoryError as e:
+            raise StorageError("is a directory", path=path, operation=operation) from e
+        except OSError as e:
+            if e.errno == errno.EEXIST:
+                raise FileAlreadyExistsError(path) from e
+            raise StorageError(str(e), path=path, operation=operation) from e
+        except Exception as e:  # botocore and aiohttp errors that s3fs did not translate
+            raise StorageError(f"{type(e).__name__}: {e}", path=path, operation=operation) from e
+
+    # --- the verbs -------------------------------------------------------------------------------
+
+    def create(self, path: str, data: bytes = b"") -> None:
+        """Write ``data`` at ``path`` only if nothing is there (atomic).
+
+        Raises :class:`FileAlreadyExistsError` when the path exists; then nothing was written.
+        """
+        full = self.uri(path)
+        with self._translate("create", path):
+            self._backend.create(full, data)
+
+    def overwrite(self, path: str, data: bytes) -> None:
+        """Replace the content of ``path`` atomically: readers see the old or the new bytes."""
+        full = self.uri(path)
+        with self._translate("overwrite", path):
+            self._backend.overwrite(full, data)
+
+    def read(self, path: str) -> bytes:
+        full = self.uri(path)
+        with self._translate("read", path):
+            return self._backend.read(full)
+
+    def exists(self, path: str) -> bool:
+        full = self.uri(path)
+        with self._translate("exists", path):
+            return self._backend.exists(full)
+
+    def list(self, path: str = "", recursive: bool = False) -> list[FileInfo]:
+        """Entries below ``path`` (files only when recursive); a missing folder lists as empty."""
+        full = self.uri(path)
+        with self._translate("list", path):
+            out = [
+                FileInfo(self._backend.relative(self._root, name), size, is_dir, mtime)
+                for name, size, is_dir, mtime in self._backend.list(full, recursive)
+            ]
+        out.sort(key=lambda f: f.path)
+        return out
+
+    def delete(self, path: str, recursive: bool = False) -> None:
+        """Delete a file (or a folder with ``recursive``); deleting what is not there is no error.
+
+        (S3 cannot tell whether a key existed without another request, so nothing is returned.)
+        """
+        full = self.uri(path)
+        with self._translate("delete", path):
+            self._backend.delete(full, recursive)
+
+    def info(self, path: str) -> FileInfo:
+        full = self.uri(path)
+        with self._translate("info", path):
+            size, is_dir, mtime = self._backend.info(full)
+        return FileInfo(_check_relative(path), size, is_dir, mtime)
+
+    def mtime(self, path: str) -> float:
+        """Modification time, seconds since the epoch."""
+        mtime = self.info(path).mtime
+        assert mtime is not None
+        return mtime

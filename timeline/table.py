@@ -1,0 +1,174 @@
+"""A table: its storage, ``hoodie.properties``, timeline, lock and heartbeats, in one handle."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+from timeline.config import HEARTBEAT_TOLERABLE_MISSES, LOCK_URL, Config
+from timeline.errors import (
+    FileAlreadyExistsError,
+    StorageFileNotFoundError,
+    TableAlreadyExistsError,
+    TableConfigError,
+    TableNotFoundError,
+)
+from timeline.heartbeat import Heartbeat
+from timeline.locks import LockHandle, LockProvider, default_owner, lock_provider_for
+from timeline.storage import Storage
+from timeline.table_config import BACKUP_FILE, PROPERTIES_FILE, TableConfig, TableType
+from timeline.timeline import ActiveTimeline
+
+logger = logging.getLogger(__name__)
+
+
+def read_table_config(storage: Storage) -> TableConfig:
+    """Read ``hoodie.properties``, falling back to its backup when it is missing or invalid."""
+    try:
+        return TableConfig.parse(storage.read(PROPERTIES_FILE), storage.uri(PROPERTIES_FILE))
+    except StorageFileNotFoundError as e:
+        primary_error: Exception = e
+    except TableConfigError as e:
+        primary_error = e
+    try:
+        config = TableConfig.parse(storage.read(BACKUP_FILE), storage.uri(BACKUP_FILE))
+    except StorageFileNotFoundError:
+        if isinstance(primary_error, StorageFileNotFoundError):
+            raise TableNotFoundError(storage.base_uri) from primary_error
+        raise primary_error from None
+    logger.warning("%s unusable (%s); using %s", PROPERTIES_FILE, primary_error, BACKUP_FILE)
+    return config
+
+
+class Table:
+    """Open with :meth:`open` or :meth:`create`; cheap to construct, does no I/O until used."""
+
+    def __init__(self, storage: Storage, table_config: TableConfig, config: Config | None = None):
+        self.storage = storage
+        self.config = config or Config.resolve()
+        self._table_config = table_config
+        self.timeline = ActiveTimeline(storage)
+        self._lock_provider: LockProvider | None = None
+
+    def __repr__(self) -> str:
+        return f"Table({self.base_uri!r}, name={self._table_config.name!r})"
+
+    @property
+    def base_uri(self) -> str:
+        return self.storage.base_uri
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, base_uri: str, config: Config | None = None) -> Table:
+        config = config or Config.resolve()
+        storage = Storage(base_uri, config.storage_options)
+        return cls(storage, read_table_config(storage), config)
+
+    @classmethod
+    def create(
+        cls,
+        base_uri: str,
+        name: str,
+        record_key_fields: Iterable[str],
+        partition_fields: Iterable[str] = (),
+        precombine_field: str | None = None,
+        table_type: TableType = TableType.COPY_ON_WRITE,
+        database: str = "",
+        config: Config | None = None,
+    ) -> Table:
+        """Create ``hoodie.properties`` (create-if-absent: an existing table is never replaced)."""
+        config = config or Config.resolve()
+        storage = Storage(base_uri, config.storage_options)
+        table_config = TableConfig.new(
+            name, record_key_fields, partition_fields, precombine_field, table_type, database
+        )
+        try:
+            storage.create(PROPERTIES_FILE, table_config.to_bytes())
+        except FileAlreadyExistsError as e:
+            raise TableAlreadyExistsError(storage.base_uri) from e
+        logger.info("created table %s at %s", name, storage.base_uri)
+        return cls(storage, table_config, config)
+
+    def close(self) -> None:
+        if self._lock_provider is not None:
+            self._lock_provider.close()
+            self._lock_provider = None
+
+    # --- table config ----------------------------------------------------------------------------
+
+    @property
+    def table_config(self) -> TableConfig:
+        """The config as last read; call :meth:`reload_table_config` under the lock before relying
+        on the metadata partitions state."""
+        return self._table_config
+
+    def reload_table_config(self) -> TableConfig:
+        self._table_config = read_table_config(self.storage)
+        return self._table_config
+
+    def update_table_config(
+        self, lock: LockHandle, change: Callable[[TableConfig], TableConfig]
+    ) -> TableConfig:
+        """Read, change and rewrite ``hoodie.properties`` under the table lock ``lock``."""
+        current = self.reload_table_config()
+        updated = change(current)
+        if updated == current:
+            return current
+        lock.ensure_valid()
+        self.storage.overwrite(BACKUP_FILE, current.to_bytes())
+        self.storage.overwrite(PROPERTIES_FILE, updated.to_bytes())
+        self.storage.delete(BACKUP_FILE)
+        self._table_config = updated
+        return updated
+
+    def update_metadata_partitions(
+        self,
+        lock: LockHandle,
+        *,
+        add_inflight: Iterable[str] = (),
+        complete: Iterable[str] = (),
+        remove: Iterable[str] = (),
+    ) -> TableConfig:
+        """Move metadata partitions between inflight / completed / absent, atomically."""
+        add, done, drop = list(add_inflight), list(complete), list(remove)
+        updated = self.update_table_config(
+            lock,
+            lambda c: c.with_metadata_partitions(add_inflight=add, complete=done, remove=drop),
+        )
+        logger.info(
+            "metadata partitions of %s: completed=%s inflight=%s",
+            self.base_uri,
+            ",".join(updated.metadata_partitions) or "-",
+            ",".join(updated.metadata_partitions_inflight) or "-",
+        )
+        return updated
+
+    # --- locks and heartbeats --------------------------------------------------------------------
+
+    @property
+    def lock_provider(self) -> LockProvider:
+        if self._lock_provider is None:
+            self._lock_provider = lock_provider_for(
+                self.config.get(LOCK_URL),
+                self.storage,
+                lease_seconds=self.config.lock_lease_seconds,
+            )
+        return self._lock_provider
+
+    @property
+    def lock_name(self) -> str:
+        return f"table:{self.base_uri}"
+
+    def lock(self, purpose: str = "", timeout: float | None = None) -> LockHandle:
+        """Acquire the table lock (use as ``with table.lock("commit 2026..."):``)."""
+        wait = self.config.lock_timeout_seconds if timeout is None else timeout
+        return self.lock_provider.acquire(self.lock_name, default_owner(purpose), timeout=wait)
+
+    def heartbeat(self, instant_time: str) -> Heartbeat:
+        return Heartbeat(
+            self.storage,
+            instant_time,
+            interval=self.config.heartbeat_interval_seconds,
+            tolerable_misses=self.config.get(HEARTBEAT_TOLERABLE_MISSES),
+        )

@@ -1,0 +1,288 @@
+"""The active timeline: the instants in ``.hoodie/``, loaded as an immutable snapshot.
+
+Loading lists ``.hoodie/`` once (flat) and folds the state files of each instant into one
+:class:`Instant` in its latest state. Rules for what else is there:
+
+* folders and files whose name does not start with a digit (``hoodie.properties``, ``.temp``, ...)
+  are not instants and are ignored;
+* a file that starts with a digit but is not a valid instant file name (unknown action, bad time,
+  bad suffix) is **skipped with a warning** and listed in :attr:`Timeline.skipped`, so one stray
+  file cannot stop every reader and writer of the table;
+* two different actions at the same instant time break invariant 1; both are kept, with a warning;
+* content is read lazily; unparsable content raises :class:`CorruptInstantError` naming the file.
+
+State transitions are write-once: the new state's file is created with create-if-absent, and only
+if the previous state's file exists. A completed instant's content is a JSON object that records
+its completion time under ``completionTime`` (Hudi 0.x uses the file's mtime, which is coarse on
+object stores; we fall back to the mtime only for files written by others).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from timeline.errors import (
+    CorruptInstantError,
+    FileAlreadyExistsError,
+    InstantAlreadyExistsError,
+    InvalidInstantError,
+    InvalidTransitionError,
+)
+from timeline.instant import (
+    WRITE_ACTIONS,
+    Action,
+    Instant,
+    State,
+    format_instant_time,
+    normalize_timestamp,
+)
+from timeline.instant_time import InstantTimeGenerator
+from timeline.storage import Storage
+
+logger = logging.getLogger(__name__)
+
+META_FOLDER = ".hoodie"
+COMPLETION_TIME_KEY = "completionTime"
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    """A file in ``.hoodie/`` that looked like an instant but is not a valid one."""
+
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """An immutable, sorted snapshot of instants. Filters return new snapshots."""
+
+    instants: tuple[Instant, ...] = ()
+    skipped: tuple[SkippedFile, ...] = ()
+
+    def __iter__(self) -> Iterator[Instant]:
+        return iter(self.instants)
+
+    def __len__(self) -> int:
+        return len(self.instants)
+
+    def __bool__(self) -> bool:
+        return bool(self.instants)
+
+    def filter(self, predicate: Callable[[Instant], bool]) -> Timeline:
+        return Timeline(tuple(i for i in self.instants if predicate(i)), self.skipped)
+
+    def completed(self) -> Timeline:
+        return self.filter(lambda i: i.is_completed)
+
+    def pending(self) -> Timeline:
+        return self.filter(lambda i: not i.is_completed)
+
+    def with_actions(self, *actions: Action) -> Timeline:
+        wanted = set(actions)
+        return self.filter(lambda i: i.action in wanted)
+
+    def write_timeline(self) -> Timeline:
+        """Instants of actions that write data files (commit, deltacommit, replacecommit, ...)."""
+        return self.filter(lambda i: i.action in WRITE_ACTIONS)
+
+    def after(self, timestamp: str) -> Timeline:
+        """Instants strictly after ``timestamp``."""
+        key = normalize_timestamp(timestamp)
+        return self.filter(lambda i: normalize_timestamp(i.timestamp) > key)
+
+    def before(self, timestamp: str) -> Timeline:
+        """Instants strictly before ``timestamp``."""
+        key = normalize_timestamp(timestamp)
+        return self.filter(lambda i: normalize_timestamp(i.timestamp) < key)
+
+    def first(self) -> Instant | None:
+        return self.instants[0] if self.instants else None
+
+    def last(self) -> Instant | None:
+        return self.instants[-1] if self.instants else None
+
+    def get(self, timestamp: str, action: Action | None = None) -> Instant | None:
+        for instant in self.instants:
+            if instant.timestamp == timestamp and (action is None or instant.action is action):
+                return instant
+        return None
+
+    @property
+    def timestamps(self) -> list[str]:
+        return [i.timestamp for i in self.instants]
+
+    def last_contiguous_completed_write(self) -> Instant | None:
+        """The last completed write instant before the earliest pending write instant.
+
+        E.g. completed 01..07, 13, 15, 17 with 09, 11, 19 pending gives 07: everything up to it is
+        final, so an index built up to it never has to revisit an earlier instant.
+        """
+        writes = self.write_timeline()
+        first_pending = writes.pending().first()
+        completed = writes.completed()
+        if first_pending is not None:
+            completed = completed.before(first_pending.timestamp)
+        return completed.last()
+
+
+def _fold(entries: Iterable[str]) -> Timeline:
+    """Fold state files into instants in their latest state."""
+    by_time: dict[str, list[Instant]] = defaultdict(list)
+    skipped: list[SkippedFile] = []
+    for name in entries:
+        if not name[:1].isdigit():
+            continue
+        try:
+            parsed = Instant.from_file_name(name)
+        except InvalidInstantError as e:
+            logger.warning("skipping %s/%s: %s", META_FOLDER, name, e.reason)
+            skipped.append(SkippedFile(name, e.reason))
+            continue
+        by_time[parsed.timestamp].append(parsed)
+
+    instants: list[Instant] = []
+    for timestamp, parsed_files in by_time.items():
+        actions = {i.action for i in parsed_files}
+        latest: dict[Action, State] = {}
+        for item in parsed_files:
+            family = item.action
+            if item.is_completed:
+                # The completed file of a compaction is T.commit (of a log compaction, T.deltacommit).
+                if family is Action.COMMIT and Action.COMPACTION in actions:
+                    family = Action.COMPACTION
+                elif family is Action.DELTA_COMMIT and Action.LOG_COMPACTION in actions:
+                    family = Action.LOG_COMPACTION
+            if family not in latest or item.state.rank > latest[family].rank:
+                latest[family] = item.state
+        if len(latest) > 1:
+            logger.warning(
+                "instant time %s is used by several actions (%s); instant times must be unique",
+                timestamp,
+                ", ".join(sorted(a.value for a in latest)),
+            )
+        instants.extend(Instant(timestamp, action, state) for action, state in latest.items())
+    return Timeline(tuple(sorted(instants)), tuple(skipped))
+
+
+class ActiveTimeline:
+    """Reads and writes the instants of the table at ``storage``."""
+
+    def __init__(self, storage: Storage, generator: InstantTimeGenerator | None = None) -> None:
+        self.storage = storage
+        self.generator = generator or InstantTimeGenerator(storage)
+        # Completed instant files never change, so their completion times can be cached forever.
+        self._completion_times: dict[tuple[str, Action], str] = {}
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def load(self) -> Timeline:
+        """A fresh snapshot of the timeline (one listing of ``.hoodie/``)."""
+        names = [e.name for e in self.storage.list(META_FOLDER) if not e.is_dir]
+        return _fold(names)
+
+    def path(self, instant: Instant, state: State | None = None) -> str:
+        return f"{META_FOLDER}/{instant.file_name_for(state or instant.state)}"
+
+    def read_content(self, instant: Instant, state: State | None = None) -> bytes:
+        return self.storage.read(self.path(instant, state))
+
+    def read_json(self, instant: Instant, state: State | None = None) -> dict[str, Any]:
+        """The content of an instant file as a JSON object (empty files read as ``{}``)."""
+        path = self.path(instant, state)
+        raw = self.storage.read(path)
+        if not raw.strip():
+            return {}
+        try:
+            value = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise CorruptInstantError(self.storage.uri(path), f"not valid JSON ({e})") from e
+        if not isinstance(value, dict):
+            raise CorruptInstantError(self.storage.uri(path), "content is not a JSON object")
+        return value
+
+    def completion_time(self, instant: Instant) -> str:
+        """When a completed instant completed (17 digits, UTC).
+
+        Read from the content; for a file that has none (written by another tool), its mtime.
+        """
+        if not instant.is_completed:
+            raise InvalidTransitionError(instant, "only a completed instant has a completion time")
+        key = (instant.timestamp, instant.action)
+        cached = self._completion_times.get(key)
+        if cached is not None:
+            return cached
+        path = self.path(instant)
+        value: str | None = None
+        try:
+            content = json.loads(self.storage.read(path) or b"{}")
+            if isinstance(content, dict) and isinstance(content.get(COMPLETION_TIME_KEY), str):
+                value = content[COMPLETION_TIME_KEY]
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            pass  # not ours (e.g. Avro written by Hudi): fall back to the mtime
+        if value is None:
+            mtime = self.storage.mtime(path)
+            value = format_instant_time(dt.datetime.fromtimestamp(mtime, tz=dt.UTC))
+        self._completion_times[key] = value
+        return value
+
+    # --- writing ---------------------------------------------------------------------------------
+
+    def _create(self, instant: Instant, content: bytes) -> None:
+        path = self.path(instant)
+        try:
+            self.storage.create(path, content)
+        except FileAlreadyExistsError as e:
+            raise InstantAlreadyExistsError(instant, self.storage.uri(path)) from e
+        logger.info("instant %s created", instant)
+
+    def create_requested(
+        self, action: Action, content: bytes = b"", timestamp: str | None = None
+    ) -> Instant:
+        """Start a new instant in the requested state, at a fresh instant time unless given."""
+        instant = Instant(timestamp or self.generator.next(), action, State.REQUESTED)
+        self._create(instant, content)
+        return instant
+
+    def _transition(self, instant: Instant, to: State, content: bytes) -> Instant:
+        if instant.state.rank >= to.rank or instant.state.next() is not to:
+            raise InvalidTransitionError(
+                instant, f"{instant.state.value} cannot move to {to.value}"
+            )
+        if not self.storage.exists(self.path(instant)):
+            raise InvalidTransitionError(
+                instant, f"its {instant.state.value} file {self.path(instant)} does not exist"
+            )
+        target = instant.with_state(to)
+        self._create(target, content)
+        return target
+
+    def transition_to_inflight(self, instant: Instant, content: bytes = b"") -> Instant:
+        return self._transition(instant, State.INFLIGHT, content)
+
+    def complete(self, instant: Instant, content: Mapping[str, Any] | None = None) -> Instant:
+        """Complete an inflight instant; its content records the completion time."""
+        completion = max(self.generator.peek_now(), instant.timestamp)
+        body = dict(content or {})
+        body[COMPLETION_TIME_KEY] = completion
+        done = self._transition(instant, State.COMPLETED, json.dumps(body, sort_keys=True).encode())
+        self._completion_times[(done.timestamp, done.action)] = completion
+        return done
+
+    def delete_pending(self, instant: Instant) -> None:
+        """Delete the requested and inflight files of a pending instant (rollback, abort).
+
+        The inflight file goes first so that a crash part-way leaves a requested instant, which a
+        retry can roll back again; never a state without its predecessor.
+        """
+        if instant.is_completed:
+            raise InvalidTransitionError(instant, "a completed instant is never deleted here")
+        for state in (State.INFLIGHT, State.REQUESTED):
+            self.storage.delete(self.path(instant, state))
+        logger.info("pending instant %s deleted", instant)

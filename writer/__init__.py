@@ -1,0 +1,1 @@
+"""writer package (see DESIGN.md)."""
