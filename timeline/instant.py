@@ -171,7 +171,10 @@ class Instant:
         if len(parts) not in (2, 3):
             raise InvalidInstantError(name, "expected <time>.<action>[.requested|.inflight]")
         ts = parts[0]
-        validate_timestamp(ts)
+        if not _TIMESTAMP_RE.match(ts):
+            raise InvalidInstantError(
+                name, f"{ts!r} is not a 17-digit (or 14, legacy) instant time"
+            )
         if len(parts) == 2:
             if parts[1] == "inflight":
                 return cls(ts, Action.COMMIT, State.INFLIGHT)
