@@ -7,9 +7,26 @@ react without parsing messages. Third-party errors are translated at the boundar
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class IndexerError(Exception):
-    """Root of every error raised by async-indexer."""
+    """Root of every error raised by async-indexer.
+
+    Errors cross process boundaries (worker processes, Spark executors) by pickling; the default
+    pickling re-calls ``__init__`` with the message only, which the leaves' signatures do not
+    take, so the message and the context attributes are restored as they are instead.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[IndexerError], args: tuple[Any, ...], state: dict[str, Any]) -> IndexerError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
 
 
 # --- storage -------------------------------------------------------------------------------------

@@ -181,7 +181,10 @@ class _LocalBackend(_Backend):
                 for entry in entries:
                     if entry.name.startswith(_TEMP_PREFIX):
                         continue
-                    st = entry.stat()
+                    try:
+                        st = entry.stat()
+                    except FileNotFoundError:
+                        continue  # deleted while we listed
                     yield entry.path, st.st_size, entry.is_dir(), st.st_mtime
             return
         for folder, _dirs, files in os.walk(path):

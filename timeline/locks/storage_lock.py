@@ -7,8 +7,10 @@ where Hudi's filesystem lock provider refuses to (S3). A lock is a folder of *ge
 
 * acquire: list the folder; if the newest generation is released, or expired by more than the
   allowed clock skew, create generation + 1 with create-if-absent. Only one contender can create a
-  given generation, so taking over an expired lock is race-free without compare-and-swap. Older
-  generations are then deleted. The generation is the fence number.
+  given generation, so taking over an expired lock is race-free without compare-and-swap. Then
+  list again: the lock is ours only if our generation is still the newest (a contender that judged
+  a since-deleted generation free may otherwise re-create a number below the newest); older
+  generations are then deleted. The generation is the fence number, increasing per holder.
 * renew: check we are still the newest generation, then overwrite our file with a new expiry. The
   holder's :class:`~timeline.locks.base.LockHandle` counts the lease from *before* each renewal,
   and a contender judges expiry with a clock read taken *before* it reads the file, so a renewal
@@ -108,9 +110,15 @@ class StorageLockProvider(LockProvider):
                 return None
             generation = newest + 1
         expires_at = self._clock() + self.lease_seconds
+        path = self._path(name, generation)
         try:
-            self.storage.create(self._path(name, generation), self._body(owner, token, expires_at))
+            self.storage.create(path, self._body(owner, token, expires_at))
         except FileAlreadyExistsError:
+            return None
+        # Old generations are deleted, so a contender that judged a now-deleted generation free
+        # can re-create a number below the newest (ABA). Holding requires being the newest.
+        if self._generations(name)[-1] != generation:
+            self.storage.delete(path)
             return None
         for old in generations:
             self.storage.delete(self._path(name, old))

@@ -1,0 +1,205 @@
+"""hoodie.properties: keys, checksum, validation, backup, metadata partitions state; the Table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from timeline import properties
+from timeline.config import Config
+from timeline.errors import (
+    LockLostError,
+    TableAlreadyExistsError,
+    TableConfigError,
+    TableNotFoundError,
+)
+from timeline.storage import Storage
+from timeline.table import Table, read_table_config
+from timeline.table_config import (
+    BACKUP_FILE,
+    PROPERTIES_FILE,
+    TableConfig,
+    TableType,
+    table_checksum,
+)
+
+INPROCESS = Config.resolve(explicit={"indexer.lock.url": "inprocess"})
+
+
+def test_checksum_matches_hudi() -> None:
+    # REFERENCE §1: crc32("default.v6_simplekeygen_nonhivestyle") = 616688896
+    assert table_checksum("v6_simplekeygen_nonhivestyle", "default") == 616688896
+
+
+def test_new_config_has_the_required_hudi_keys() -> None:
+    config = TableConfig.new("trips", ["uuid"], ["city"], "ts")
+    p = config.props
+    assert p["hoodie.table.name"] == "trips"
+    assert p["hoodie.table.type"] == "COPY_ON_WRITE"
+    assert p["hoodie.table.version"] == "6"
+    assert p["hoodie.timeline.layout.version"] == "1"
+    assert p["hoodie.table.recordkey.fields"] == "uuid"
+    assert p["hoodie.table.partition.fields"] == "city"
+    assert p["hoodie.table.precombine.field"] == "ts"
+    assert p["hoodie.table.keygenerator.class"] == "org.apache.hudi.keygen.SimpleKeyGenerator"
+    assert p["hoodie.table.base.file.format"] == "PARQUET"
+    assert p["hoodie.populate.meta.fields"] == "true"
+    assert p["hoodie.table.checksum"] == str(table_checksum("trips"))
+    unpartitioned = TableConfig.new("t", ["a", "b"])
+    assert unpartitioned.props["hoodie.table.keygenerator.class"].endswith(
+        "NonpartitionedKeyGenerator"
+    )
+    assert (
+        TableConfig.new("t", ["a", "b"], ["p"])
+        .props["hoodie.table.keygenerator.class"]
+        .endswith("ComplexKeyGenerator")
+    )
+
+
+def test_round_trip_through_bytes() -> None:
+    config = TableConfig.new("trips", ["uuid"], ["city"], "ts", TableType.MERGE_ON_READ, "db")
+    assert TableConfig.parse(config.to_bytes()) == config
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda p: p.pop("hoodie.table.name"), "missing required keys: hoodie.table.name"),
+        (
+            lambda p: p.update({"hoodie.table.version": "8"}),
+            "hoodie.table.version=8 is not supported",
+        ),
+        (
+            lambda p: p.update({"hoodie.timeline.layout.version": "2"}),
+            "hoodie.timeline.layout.version=2",
+        ),
+        (lambda p: p.update({"hoodie.table.type": "HEAP"}), "is not a table type"),
+        (lambda p: p.update({"hoodie.table.checksum": "1"}), "checksum 1 does not match"),
+        (
+            lambda p: p.update(
+                {
+                    "hoodie.table.metadata.partitions": "files",
+                    "hoodie.table.metadata.partitions.inflight": "files",
+                }
+            ),
+            "both completed and inflight",
+        ),
+        (
+            lambda p: p.update({"hoodie.table.metadata.partitions": "../x"}),
+            "invalid metadata partition name",
+        ),
+    ],
+)
+def test_invalid_properties_name_the_problem(edit: Any, message: str) -> None:
+    props = dict(TableConfig.new("trips", ["uuid"]).props)
+    edit(props)
+    data = properties.dumps(props).encode()
+    with pytest.raises(TableConfigError, match=message) as err:
+        TableConfig.parse(data, "/t/.hoodie/hoodie.properties")
+    assert err.value.path == "/t/.hoodie/hoodie.properties"
+
+
+def test_metadata_partition_transitions() -> None:
+    config = TableConfig.new("trips", ["uuid"])
+    step = config.with_metadata_partitions(add_inflight=["column_stats", "files"])
+    assert step.metadata_partitions_inflight == ("column_stats", "files")
+    step = step.with_metadata_partitions(complete=["files"])
+    assert step.metadata_partitions == ("files",)
+    assert step.metadata_partitions_inflight == ("column_stats",)
+    # idempotent: adding a completed partition as inflight is skipped; completing twice is a no-op
+    again = step.with_metadata_partitions(add_inflight=["files"], complete=["files"])
+    assert again == step
+    with pytest.raises(TableConfigError, match="is not inflight"):
+        step.with_metadata_partitions(complete=["bloom_filters"])
+    dropped = step.with_metadata_partitions(remove=["files", "column_stats"])
+    assert dropped.metadata_partitions == () and dropped.metadata_partitions_inflight == ()
+
+
+_text = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30
+)
+
+
+@given(st.dictionaries(_text.filter(lambda k: k != ""), _text, max_size=8))
+def test_properties_round_trip(props: dict[str, str]) -> None:
+    assert properties.loads(properties.dumps(props, comment="c")) == props
+
+
+def test_properties_reads_java_syntax() -> None:
+    text = "# comment\n! also\n  a = 1\nb:2\nc 3\nlong = x\\\n    y\nesc=\\u00e9\\:\\=\n"
+    assert properties.loads(text) == {"a": "1", "b": "2", "c": "3", "long": "xy", "esc": "é:="}
+
+
+# --- the Table -----------------------------------------------------------------------------------
+
+
+def test_create_and_open(storage: Storage) -> None:
+    table = Table.create(storage.base_uri, "trips", ["uuid"], ["city"], "ts", config=_cfg(storage))
+    opened = Table.open(storage.base_uri, _cfg(storage))
+    assert opened.table_config == table.table_config
+    with pytest.raises(TableAlreadyExistsError):
+        Table.create(storage.base_uri, "other", ["id"], config=_cfg(storage))
+    assert Table.open(storage.base_uri, _cfg(storage)).table_config.name == "trips"
+
+
+def _cfg(storage: Storage) -> Config:
+    explicit: dict[str, Any] = {"indexer.lock.url": "inprocess"}
+    explicit.update({f"indexer.storage.{k}": v for k, v in storage.options.items()})
+    return Config.resolve(explicit=explicit)
+
+
+def test_open_missing_table(tmp_path: Any) -> None:
+    with pytest.raises(TableNotFoundError) as err:
+        Table.open(str(tmp_path / "nothing"))
+    assert err.value.base_uri.endswith("nothing")
+
+
+def test_update_metadata_partitions_under_the_lock(storage: Storage) -> None:
+    table = Table.create(storage.base_uri, "trips", ["uuid"], config=_cfg(storage))
+    with table.lock("test") as lock:
+        table.update_metadata_partitions(lock, add_inflight=["files", "column_stats"])
+        table.update_metadata_partitions(lock, complete=["files"])
+    reread = Table.open(storage.base_uri, _cfg(storage)).table_config
+    assert reread.metadata_partitions == ("files",)
+    assert reread.metadata_partitions_inflight == ("column_stats",)
+    assert not storage.exists(BACKUP_FILE)
+
+
+def test_update_refuses_to_write_under_a_lost_lock(tmp_path: Any) -> None:
+    table = Table.create(str(tmp_path), "trips", ["uuid"], config=INPROCESS)
+    lock = table.lock("test")
+    lock.release()
+    with pytest.raises(LockLostError):
+        table.update_metadata_partitions(lock, add_inflight=["files"])
+    assert Table.open(str(tmp_path), INPROCESS).table_config.metadata_partitions_inflight == ()
+
+
+def test_backup_is_used_when_the_main_file_is_bad(tmp_path: Any) -> None:
+    storage = Storage(str(tmp_path))
+    table = Table.create(str(tmp_path), "trips", ["uuid"], config=INPROCESS)
+    good = storage.read(PROPERTIES_FILE)
+    storage.overwrite(BACKUP_FILE, good)
+    storage.overwrite(PROPERTIES_FILE, b"hoodie.table.name=tr")  # torn write by another tool
+    assert read_table_config(storage) == table.table_config
+    storage.delete(PROPERTIES_FILE)
+    assert read_table_config(storage) == table.table_config
+    storage.delete(BACKUP_FILE)
+    with pytest.raises(TableNotFoundError):
+        read_table_config(storage)
+
+
+def test_bad_main_file_without_backup_is_a_config_error(tmp_path: Any) -> None:
+    storage = Storage(str(tmp_path))
+    storage.create(PROPERTIES_FILE, b"hoodie.table.name=x\n")
+    with pytest.raises(TableConfigError, match="missing required keys"):
+        read_table_config(storage)
+
+
+def test_invalid_table_definitions() -> None:
+    with pytest.raises(TableConfigError, match="invalid table name"):
+        TableConfig.new("bad name", ["id"])
+    with pytest.raises(TableConfigError, match="record key"):
+        TableConfig.new("t", [])
