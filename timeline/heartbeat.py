@@ -33,11 +33,16 @@ def heartbeat_path(instant_time: str) -> str:
 def heartbeat_age(
     storage: Storage, instant_time: str, clock: Callable[[], float] = time.time
 ) -> float | None:
-    """Seconds since the last beat of ``instant_time``; None when there is no heartbeat file."""
+    """Seconds since the last beat of ``instant_time``; None when there is no heartbeat file.
+
+    On stores with coarse modification times (S3: whole seconds) the age is rounded down by that
+    resolution, so a live writer is never taken for dead because of truncation.
+    """
     try:
-        return max(0.0, clock() - storage.mtime(heartbeat_path(instant_time)))
+        mtime = storage.mtime(heartbeat_path(instant_time))
     except StorageFileNotFoundError:
         return None
+    return max(0.0, clock() - mtime - storage.mtime_resolution)
 
 
 def is_expired(

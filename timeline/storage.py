@@ -375,6 +375,11 @@ class Storage:
     def is_local(self) -> bool:
         return self.scheme == "file"
 
+    @property
+    def mtime_resolution(self) -> float:
+        """How coarse modification times are: S3's LastModified has whole seconds."""
+        return 0.0 if self.scheme in ("file", "memory") else 1.0
+
     def child(self, path: str) -> Storage:
         """A Storage rooted at ``path`` below this one (e.g. the metadata table)."""
         return Storage(self.uri(path), self.options)

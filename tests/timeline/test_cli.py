@@ -1,0 +1,94 @@
+"""`python -m timeline`: init and show, as a user runs them (real subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from timeline import Action, Table
+from timeline.config import Config
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "timeline", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_init_then_show(tmp_path: Path) -> None:
+    base = str(tmp_path / "trips")
+    done = _run(
+        "init",
+        base,
+        "--table-name",
+        "trips",
+        "--record-key",
+        "uuid",
+        "--partition-field",
+        "city",
+        "--precombine-field",
+        "ts",
+    )
+    assert done.returncode == 0, done.stderr
+    assert "created table trips" in done.stdout
+    table = Table.open(base, Config.resolve(explicit={"indexer.lock.url": "inprocess"}))
+    assert table.table_config.partition_fields == ("city",)
+    commit = table.timeline.complete(
+        table.timeline.transition_to_inflight(table.timeline.create_requested(Action.COMMIT))
+    )
+    pending = table.timeline.create_requested(Action.CLEAN)
+
+    shown = _run("show", base, "--json")
+    assert shown.returncode == 0, shown.stderr
+    rows = json.loads(shown.stdout)
+    assert rows == [
+        {
+            "timestamp": commit.timestamp,
+            "action": "commit",
+            "state": "COMPLETED",
+            "completion_time": table.timeline.completion_time(commit),
+        },
+        {
+            "timestamp": pending.timestamp,
+            "action": "clean",
+            "state": "REQUESTED",
+            "completion_time": None,
+        },
+    ]
+    human = _run("show", base)
+    assert human.returncode == 0
+    assert commit.timestamp in human.stdout and "REQUESTED" in human.stdout
+
+
+def test_errors_exit_1_with_a_message(tmp_path: Path) -> None:
+    missing = _run("show", str(tmp_path / "nothing"))
+    assert missing.returncode == 1
+    assert missing.stderr.startswith("error: no Hudi table at")
+    base = str(tmp_path / "t")
+    assert _run("init", base, "--table-name", "t", "--record-key", "id").returncode == 0
+    again = _run("init", base, "--table-name", "t", "--record-key", "id")
+    assert again.returncode == 1 and "already exists" in again.stderr
+    bad_conf = _run("show", base, "--conf", "indexer.nope=1")
+    assert bad_conf.returncode == 1 and "indexer.nope" in bad_conf.stderr
+    bad_name = _run("init", str(tmp_path / "u"), "--table-name", "no spaces", "--record-key", "id")
+    assert bad_name.returncode == 1 and "invalid table name" in bad_name.stderr
+
+
+def test_stray_instant_file_is_reported_not_fatal(tmp_path: Path) -> None:
+    base = tmp_path / "t"
+    assert _run("init", str(base), "--table-name", "t", "--record-key", "id").returncode == 0
+    (base / ".hoodie" / "20261121101500123.bogus").write_text("")
+    shown = _run("show", str(base), "--json")
+    assert shown.returncode == 0
+    assert json.loads(shown.stdout) == []
+    assert "skipped .hoodie/20261121101500123.bogus: unknown action 'bogus'" in shown.stderr
+
+
+def test_help_explains(tmp_path: Path) -> None:
+    top = _run("--help")
+    assert top.returncode == 0 and "init" in top.stdout and "show" in top.stdout
+    assert "--record-key" in _run("init", "--help").stdout
+    keys = _run("--help-config")
+    assert "indexer.lock.url" in keys.stdout and "INDEXER_LOCK_URL" in keys.stdout
