@@ -139,6 +139,19 @@ def _show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _clean(args: argparse.Namespace) -> int:
+    from timeline.rollback import clean_failed_writes
+
+    table = Table.open(args.base, config_from_args(args))
+    rolled_back = clean_failed_writes(table)
+    for instant in rolled_back:
+        print(f"rolled back {instant.timestamp} ({instant.action.value}, {instant.state.name})")
+    if not rolled_back:
+        print("no failed writes")
+    table.close()
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m timeline",
@@ -177,6 +190,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_common_options(show)
     show.set_defaults(func=_show)
+
+    clean = sub.add_parser(
+        "clean",
+        help="roll back failed writes (pending writes whose heartbeat expired)",
+        description=(
+            "Finish interrupted rollbacks, then roll back every pending commit or deltacommit "
+            "whose writer's heartbeat expired: delete the files its markers name, write a "
+            "rollback instant listing them, remove its markers and heartbeat."
+        ),
+    )
+    clean.add_argument("base", help="table base path")
+    add_common_options(clean)
+    clean.set_defaults(func=_clean)
     return parser
 
 

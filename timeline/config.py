@@ -118,6 +118,100 @@ HEARTBEAT_TOLERABLE_MISSES: ConfigKey[int] = _key(
     )
 )
 
+
+def _one_of(*choices: str) -> Callable[[str], bool]:
+    return lambda value: value in choices
+
+
+CONFLICT_STRATEGY: ConfigKey[str] = _key(
+    ConfigKey(
+        "hoodie.write.lock.conflict.resolution.strategy",
+        str.lower,
+        "simple",
+        "How a committing write detects conflicts: simple (same file group), bucket (same bucket "
+        "of a partition), prefer_writer (table services yield to ingestion).",
+        _one_of("simple", "bucket", "prefer_writer"),
+        "one of simple, bucket, prefer_writer",
+    )
+)
+MARKERS_TYPE: ConfigKey[str] = _key(
+    ConfigKey(
+        "hoodie.write.markers.type",
+        str.lower,
+        "direct",
+        "Write markers: direct (one file per data file).",
+        _one_of("direct"),
+        "direct",
+    )
+)
+EARLY_CONFLICT_DETECTION: ConfigKey[bool] = _key(
+    ConfigKey(
+        "hoodie.write.concurrency.early.conflict.detection.enable",
+        _parse_bool,
+        False,
+        "Check other live writers' markers before creating each marker, so an overlapping write "
+        "stops at its first conflicting file instead of at commit.",
+    )
+)
+EARLY_CONFLICT_CHECK_COMMITS: ConfigKey[bool] = _key(
+    ConfigKey(
+        "hoodie.write.concurrency.early.conflict.check.commit.conflict",
+        _parse_bool,
+        False,
+        "Early conflict detection also checks commits completed since this write started.",
+    )
+)
+EARLY_CONFLICT_TRANSACTIONAL: ConfigKey[bool] = _key(
+    ConfigKey(
+        "indexer.write.early.conflict.detection.transactional",
+        _parse_bool,
+        False,
+        "Hold a lock per (partition, file group) around each early conflict check and marker "
+        "creation, closing the window between the two.",
+    )
+)
+MAX_FILE_SIZE: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.parquet.max.file.size",
+        int,
+        120 * 1024 * 1024,
+        "Target size of a base file in bytes; inserts are split into files of about this size.",
+        _positive,
+        "must be positive",
+    )
+)
+MAX_RECORDS_PER_FILE: ConfigKey[int] = _key(
+    ConfigKey(
+        "indexer.write.max.records.per.file",
+        int,
+        1_000_000,
+        "At most this many records go into one new base file.",
+        _positive,
+        "must be positive",
+    )
+)
+BUCKET_COUNT: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.bucket.index.num.buckets",
+        int,
+        0,
+        "Bucket layout when positive: a record goes to file group stable_hash(key) mod N, whose "
+        "file id starts with the 8-digit bucket number. 0: no buckets.",
+        lambda v: v >= 0,
+        "must be 0 or positive",
+    )
+)
+BLOOM_FILTER_FPP: ConfigKey[float] = _key(
+    ConfigKey(
+        "hoodie.index.bloom.fpp",
+        float,
+        0.01,
+        "False-positive rate of the native Parquet bloom filter on the record key column.",
+        lambda v: 0 < v < 1,
+        "must be between 0 and 1",
+    )
+)
+
 _BOOL: Callable[[str], bool] = _parse_bool
 
 

@@ -181,3 +181,31 @@ class HeartbeatExpiredError(IndexerError):
         super().__init__(f"heartbeat of instant {instant_time} expired ({age})")
         self.instant_time = instant_time
         self.age_seconds = age_seconds
+
+
+# --- writes --------------------------------------------------------------------------------------
+
+
+class WriteConflictError(IndexerError):
+    """Two writes touched the same file groups; this one was not committed (retry it)."""
+
+    def __init__(self, instant: object, other_instant: object, file_ids: list[str]) -> None:
+        shown = ", ".join(file_ids[:5]) + (
+            f" and {len(file_ids) - 5} more" if len(file_ids) > 5 else ""
+        )
+        super().__init__(
+            f"cannot resolve conflicts for overlapping writes: {instant} and {other_instant} both "
+            f"modify file groups [{shown}]; {instant} was not committed, retry it"
+        )
+        self.instant = instant
+        self.other_instant = other_instant
+        self.file_ids = file_ids
+
+
+class MarkerAlreadyExistsError(IndexerError):
+    """A marker for this data file exists already: the file is being, or was, written."""
+
+    def __init__(self, marker_name: str, instant_time: str) -> None:
+        super().__init__(f"marker {marker_name} of instant {instant_time} already exists")
+        self.marker_name = marker_name
+        self.instant_time = instant_time

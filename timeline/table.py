@@ -13,7 +13,7 @@ from timeline.errors import (
     TableConfigError,
     TableNotFoundError,
 )
-from timeline.heartbeat import Heartbeat
+from timeline.heartbeat import Heartbeat, is_expired
 from timeline.locks import LockHandle, LockProvider, default_owner, lock_provider_for
 from timeline.storage import Storage
 from timeline.table_config import BACKUP_FILE, PROPERTIES_FILE, TableConfig, TableType
@@ -171,4 +171,13 @@ class Table:
             instant_time,
             interval=self.config.heartbeat_interval_seconds,
             tolerable_misses=self.config.get(HEARTBEAT_TOLERABLE_MISSES),
+        )
+
+    def heartbeat_expired(self, instant_time: str) -> bool:
+        """Whether the writer of ``instant_time`` counts as dead under this table's config."""
+        return is_expired(
+            self.storage,
+            instant_time,
+            self.config.heartbeat_interval_seconds,
+            self.config.get(HEARTBEAT_TOLERABLE_MISSES),
         )

@@ -1,0 +1,149 @@
+"""The file-system view: which base files make up a snapshot of the table.
+
+A base file is visible when the instant in its name is a *completed* write instant (at or before
+the snapshot's instant) and it is the newest such file of its file group; file groups replaced by
+a completed replacecommit are dropped. Files of pending or failed writes are never visible, even
+before they are rolled back (hudi-rs does not filter them on v6 tables, see REFERENCE §2, which is
+why rollbacks delete them).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import cached_property
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from timeline.commit_metadata import CommitMetadata
+from timeline.instant import Action, normalize_timestamp
+from timeline.storage import FileInfo, Storage
+from timeline.timeline import META_FOLDER, ActiveTimeline, Timeline
+
+PARTITION_METADATA_FILE = ".hoodie_partition_metadata"
+_BASE_FILE = re.compile(
+    r"^(?P<file_id>[^_/]+)_(?P<token>\d+-\d+-\d+)_(?P<ts>\d{17}|\d{14})\.parquet$"
+)
+
+
+@dataclass(frozen=True, order=True)
+class BaseFile:
+    """A base file ``<fileId>_<writeToken>_<instant>.parquet`` in a partition."""
+
+    partition_path: str
+    file_id: str
+    instant_time: str
+    write_token: str
+    file_name: str
+    size: int = 0
+
+    @property
+    def path(self) -> str:
+        return f"{self.partition_path}/{self.file_name}" if self.partition_path else self.file_name
+
+    @classmethod
+    def parse(cls, partition_path: str, file_name: str, size: int = 0) -> BaseFile | None:
+        match = _BASE_FILE.match(file_name)
+        if match is None:
+            return None
+        return cls(partition_path, match["file_id"], match["ts"], match["token"], file_name, size)
+
+
+def base_file_name(file_id: str, write_token: str, instant_time: str) -> str:
+    return f"{file_id}_{write_token}_{instant_time}.parquet"
+
+
+class FileSystemView:
+    """The base files of the table at ``storage`` as a given timeline snapshot sees them."""
+
+    def __init__(
+        self, active: ActiveTimeline, timeline: Timeline, as_of: str | None = None
+    ) -> None:
+        self.active = active
+        self.storage: Storage = active.storage
+        self.timeline = timeline
+        self.as_of = as_of
+
+    @cached_property
+    def _committed(self) -> set[str]:
+        done = self.timeline.write_timeline().completed()
+        if self.as_of is not None:
+            limit = normalize_timestamp(self.as_of)
+            done = done.filter(lambda i: normalize_timestamp(i.timestamp) <= limit)
+        return {i.timestamp for i in done}
+
+    @cached_property
+    def _replaced(self) -> set[tuple[str, str]]:
+        replaced: set[tuple[str, str]] = set()
+        for instant in self.timeline.with_actions(Action.REPLACE_COMMIT).completed():
+            if instant.timestamp not in self._committed:
+                continue
+            metadata = CommitMetadata.from_bytes(
+                self.active.read_content(instant), self.active.path(instant)
+            )
+            for partition, file_ids in metadata.partition_to_replace_file_ids.items():
+                replaced.update((partition, f) for f in file_ids)
+        return replaced
+
+    @cached_property
+    def all_base_files(self) -> list[BaseFile]:
+        """Every base file in storage, committed or not (one listing of the data folders)."""
+        found: list[BaseFile] = []
+        for entry in _list_data_files(self.storage):
+            partition, _, name = entry.path.rpartition("/")
+            base = BaseFile.parse(partition, name, entry.size)
+            if base is not None:
+                found.append(base)
+        return sorted(found)
+
+    def latest_base_files(self, partitions: Iterable[str] | None = None) -> list[BaseFile]:
+        """The newest committed base file of every live file group (optionally of some partitions)."""
+        wanted = set(partitions) if partitions is not None else None
+        latest: dict[tuple[str, str], BaseFile] = {}
+        for base in self.all_base_files:
+            if wanted is not None and base.partition_path not in wanted:
+                continue
+            if base.instant_time not in self._committed:
+                continue
+            key = (base.partition_path, base.file_id)
+            if key in self._replaced:
+                continue
+            current = latest.get(key)
+            if current is None or normalize_timestamp(base.instant_time) > normalize_timestamp(
+                current.instant_time
+            ):
+                latest[key] = base
+        return sorted(latest.values())
+
+    def partitions(self) -> list[str]:
+        """Partitions that hold at least one live file group."""
+        return sorted({b.partition_path for b in self.latest_base_files()})
+
+    def read_snapshot(self, columns: list[str] | None = None) -> pa.Table:
+        """All rows of the snapshot (meta columns included), one Arrow table."""
+        tables = [
+            read_parquet(self.storage, base.path, columns) for base in self.latest_base_files()
+        ]
+        tables = [t for t in tables if t.num_rows or len(tables) == 1]
+        if not tables:
+            return pa.table({})
+        return pa.concat_tables(tables, promote_options="default")
+
+
+def read_parquet(storage: Storage, path: str, columns: list[str] | None = None) -> pa.Table:
+    return pq.read_table(io.BytesIO(storage.read(path)), columns=columns)
+
+
+def _list_data_files(storage: Storage) -> list[FileInfo]:
+    """Files under the base path outside ``.hoodie/`` (data files, partition metadata)."""
+    out: list[FileInfo] = []
+    for entry in storage.list():
+        if entry.is_dir:
+            if entry.name != META_FOLDER:
+                out.extend(storage.list(entry.path, recursive=True))
+        else:
+            out.append(entry)
+    return out

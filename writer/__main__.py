@@ -1,0 +1,5 @@
+import sys
+
+from writer.cli import main
+
+sys.exit(main())

@@ -1,0 +1,83 @@
+"""The Avro schema of a table's records, from its Arrow schema.
+
+Hudi stores the writer schema as an Avro schema JSON string in commit metadata
+(``extraMetadata.schema``); readers such as hudi-rs may use it. Nullable fields are unions with
+``null`` first and default null, as Hudi writes them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pyarrow as pa
+
+from timeline.errors import IndexerError
+
+
+class UnsupportedTypeError(IndexerError):
+    def __init__(self, column: str, arrow_type: pa.DataType) -> None:
+        super().__init__(
+            f"column {column!r} has type {arrow_type}, which the writer does not support"
+        )
+        self.column = column
+        self.arrow_type = arrow_type
+
+
+def _avro_type(name: str, t: pa.DataType) -> Any:
+    if pa.types.is_boolean(t):
+        return "boolean"
+    if pa.types.is_int8(t) or pa.types.is_int16(t) or pa.types.is_int32(t):
+        return "int"
+    if pa.types.is_uint8(t) or pa.types.is_uint16(t):
+        return "int"
+    if pa.types.is_int64(t) or pa.types.is_uint32(t):
+        return "long"
+    if pa.types.is_float32(t):
+        return "float"
+    if pa.types.is_float64(t):
+        return "double"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "bytes"
+    if pa.types.is_date32(t):
+        return {"type": "int", "logicalType": "date"}
+    if pa.types.is_timestamp(t):
+        unit = "millis" if t.unit in ("s", "ms") else "micros"
+        return {"type": "long", "logicalType": f"timestamp-{unit}"}
+    if pa.types.is_decimal(t):
+        return {
+            "type": "bytes",
+            "logicalType": "decimal",
+            "precision": t.precision,
+            "scale": t.scale,
+        }
+    raise UnsupportedTypeError(name, t)
+
+
+def _avro_name(name: str) -> str:
+    cleaned = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return cleaned if cleaned[:1].isalpha() or cleaned[:1] == "_" else f"_{cleaned}"
+
+
+def avro_schema(schema: pa.Schema, table_name: str) -> str:
+    """The Avro record schema JSON string of ``schema`` (meta columns excluded)."""
+    fields = []
+    for f in schema:
+        if f.name.startswith("_hoodie_"):
+            continue
+        t = _avro_type(f.name, f.type)
+        if f.nullable:
+            fields.append({"name": f.name, "type": ["null", t], "default": None})
+        else:
+            fields.append({"name": f.name, "type": t})
+    name = _avro_name(table_name)
+    record = {
+        "type": "record",
+        "name": f"{name}_record",
+        "namespace": f"hoodie.{name}",
+        "fields": fields,
+    }
+    return json.dumps(record, separators=(",", ":"))

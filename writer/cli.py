@@ -1,0 +1,97 @@
+"""``python -m writer``: write a file of records to a table, for scripts and demos."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from timeline.cli import EXIT_OK, add_common_options, config_from_args, run
+from timeline.errors import IndexerError
+from timeline.table import Table
+from writer.client import Operation, WriteClient, WriteOptions
+
+
+class InputFileError(IndexerError):
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"cannot read input {path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+def read_input(path: str) -> pa.Table:
+    """A .parquet, .csv or .json (one JSON object per line) file as an Arrow table."""
+    if not os.path.isfile(path):
+        raise InputFileError(path, "no such file")
+    suffix = os.path.splitext(path)[1].lower()
+    try:
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return pq.read_table(path)
+        if suffix == ".csv":
+            import pyarrow.csv as pcsv
+
+            return pcsv.read_csv(path)
+        if suffix in (".json", ".jsonl", ".ndjson"):
+            import pyarrow.json as pjson
+
+            return pjson.read_json(path)
+    except (pa.ArrowException, OSError) as e:
+        raise InputFileError(path, str(e).splitlines()[0]) from e
+    raise InputFileError(path, f"unknown format {suffix!r} (use .parquet, .csv or .json)")
+
+
+def _write(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    table = Table.open(args.base, config)
+    options = WriteOptions.from_config(config)
+    if args.early_conflict_detection:
+        options = dataclasses.replace(options, early_conflict_detection=True)
+    data = read_input(args.input)
+    instant = WriteClient(table, options).write(Operation(args.operation), data)
+    print(instant.timestamp)
+    table.close()
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m writer",
+        description=(
+            "Write the records of a file to a table as one commit (insert, upsert or delete) and "
+            "print the instant time it committed. Exit 1 with a message on a write conflict or "
+            "bad input; the failed write is rolled back."
+        ),
+    )
+    parser.add_argument("base", help="table base path (local, file://, s3://)")
+    parser.add_argument("--input", required=True, help="records: .parquet, .csv or .json (lines)")
+    parser.add_argument(
+        "--operation", required=True, choices=[o.value for o in Operation], help="write operation"
+    )
+    parser.add_argument(
+        "--markers",
+        default="direct",
+        choices=["direct"],
+        help="write markers type (default direct)",
+    )
+    parser.add_argument(
+        "--early-conflict-detection",
+        action="store_true",
+        help="stop at the first file group another live writer is writing, not at commit",
+    )
+    parser.add_argument("--help-config", action="store_true", help="list configuration keys")
+    add_common_options(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(_write, build_parser(), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
