@@ -134,16 +134,6 @@ CONFLICT_STRATEGY: ConfigKey[str] = _key(
         "one of simple, bucket, prefer_writer",
     )
 )
-MARKERS_TYPE: ConfigKey[str] = _key(
-    ConfigKey(
-        "hoodie.write.markers.type",
-        str.lower,
-        "direct",
-        "Write markers: direct (one file per data file).",
-        _one_of("direct"),
-        "direct",
-    )
-)
 EARLY_CONFLICT_DETECTION: ConfigKey[bool] = _key(
     ConfigKey(
         "hoodie.write.concurrency.early.conflict.detection.enable",

@@ -164,3 +164,24 @@ def test_commit_conflict_check(tmp_path: Path) -> None:
     with pytest.raises(WriteConflictError):
         unchecked.commit()
     unchecked.abort()
+
+
+def test_pending_table_service_markers_are_not_conflicts(tmp_path: Path) -> None:
+    import json
+
+    from timeline import Action
+    from timeline.markers import DirectMarkers, IOType, Marker
+
+    table = _seed(tmp_path)
+    group = (
+        FileSystemView(table.timeline, table.timeline.load()).latest_base_files(["sf"])[0].file_id
+    )
+    plan = {"operations": [{"partitionPath": "sf", "fileId": group}]}
+    compaction = table.timeline.create_requested(Action.COMPACTION, json.dumps(plan).encode())
+    DirectMarkers(table.storage, compaction.timestamp).create(
+        Marker("sf", f"{group}_0-0-0_{compaction.timestamp}.parquet", IOType.MERGE)
+    )
+    table.heartbeat(compaction.timestamp).beat()  # even with a live heartbeat
+    writer = WriteClient(table, _early()).start(Operation.UPSERT)
+    writer.write(_rows(("a", "sf", 7)))  # no early conflict with a planned table service
+    writer.commit()  # and the compaction was planned before this write: compatible at commit too
