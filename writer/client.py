@@ -509,8 +509,20 @@ class WriteTransaction:
     # --- commit and abort ------------------------------------------------------------------------
 
     def commit(self) -> Instant:
-        """Commit under the table lock; see the module docstring for what happens on failure."""
+        """Commit under the table lock. On a failure before the instant completes (a conflict,
+        an expired heartbeat, a lock timeout) the write is rolled back and the error raised; a
+        failure while completing raises :class:`CommitStateUnknownError` and deletes nothing."""
         self._check_open()
+        try:
+            return self._commit()
+        except CommitStateUnknownError:
+            raise
+        except BaseException:
+            if self._state is _TxnState.OPEN:
+                self.abort()
+            raise
+
+    def _commit(self) -> Instant:
         schema = avro_schema(self._schema, self.table.table_config.name) if self._schema else ""
         metadata = CommitMetadata.of(
             self.stats, self.operation.value.upper(), {"schema": schema} if schema else {}

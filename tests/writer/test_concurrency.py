@@ -130,7 +130,9 @@ def test_without_detection_the_conflict_surfaces_only_at_commit(tmp_path: Path) 
     first.commit()
     with pytest.raises(WriteConflictError):
         second.commit()
-    second.abort()
+    # the failed commit rolled itself back: no pending instant, no file of it
+    assert table.timeline.load().get(second.instant_time) is None
+    assert [p for p in (tmp_path / "t").rglob("*.parquet") if second.instant_time in p.name] == []
 
 
 def test_dead_writers_markers_are_ignored(tmp_path: Path) -> None:
