@@ -152,6 +152,44 @@ def _clean(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _marker_server(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from timeline.config import (
+        ASYNC_CONFLICT_PERIOD_MS,
+        MARKER_BATCH_INTERVAL_MS,
+        MARKER_THREADS,
+    )
+    from timeline.markers.server import MarkerServer, MarkerServerConfig
+
+    config = config_from_args(args)
+    table = Table.open(args.base, config)
+    batch_ms = args.batch_interval_ms or config.get(MARKER_BATCH_INTERVAL_MS)
+    period_ms = args.conflict_check_interval_ms
+    if args.early_conflict_detection and not period_ms:
+        period_ms = config.get(ASYNC_CONFLICT_PERIOD_MS)
+    server = MarkerServer(
+        table,
+        host=args.host,
+        port=args.port,
+        config=MarkerServerConfig(
+            batch_interval=batch_ms / 1000,
+            threads=args.threads or config.get(MARKER_THREADS),
+            conflict_check_interval=period_ms / 1000 if period_ms else None,
+            check_commits=args.check_commits,
+        ),
+    ).start()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"serving markers for {table.base_uri} at {server.url}", flush=True)
+    stop.wait()
+    server.stop()
+    table.close()
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m timeline",
@@ -203,6 +241,33 @@ def build_parser() -> argparse.ArgumentParser:
     clean.add_argument("base", help="table base path")
     add_common_options(clean)
     clean.set_defaults(func=_clean)
+
+    server = sub.add_parser(
+        "marker-server",
+        help="serve timeline-server-based markers for a table",
+        description=(
+            "Serve write markers over HTTP: requests are batched every interval into MARKERS<i> "
+            "files (one per worker thread) and answered once on storage. Stops on SIGTERM/SIGINT."
+        ),
+    )
+    server.add_argument("base", help="table base path")
+    server.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    server.add_argument("--port", type=int, default=0, help="port (default: a free one)")
+    server.add_argument("--batch-interval-ms", type=int, help="flush interval (default 50)")
+    server.add_argument("--threads", type=int, help="worker threads = MARKERS files (default 20)")
+    server.add_argument(
+        "--early-conflict-detection",
+        action="store_true",
+        help="check each marker folder against other live writers periodically",
+    )
+    server.add_argument(
+        "--conflict-check-interval-ms", type=int, help="period of that check (default 30000)"
+    )
+    server.add_argument(
+        "--check-commits", action="store_true", help="also check commits since a folder appeared"
+    )
+    add_common_options(server)
+    server.set_defaults(func=_marker_server)
     return parser
 
 

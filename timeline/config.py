@@ -134,6 +134,57 @@ CONFLICT_STRATEGY: ConfigKey[str] = _key(
         "one of simple, bucket, prefer_writer",
     )
 )
+MARKERS_TYPE: ConfigKey[str] = _key(
+    ConfigKey(
+        "hoodie.write.markers.type",
+        lambda v: v.lower().replace("-", "_"),
+        "direct",
+        "Write markers: direct (one storage object per data file) or timeline_server_based "
+        "(batched through a marker server, MARKERS<i> files).",
+        _one_of("direct", "timeline_server_based", "timeline_server"),
+        "direct or timeline_server_based",
+    )
+)
+MARKER_SERVER_URL: ConfigKey[str] = _key(
+    ConfigKey(
+        "indexer.markers.server.url",
+        str,
+        "",
+        "URL of a running marker server (python -m timeline marker-server). Empty: each writer "
+        "embeds one on 127.0.0.1.",
+    )
+)
+MARKER_BATCH_INTERVAL_MS: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.markers.timeline_server_based.batch.interval_ms",
+        int,
+        50,
+        "How often the marker server flushes queued marker requests.",
+        _positive,
+        "must be positive",
+    )
+)
+MARKER_THREADS: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.markers.timeline_server_based.batch.num_threads",
+        int,
+        20,
+        "Marker server worker threads, and MARKERS<i> files per marker folder.",
+        _positive,
+        "must be positive",
+    )
+)
+ASYNC_CONFLICT_PERIOD_MS: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.write.concurrency.async.conflict.detector.period_ms",
+        int,
+        30_000,
+        "With timeline-server markers and early conflict detection: how often the marker server "
+        "checks each folder against other live writers.",
+        _positive,
+        "must be positive",
+    )
+)
 EARLY_CONFLICT_DETECTION: ConfigKey[bool] = _key(
     ConfigKey(
         "hoodie.write.concurrency.early.conflict.detection.enable",

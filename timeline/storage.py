@@ -32,6 +32,7 @@ import shutil
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -358,6 +359,23 @@ class Storage:
         self._backend: _Backend = (
             _LocalBackend() if self.scheme == "file" else _FsspecBackend(self.scheme, self.options)
         )
+        #: Storage requests issued through this object, per verb (benchmarks, metrics).
+        self.requests: Counter[str] = Counter()
+        self._requests_lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        del state["_requests_lock"]
+        state["requests"] = Counter()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._requests_lock = threading.Lock()
+
+    def _count(self, verb: str) -> None:
+        with self._requests_lock:
+            self.requests[verb] += 1
 
     def __repr__(self) -> str:
         return f"Storage({self.base_uri!r})"
@@ -415,28 +433,33 @@ class Storage:
         Raises :class:`FileAlreadyExistsError` when the path exists; then nothing was written.
         """
         full = self.uri(path)
+        self._count("create")
         with self._translate("create", path):
             self._backend.create(full, data)
 
     def overwrite(self, path: str, data: bytes) -> None:
         """Replace the content of ``path`` atomically: readers see the old or the new bytes."""
         full = self.uri(path)
+        self._count("overwrite")
         with self._translate("overwrite", path):
             self._backend.overwrite(full, data)
 
     def read(self, path: str) -> bytes:
         full = self.uri(path)
+        self._count("read")
         with self._translate("read", path):
             return self._backend.read(full)
 
     def exists(self, path: str) -> bool:
         full = self.uri(path)
+        self._count("exists")
         with self._translate("exists", path):
             return self._backend.exists(full)
 
     def list(self, path: str = "", recursive: bool = False) -> list[FileInfo]:
         """Entries below ``path`` (files only when recursive); a missing folder lists as empty."""
         full = self.uri(path)
+        self._count("list")
         with self._translate("list", path):
             out = [
                 FileInfo(self._backend.relative(self._root, name), size, is_dir, mtime)
@@ -451,11 +474,13 @@ class Storage:
         (S3 cannot tell whether a key existed without another request, so nothing is returned.)
         """
         full = self.uri(path)
+        self._count("delete")
         with self._translate("delete", path):
             self._backend.delete(full, recursive)
 
     def info(self, path: str) -> FileInfo:
         full = self.uri(path)
+        self._count("info")
         with self._translate("info", path):
             size, is_dir, mtime = self._backend.info(full)
         return FileInfo(_check_relative(path), size, is_dir, mtime)

@@ -52,8 +52,13 @@ def _write(args: argparse.Namespace) -> int:
     options = WriteOptions.from_config(config)
     if args.early_conflict_detection:
         options = dataclasses.replace(options, early_conflict_detection=True)
+    if args.markers:
+        options = dataclasses.replace(options, markers=args.markers)
+    if args.marker_server:
+        options = dataclasses.replace(options, marker_server_url=args.marker_server)
     data = read_input(args.input)
-    instant = WriteClient(table, options).write(Operation(args.operation), data)
+    with WriteClient(table, options) as client:
+        instant = client.write(Operation(args.operation), data)
     print(instant.timestamp)
     table.close()
     return EXIT_OK
@@ -75,10 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--markers",
-        default="direct",
-        choices=["direct"],
-        help="write markers type (default direct)",
+        choices=["direct", "timeline-server"],
+        help="write markers: direct (one storage object per file) or timeline-server (batched "
+        "through a marker server; embedded unless --marker-server is given). Default: "
+        "hoodie.write.markers.type, direct",
     )
+    parser.add_argument("--marker-server", metavar="URL", help="a running marker server's URL")
     parser.add_argument(
         "--early-conflict-detection",
         action="store_true",

@@ -34,12 +34,17 @@ import pyarrow.parquet as pq
 
 from timeline.commit_metadata import NULL_COMMIT, CommitMetadata, WriteStat
 from timeline.config import (
+    ASYNC_CONFLICT_PERIOD_MS,
     BLOOM_FILTER_FPP,
     BUCKET_COUNT,
     CONFLICT_STRATEGY,
     EARLY_CONFLICT_CHECK_COMMITS,
     EARLY_CONFLICT_DETECTION,
     EARLY_CONFLICT_TRANSACTIONAL,
+    MARKER_BATCH_INTERVAL_MS,
+    MARKER_SERVER_URL,
+    MARKER_THREADS,
+    MARKERS_TYPE,
     MAX_FILE_SIZE,
     MAX_RECORDS_PER_FILE,
     Config,
@@ -58,7 +63,9 @@ from timeline.fs_view import (
 )
 from timeline.hashing import buckets_of_keys
 from timeline.instant import Action, Instant, State
-from timeline.markers import DirectMarkers, IOType, Marker
+from timeline.markers import DirectMarkers, IOType, Marker, MarkerWriter
+from timeline.markers.client import MarkerServerError, TimelineServerMarkers
+from timeline.markers.server import MarkerServer, MarkerServerConfig
 from timeline.rollback import rollback
 from timeline.table import Table
 from writer.avro import avro_schema
@@ -100,6 +107,23 @@ class WriteOptions:
     max_records_per_file: int = MAX_RECORDS_PER_FILE.default
     bucket_count: int = 0
     bloom_filter_fpp: float = BLOOM_FILTER_FPP.default
+    markers: str = "direct"  # or "timeline_server_based"
+    marker_server_url: str = ""  # empty: embed a server in this client
+    marker_batch_interval_ms: int = MARKER_BATCH_INTERVAL_MS.default
+    marker_threads: int = MARKER_THREADS.default
+    async_conflict_period_ms: int = ASYNC_CONFLICT_PERIOD_MS.default
+
+    def __post_init__(self) -> None:
+        kind = self.markers.lower().replace("-", "_")
+        if kind == "timeline_server":
+            kind = "timeline_server_based"
+        if kind not in ("direct", "timeline_server_based"):
+            raise ValueError(f"unknown marker type {self.markers!r}")
+        object.__setattr__(self, "markers", kind)
+
+    @property
+    def timeline_server_markers(self) -> bool:
+        return self.markers == "timeline_server_based"
 
     @classmethod
     def from_config(cls, config: Config) -> WriteOptions:
@@ -112,6 +136,11 @@ class WriteOptions:
             max_records_per_file=config.get(MAX_RECORDS_PER_FILE),
             bucket_count=config.get(BUCKET_COUNT),
             bloom_filter_fpp=config.get(BLOOM_FILTER_FPP),
+            markers=config.get(MARKERS_TYPE),
+            marker_server_url=config.get(MARKER_SERVER_URL),
+            marker_batch_interval_ms=config.get(MARKER_BATCH_INTERVAL_MS),
+            marker_threads=config.get(MARKER_THREADS),
+            async_conflict_period_ms=config.get(ASYNC_CONFLICT_PERIOD_MS),
         )
 
 
@@ -153,6 +182,38 @@ class WriteClient:
         self.table = table
         self.options = options or WriteOptions.from_config(table.config)
         self.strategy = strategy_for(self.options.conflict_strategy)
+        self._server: MarkerServer | None = None
+
+    def marker_server_url(self) -> str:
+        """The marker server to use: the configured one, or one embedded in this client."""
+        if self.options.marker_server_url:
+            return self.options.marker_server_url
+        if self._server is None:
+            period = self.options.async_conflict_period_ms / 1000
+            self._server = MarkerServer(
+                self.table,
+                config=MarkerServerConfig(
+                    batch_interval=self.options.marker_batch_interval_ms / 1000,
+                    threads=self.options.marker_threads,
+                    conflict_check_interval=period
+                    if self.options.early_conflict_detection
+                    else None,
+                    check_commits=self.options.early_conflict_check_commits,
+                ),
+            ).start()
+        return self._server.url
+
+    def close(self) -> None:
+        """Stop the embedded marker server, if one was started."""
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def __enter__(self) -> WriteClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def start(self, operation: Operation) -> WriteTransaction:
         return WriteTransaction(self, Operation(operation))
@@ -197,7 +258,7 @@ class WriteTransaction:
             raise
         self.start_state = TxnStart.capture(self.instant, snapshot)
         self.view = FileSystemView(timeline, snapshot)
-        self.markers = DirectMarkers(self.table.storage, instant_time)
+        self.markers: MarkerWriter = self._choose_markers(instant_time)
         self.stats: list[WriteStat] = []
         self._schema: pa.Schema | None = None
         self._written = False
@@ -209,10 +270,29 @@ class WriteTransaction:
                 check_commits=self.options.early_conflict_check_commits,
                 transactional=self.options.early_conflict_transactional,
             )
-            if self.options.early_conflict_detection
-            else None
+            if self.options.early_conflict_detection and isinstance(self.markers, DirectMarkers)
+            else None  # timeline-server markers: the server checks periodically
         )
         logger.info("write %s started (%s)", self.instant, operation.value)
+
+    def _choose_markers(self, instant_time: str) -> MarkerWriter:
+        """Timeline-server markers when asked for and the server answers now; otherwise direct
+        markers, with a warning. Never switched later: a server lost mid-write fails the write."""
+        storage = self.table.storage
+        if not self.options.timeline_server_markers:
+            return DirectMarkers(storage, instant_time)
+        try:
+            url = self.client.marker_server_url()
+            markers = TimelineServerMarkers(url, storage, instant_time, timeout=10.0, retries=2)
+            markers.ping()
+            return markers
+        except (MarkerServerError, OSError) as e:
+            logger.warning(
+                "write %s: marker server unavailable (%s); using direct markers for this write",
+                instant_time,
+                e,
+            )
+            return DirectMarkers(storage, instant_time)
 
     @property
     def instant_time(self) -> str:

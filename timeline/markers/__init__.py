@@ -9,9 +9,18 @@ from timeline.markers.base import (
     MARKER_ROOT,
     IOType,
     Marker,
+    MarkerWriter,
     marker_folder,
     read_markers,
 )
 from timeline.markers.direct import DirectMarkers
 
-__all__ = ["MARKER_ROOT", "DirectMarkers", "IOType", "Marker", "marker_folder", "read_markers"]
+__all__ = [
+    "MARKER_ROOT",
+    "DirectMarkers",
+    "IOType",
+    "Marker",
+    "MarkerWriter",
+    "marker_folder",
+    "read_markers",
+]

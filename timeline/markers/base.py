@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Protocol
 
 from timeline.errors import InvalidPathError
 from timeline.storage import Storage
@@ -17,6 +18,20 @@ class IOType(enum.StrEnum):
     CREATE = "CREATE"  # a new base file (insert)
     MERGE = "MERGE"  # a rewritten base file (update, delete)
     APPEND = "APPEND"  # an append to a log file
+
+
+class MarkerWriter(Protocol):
+    """What a write needs of its markers, whatever their type."""
+
+    instant_time: str
+
+    def create(self, marker: Marker) -> None: ...
+
+    def all(self) -> list[Marker]: ...
+
+    def exists(self) -> bool: ...
+
+    def delete_all(self) -> None: ...
 
 
 def marker_folder(instant_time: str) -> str:
