@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: demo test lint system-deps clean
+.PHONY: demo test lint bench-markers system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ demo: $(VENV)/.installed system-deps
 test: $(VENV)/.installed-test system-deps
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
+
+# Benchmarks print ratios measured side by side in one run (this machine is shared and noisy).
+bench-markers: $(VENV)/.installed-test
+	$(PY) scripts/bench/markers.py
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check .

@@ -186,6 +186,8 @@ def _marker_server(args: argparse.Namespace) -> int:
     print(f"serving markers for {table.base_uri} at {server.url}", flush=True)
     stop.wait()
     server.stop()
+    counts = " ".join(f"{verb}={n}" for verb, n in sorted(server.storage.requests.items()))
+    print(f"stopped; {server.batches} batches; storage requests: {counts or 'none'}", flush=True)
     table.close()
     return EXIT_OK
 
