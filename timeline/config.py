@@ -134,15 +134,25 @@ CONFLICT_STRATEGY: ConfigKey[str] = _key(
         "one of simple, bucket, prefer_writer",
     )
 )
+
+
+def marker_type(value: str) -> str:
+    """``direct`` or ``timeline_server_based`` (also spelled timeline-server, timeline_server)."""
+    canonical = value.strip().lower().replace("-", "_")
+    if canonical in ("timeline_server", "timeline_server_based"):
+        return "timeline_server_based"
+    if canonical == "direct":
+        return canonical
+    raise ValueError(f"unknown marker type {value!r} (direct or timeline_server_based)")
+
+
 MARKERS_TYPE: ConfigKey[str] = _key(
     ConfigKey(
         "hoodie.write.markers.type",
-        lambda v: v.lower().replace("-", "_"),
+        marker_type,
         "direct",
         "Write markers: direct (one storage object per data file) or timeline_server_based "
         "(batched through a marker server, MARKERS<i> files).",
-        _one_of("direct", "timeline_server_based", "timeline_server"),
-        "direct or timeline_server_based",
     )
 )
 MARKER_SERVER_URL: ConfigKey[str] = _key(

@@ -48,6 +48,7 @@ from timeline.config import (
     MAX_FILE_SIZE,
     MAX_RECORDS_PER_FILE,
     Config,
+    marker_type,
 )
 from timeline.conflict import ConcurrentOperation, TxnStart, operation_of, strategy_for
 from timeline.errors import (
@@ -114,12 +115,7 @@ class WriteOptions:
     async_conflict_period_ms: int = ASYNC_CONFLICT_PERIOD_MS.default
 
     def __post_init__(self) -> None:
-        kind = self.markers.lower().replace("-", "_")
-        if kind == "timeline_server":
-            kind = "timeline_server_based"
-        if kind not in ("direct", "timeline_server_based"):
-            raise ValueError(f"unknown marker type {self.markers!r}")
-        object.__setattr__(self, "markers", kind)
+        object.__setattr__(self, "markers", marker_type(self.markers))
 
     @property
     def timeline_server_markers(self) -> bool:

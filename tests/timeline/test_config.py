@@ -81,3 +81,14 @@ def test_parse_assignments() -> None:
     assert parse_assignments(["a=1", "b==2", "c="]) == {"a": "1", "b": "=2", "c": ""}
     with pytest.raises(ConfigError, match="key=value"):
         parse_assignments(["novalue"])
+
+
+def test_marker_type_spellings() -> None:
+    from timeline.config import MARKERS_TYPE
+
+    for spelling in ("timeline-server", "TIMELINE_SERVER_BASED", "timeline_server"):
+        assert Config.resolve({"hoodie.write.markers.type": spelling}, env={}).get(
+            MARKERS_TYPE
+        ) == ("timeline_server_based")
+    with pytest.raises(ConfigError, match="unknown marker type"):
+        Config.resolve({"hoodie.write.markers.type": "zookeeper"}, env={})

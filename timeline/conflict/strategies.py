@@ -35,20 +35,29 @@ class ConflictResolutionStrategy(ABC):
         completion_time: Callable[[Instant], str],
         is_table_service: bool = False,
     ) -> list[Instant]:
-        """Instants this write must be checked against (the timeline freshly reloaded)."""
+        """Instants this write must be checked against (the timeline freshly reloaded): completed
+        writes chosen by :meth:`_completed_since_start`, and compactions or clusterings planned
+        after this write started."""
         own = start.instant.timestamp
         writes = timeline.write_timeline().filter(lambda i: i.timestamp != own)
-        chosen = {
-            i
-            for i in writes.completed()
-            if _after(i.timestamp, start.last_completed) or i.timestamp in start.pending
-        }
-        chosen.update(
-            i
-            for i in writes.pending()
-            if i.action in _PLANNED_SERVICES and _after(i.timestamp, own)
-        )
+        chosen = set(self._completed_since_start(writes.completed(), start, completion_time))
+        for pending in writes.pending():
+            if (pending.action in _PLANNED_SERVICES and _after(pending.timestamp, own)) or (is_table_service and self.services_yield and pending.action in _INGESTION):
+                chosen.add(pending)
         return sorted(chosen)
+
+    #: Whether a table service also checks pending ingestion (and so yields to it).
+    services_yield = False
+
+    def _completed_since_start(
+        self, completed: Timeline, start: TxnStart, completion_time: Callable[[Instant], str]
+    ) -> list[Instant]:
+        """Completed after the last completion this write knew of, or pending when it started."""
+        return [
+            i
+            for i in completed
+            if _after(i.timestamp, start.last_completed) or i.timestamp in start.pending
+        ]
 
     @abstractmethod
     def conflicting(self, this: ConcurrentOperation, other: ConcurrentOperation) -> list[str]:
@@ -108,25 +117,12 @@ class PreferWriterStrategy(SimpleStrategy):
     """
 
     name = "prefer_writer"
+    services_yield = True
 
-    def candidates(
-        self,
-        timeline: Timeline,
-        start: TxnStart,
-        completion_time: Callable[[Instant], str],
-        is_table_service: bool = False,
+    def _completed_since_start(
+        self, completed: Timeline, start: TxnStart, completion_time: Callable[[Instant], str]
     ) -> list[Instant]:
-        own = start.instant.timestamp
-        writes = timeline.write_timeline().filter(lambda i: i.timestamp != own)
-        chosen = {i for i in writes.completed() if _after(completion_time(i), own)}
-        chosen.update(
-            i
-            for i in writes.pending()
-            if i.action in _PLANNED_SERVICES and _after(i.timestamp, own)
-        )
-        if is_table_service:
-            chosen.update(i for i in writes.pending() if i.action in _INGESTION)
-        return sorted(chosen)
+        return [i for i in completed if _after(completion_time(i), start.instant.timestamp)]
 
 
 STRATEGIES: dict[str, type[ConflictResolutionStrategy]] = {
