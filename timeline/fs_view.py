@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -60,12 +60,19 @@ class FileSystemView:
     """The base files of the table at ``storage`` as a given timeline snapshot sees them."""
 
     def __init__(
-        self, active: ActiveTimeline, timeline: Timeline, as_of: str | None = None
+        self,
+        active: ActiveTimeline,
+        timeline: Timeline,
+        as_of: str | None = None,
+        listing: Callable[[], Iterable[FileInfo]] | None = None,
     ) -> None:
+        """``listing`` replaces the storage listing of data files (e.g. the metadata table's
+        ``files`` partition); it returns FileInfo with paths relative to the base path."""
         self.active = active
         self.storage: Storage = active.storage
         self.timeline = timeline
         self.as_of = as_of
+        self._listing = listing
 
     @cached_property
     def _committed(self) -> set[str]:
@@ -92,7 +99,8 @@ class FileSystemView:
     def all_base_files(self) -> list[BaseFile]:
         """Every base file in storage, committed or not (one listing of the data folders)."""
         found: list[BaseFile] = []
-        for entry in _list_data_files(self.storage):
+        entries = self._listing() if self._listing is not None else _list_data_files(self.storage)
+        for entry in entries:
             partition, _, name = entry.path.rpartition("/")
             base = BaseFile.parse(partition, name, entry.size)
             if base is not None:

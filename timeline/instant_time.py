@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 
 from timeline.errors import FileAlreadyExistsError, IndexerError
-from timeline.instant import format_instant_time
+from timeline.instant import format_instant_time, parse_instant_time
 from timeline.storage import Storage
 
 logger = logging.getLogger(__name__)
@@ -31,6 +31,10 @@ _last_issued_ms: dict[str, int] = {}
 
 def _millis_to_time(ms: int) -> str:
     return format_instant_time(dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC))
+
+
+def _time_to_millis(timestamp: str) -> int:
+    return int(parse_instant_time(timestamp).timestamp() * 1000)
 
 
 class InstantTimeGenerator:
@@ -55,9 +59,11 @@ class InstantTimeGenerator:
         """
         return _millis_to_time(self._next_local())
 
-    def next(self) -> str:
-        """A new instant time, claimed for this table."""
-        ms = self._next_local()
+    def next(self, after: str | None = None) -> str:
+        """A new instant time, claimed for this table, later than ``after`` when given (a writer
+        passes the newest instant it has seen, so a lagging clock cannot go behind the timeline)."""
+        floor = _time_to_millis(after) + 1 if after else 0
+        ms = self._next_local(at_least_ms=floor)
         for _ in range(_MAX_CLAIM_ATTEMPTS):
             timestamp = _millis_to_time(ms)
             try:

@@ -114,6 +114,10 @@ class _Backend:
     def read(self, path: str) -> bytes:
         raise NotImplementedError
 
+    def read_range(self, path: str, start: int, end: int | None) -> bytes:
+        """Bytes [start, end); a negative start counts from the end of the file."""
+        raise NotImplementedError
+
     def exists(self, path: str) -> bool:
         raise NotImplementedError
 
@@ -170,6 +174,14 @@ class _LocalBackend(_Backend):
     def read(self, path: str) -> bytes:
         with open(path, "rb") as f:
             return f.read()
+
+    def read_range(self, path: str, start: int, end: int | None) -> bytes:
+        with open(path, "rb") as f:
+            if start < 0:
+                size = os.fstat(f.fileno()).st_size
+                start = max(0, size + start)
+            f.seek(start)
+            return f.read() if end is None else f.read(max(0, end - start))
 
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
@@ -287,6 +299,14 @@ class _FsspecBackend(_Backend):
 
     def read(self, path: str) -> bytes:
         data: bytes = self.fs.cat_file(path)
+        return data
+
+    def read_range(self, path: str, start: int, end: int | None) -> bytes:
+        if start < 0:
+            size = int(self.fs.info(path)["size"]) if self.protocol == "memory" else None
+            if size is not None:
+                start = max(0, size + start)
+        data: bytes = self.fs.cat_file(path, start=start, end=end)
         return data
 
     def exists(self, path: str) -> bool:
@@ -449,6 +469,14 @@ class Storage:
         self._count("read")
         with self._translate("read", path):
             return self._backend.read(full)
+
+    def read_range(self, path: str, start: int, end: int | None = None) -> bytes:
+        """Bytes ``[start, end)`` of a file in one request; a negative ``start`` reads the last
+        ``-start`` bytes (or the whole file if it is shorter)."""
+        full = self.uri(path)
+        self._count("read")
+        with self._translate("read", path):
+            return self._backend.read_range(full, start, end)
 
     def exists(self, path: str) -> bool:
         full = self.uri(path)

@@ -32,6 +32,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from metadata_table.reads import IndexedSnapshot
+from metadata_table.records import DataFileInfo, info_from_bytes
+from metadata_table.table import MetadataTable
 from timeline.commit_metadata import NULL_COMMIT, CommitMetadata, WriteStat
 from timeline.config import (
     ASYNC_CONFLICT_PERIOD_MS,
@@ -64,6 +67,7 @@ from timeline.fs_view import (
 )
 from timeline.hashing import buckets_of_keys
 from timeline.instant import Action, Instant, State
+from timeline.locks import LockHandle
 from timeline.markers import DirectMarkers, IOType, Marker, MarkerWriter
 from timeline.markers.client import MarkerServerError, TimelineServerMarkers
 from timeline.markers.server import MarkerServer, MarkerServerConfig
@@ -245,7 +249,8 @@ class WriteTransaction:
         self.operation = operation
         timeline = self.table.timeline
         snapshot = timeline.load()
-        instant_time = timeline.generator.next()
+        newest = snapshot.last()
+        instant_time = timeline.generator.next(after=newest.timestamp if newest else None)
         self.heartbeat = self.table.heartbeat(instant_time).start()
         try:
             self.instant = timeline.create_requested(Action.COMMIT, timestamp=instant_time)
@@ -253,7 +258,10 @@ class WriteTransaction:
             self.heartbeat.stop()
             raise
         self.start_state = TxnStart.capture(self.instant, snapshot)
-        self.view = FileSystemView(timeline, snapshot)
+        # completed metadata partitions serve listings (files) and upsert tagging (bloom_filters)
+        self.index = IndexedSnapshot(self.table, snapshot)
+        self.view: FileSystemView = self.index.view
+        self._infos: dict[str, DataFileInfo] = {}
         self.markers: MarkerWriter = self._choose_markers(instant_time)
         self.stats: list[WriteStat] = []
         self._schema: pa.Schema | None = None
@@ -411,7 +419,7 @@ class WriteTransaction:
         if self.operation is Operation.INSERT:
             inserts = list(range(rows.num_rows))
         else:
-            owner = self._tag(list(latest.values()), set(keys))
+            owner = self._tag(partition, list(latest.values()), set(keys))
             for i, key in enumerate(keys):
                 found = owner.get(key)
                 if found is not None:
@@ -440,11 +448,12 @@ class WriteTransaction:
             target.incoming = rows.take(pa.array(idx, pa.int64()))
             target.incoming_keys = [keys[i] for i in idx]
 
-    def _tag(self, bases: list[BaseFile], keys: set[str]) -> dict[str, str]:
-        """Record key -> file id, for the incoming keys found in the partition's base files."""
+    def _tag(self, partition: str, bases: list[BaseFile], keys: set[str]) -> dict[str, str]:
+        """Record key -> file id, for the incoming keys found in the partition's base files; only
+        files whose bloom filter may hold a key are read (when ``bloom_filters`` is completed)."""
         owner: dict[str, str] = {}
         wanted = pa.array(sorted(keys), pa.string())
-        for base in bases:
+        for base in self.index.candidate_files(partition, keys, bases):
             existing = read_parquet(self.table.storage, base.path, [RECORD_KEY]).column(RECORD_KEY)
             found = existing.filter(pc.is_in(existing, value_set=wanted))
             for key in found.to_pylist():
@@ -503,6 +512,9 @@ class WriteTransaction:
             file_size_in_bytes=len(data),
         )
         self.table.storage.create(marker.data_path, data)
+        self._infos[marker.data_path] = info_from_bytes(
+            target.partition, name, self.instant_time, data
+        )
         logger.debug("wrote %s (%d records)", marker.data_path, rows.num_rows)
         return stat
 
@@ -616,6 +628,7 @@ class WriteTransaction:
             for candidate in strategy.candidates(fresh, self.start_state, timeline.completion_time):
                 strategy.resolve(this, operation_of(timeline, candidate))
             self._finalize()
+            self._update_metadata_table(lock)
             lock.ensure_valid()
             self._state = _TxnState.UNKNOWN
             try:
@@ -629,6 +642,19 @@ class WriteTransaction:
         self.heartbeat.stop()
         logger.info("write %s committed (%d files)", done, len(self.stats))
         return done
+
+    def _update_metadata_table(self, lock: LockHandle) -> None:
+        """Write this commit's metadata deltacommit to every completed and inflight metadata
+        partition (read now, under the lock, so an index being built is never missed)."""
+        config = self.table.reload_table_config()
+        partitions = [*config.metadata_partitions, *config.metadata_partitions_inflight]
+        if not partitions:
+            return
+        infos = [self._infos[s.path] for s in self.stats]
+        mdt = MetadataTable(self.table)
+        mdt.write_deltacommit(
+            self.instant_time, mdt.records_of(partitions, infos, config), self.markers, lock
+        )
 
     def _finalize(self) -> None:
         """Delete data files that have markers but are not in the write stats (partial files of

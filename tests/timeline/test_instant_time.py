@@ -103,3 +103,11 @@ def test_validate_rejects(bad: str) -> None:
 
     with pytest.raises(InvalidInstantError):
         validate_timestamp(bad)
+
+
+def test_next_after_a_newer_instant_jumps_past_it(tmp_path: Any) -> None:
+    # a host whose clock lags behind instants already on the timeline
+    generator = InstantTimeGenerator(Storage(str(tmp_path)), clock=lambda: 1_800_000_000.0)
+    later = "20991231235959000"
+    assert generator.next(after=later) == "20991231235959001"
+    assert generator.next() > later  # and stays monotonic

@@ -189,3 +189,11 @@ def test_eight_threads_create_same_path_on_memory() -> None:
         for t in threads:
             t.join()
         assert sorted(outcomes) == ["lost"] * 7 + ["won"]
+
+
+def test_read_range(storage: Storage) -> None:
+    storage.create("r/f", b"0123456789")
+    assert storage.read_range("r/f", 2, 5) == b"234"
+    assert storage.read_range("r/f", 7) == b"789"
+    assert storage.read_range("r/f", -3) == b"789"
+    assert storage.read_range("r/f", -100) == b"0123456789"

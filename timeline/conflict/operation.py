@@ -71,4 +71,6 @@ def operation_of(active: ActiveTimeline, instant: Instant) -> ConcurrentOperatio
             metadata = CommitMetadata.from_bytes(raw, path)
             return ConcurrentOperation(instant, frozenset(metadata.mutated_file_groups()))
     markers = read_markers(active.storage, instant.timestamp)
-    return ConcurrentOperation(instant, frozenset((m.partition_path, m.file_id) for m in markers))
+    return ConcurrentOperation(
+        instant, frozenset((m.partition_path, m.file_id) for m in markers if not m.is_metadata)
+    )

@@ -42,7 +42,9 @@ class ConflictResolutionStrategy(ABC):
         writes = timeline.write_timeline().filter(lambda i: i.timestamp != own)
         chosen = set(self._completed_since_start(writes.completed(), start, completion_time))
         for pending in writes.pending():
-            if (pending.action in _PLANNED_SERVICES and _after(pending.timestamp, own)) or (is_table_service and self.services_yield and pending.action in _INGESTION):
+            if (pending.action in _PLANNED_SERVICES and _after(pending.timestamp, own)) or (
+                is_table_service and self.services_yield and pending.action in _INGESTION
+            ):
                 chosen.add(pending)
         return sorted(chosen)
 

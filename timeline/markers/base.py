@@ -60,6 +60,12 @@ class Marker:
         return f"{prefix}{self.file_name}{_SUFFIX}{self.io_type.value}"
 
     @property
+    def is_metadata(self) -> bool:
+        """A marker of a file under ``.hoodie/`` (the metadata table): not a data file, never a
+        conflict and never finalized away, but rolled back with its instant."""
+        return self.partition_path == ".hoodie" or self.partition_path.startswith(".hoodie/")
+
+    @property
     def data_path(self) -> str:
         """The data file's path relative to the table's base path."""
         return f"{self.partition_path}/{self.file_name}" if self.partition_path else self.file_name

@@ -446,7 +446,8 @@ class MarkerServer:
             for folder in list(self._folders.values()):
                 if folder.conflict is not None or not folder.loaded.is_set():
                     continue
-                groups = {(m.partition_path, m.file_id) for m in map(Marker.parse, folder.names())}
+                markers = [Marker.parse(name) for name in folder.names()]
+                groups = {(m.partition_path, m.file_id) for m in markers if not m.is_metadata}
                 if not groups:
                     continue
                 try:

@@ -1,0 +1,5 @@
+import sys
+
+from metadata_table.cli import main
+
+sys.exit(main())

@@ -1,0 +1,337 @@
+"""Predicates for data skipping, and their evaluation against a file's column stats.
+
+Build them in code (``col("fare") > 10``, ``col("city").isin(["sf", "la"])``, ``a & b``,
+``a | b``) or parse text (``fare > 10 AND city IN ('sf', 'la')``). Supported: ``=``, ``<``,
+``<=``, ``>``, ``>=``, ``BETWEEN x AND y``, ``IN (...)``, ``IS NULL``, ``IS NOT NULL``, ``AND``,
+``OR``, parentheses, over top-level columns; literals are numbers, 'strings', TRUE/FALSE,
+DATE 'yyyy-mm-dd' and TIMESTAMP 'yyyy-mm-dd hh:mm:ss' (UTC).
+
+``might_match(stats)`` answers "can this file contain a matching row?" from min, max, null count
+and value count; it says True whenever a statistic it needs is missing, so a file is pruned only
+when its stats prove no row can match.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from timeline.errors import IndexerError
+
+
+class FilterSyntaxError(IndexerError, ValueError):
+    def __init__(self, text: str, position: int, reason: str) -> None:
+        super().__init__(f"filter {text!r}, at {position}: {reason}")
+        self.text = text
+        self.position = position
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class ColumnStats:
+    minimum: Any
+    maximum: Any
+    null_count: int | None
+    value_count: int | None
+
+
+Stats = Mapping[str, ColumnStats]
+
+
+class Expr:
+    def might_match(self, stats: Stats) -> bool:
+        raise NotImplementedError
+
+    def columns(self) -> set[str]:
+        raise NotImplementedError
+
+    def __and__(self, other: Expr) -> Expr:
+        return And(self, other)
+
+    def __or__(self, other: Expr) -> Expr:
+        return Or(self, other)
+
+
+def _utc_naive(value: dt.datetime) -> dt.datetime:
+    return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo else value
+
+
+def _comparable(a: Any, b: Any) -> tuple[Any, Any] | None:
+    if a is None or b is None:
+        return None
+    if isinstance(a, bool) != isinstance(b, bool):
+        return None
+    if isinstance(a, int | float | decimal.Decimal) and isinstance(
+        b, int | float | decimal.Decimal
+    ):
+        if isinstance(a, decimal.Decimal) or isinstance(b, decimal.Decimal):
+            return decimal.Decimal(str(a)), decimal.Decimal(str(b))
+        return a, b
+    if isinstance(a, dt.datetime) and isinstance(b, dt.datetime):
+        return _utc_naive(a), _utc_naive(b)
+    if type(a) is type(b) or (isinstance(a, str) and isinstance(b, str)):
+        return a, b
+    if isinstance(a, bytes) and isinstance(b, bytes):
+        return a, b
+    if isinstance(a, dt.date) and isinstance(b, dt.date) and not isinstance(b, dt.datetime):
+        return a, b
+    return None
+
+
+@dataclass(frozen=True)
+class Compare(Expr):
+    column: str
+    op: str  # = < <= > >=
+    value: Any
+
+    def columns(self) -> set[str]:
+        return {self.column}
+
+    def might_match(self, stats: Stats) -> bool:
+        s = stats.get(self.column)
+        if s is None:
+            return True
+        if s.value_count is not None and s.null_count is not None and s.null_count >= s.value_count:
+            return False  # only nulls: no comparison is true
+        lo = _comparable(s.minimum, self.value)
+        hi = _comparable(s.maximum, self.value)
+        if lo is None or hi is None:
+            return True
+        (mn, v), (mx, _) = lo, hi
+        if self.op == "=":
+            return bool(mn <= v <= mx)
+        if self.op == "<":
+            return bool(mn < v)
+        if self.op == "<=":
+            return bool(mn <= v)
+        if self.op == ">":
+            return bool(mx > v)
+        if self.op == ">=":
+            return bool(mx >= v)
+        raise ValueError(self.op)
+
+
+@dataclass(frozen=True)
+class In(Expr):
+    column: str
+    values: tuple[Any, ...]
+
+    def columns(self) -> set[str]:
+        return {self.column}
+
+    def might_match(self, stats: Stats) -> bool:
+        return any(Compare(self.column, "=", v).might_match(stats) for v in self.values)
+
+
+@dataclass(frozen=True)
+class IsNull(Expr):
+    column: str
+    negated: bool = False
+
+    def columns(self) -> set[str]:
+        return {self.column}
+
+    def might_match(self, stats: Stats) -> bool:
+        s = stats.get(self.column)
+        if s is None or s.null_count is None:
+            return True
+        if self.negated:
+            return s.value_count is None or s.null_count < s.value_count
+        return s.null_count > 0
+
+
+@dataclass(frozen=True)
+class And(Expr):
+    left: Expr
+    right: Expr
+
+    def columns(self) -> set[str]:
+        return self.left.columns() | self.right.columns()
+
+    def might_match(self, stats: Stats) -> bool:
+        return self.left.might_match(stats) and self.right.might_match(stats)
+
+
+@dataclass(frozen=True)
+class Or(Expr):
+    left: Expr
+    right: Expr
+
+    def columns(self) -> set[str]:
+        return self.left.columns() | self.right.columns()
+
+    def might_match(self, stats: Stats) -> bool:
+        return self.left.might_match(stats) or self.right.might_match(stats)
+
+
+@dataclass(frozen=True)
+class col:
+    name: str
+
+    def __eq__(self, value: object) -> Compare:  # type: ignore[override]
+        return Compare(self.name, "=", value)
+
+    def __lt__(self, value: Any) -> Compare:
+        return Compare(self.name, "<", value)
+
+    def __le__(self, value: Any) -> Compare:
+        return Compare(self.name, "<=", value)
+
+    def __gt__(self, value: Any) -> Compare:
+        return Compare(self.name, ">", value)
+
+    def __ge__(self, value: Any) -> Compare:
+        return Compare(self.name, ">=", value)
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def between(self, low: Any, high: Any) -> Expr:
+        return And(Compare(self.name, ">=", low), Compare(self.name, "<=", high))
+
+    def isin(self, values: Iterable[Any]) -> Expr:
+        return In(self.name, tuple(values))
+
+    def is_null(self) -> Expr:
+        return IsNull(self.name)
+
+    def is_not_null(self) -> Expr:
+        return IsNull(self.name, negated=True)
+
+
+# --- parsing -------------------------------------------------------------------------------------
+
+_TOKEN = re.compile(
+    r"\s*(?:(?P<num>-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)|(?P<str>'(?:[^']|'')*')|(?P<op><=|>=|=|<|>|\(|\)|,)"
+    r"|(?P<ident>[A-Za-z_][A-Za-z0-9_]*|\"[^\"]+\"|`[^`]+`))"
+)
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens: list[tuple[str, str, int]] = []
+        pos = 0
+        while pos < len(text):
+            if text[pos:].strip() == "":
+                break
+            match = _TOKEN.match(text, pos)
+            if match is None or match.end() == pos:
+                raise FilterSyntaxError(text, pos, f"unexpected {text[pos : pos + 10]!r}")
+            kind = match.lastgroup or ""
+            self.tokens.append((kind, match.group(kind), match.start(kind)))
+            pos = match.end()
+        self.i = 0
+
+    def _peek(self) -> tuple[str, str, int] | None:
+        return self.tokens[self.i] if self.i < len(self.tokens) else None
+
+    def _next(self, what: str) -> tuple[str, str, int]:
+        token = self._peek()
+        if token is None:
+            raise FilterSyntaxError(self.text, len(self.text), f"expected {what}, found the end")
+        self.i += 1
+        return token
+
+    def _keyword(self, word: str) -> bool:
+        token = self._peek()
+        if token and token[0] == "ident" and token[1].upper() == word:
+            self.i += 1
+            return True
+        return False
+
+    def _expect(self, value: str) -> None:
+        _kind, text, pos = self._next(repr(value))
+        if text.upper() != value:
+            raise FilterSyntaxError(self.text, pos, f"expected {value!r}, found {text!r}")
+
+    def parse(self) -> Expr:
+        expr = self._or()
+        token = self._peek()
+        if token is not None:
+            raise FilterSyntaxError(self.text, token[2], f"unexpected {token[1]!r}")
+        return expr
+
+    def _or(self) -> Expr:
+        expr = self._and()
+        while self._keyword("OR"):
+            expr = Or(expr, self._and())
+        return expr
+
+    def _and(self) -> Expr:
+        expr = self._atom()
+        while self._keyword("AND"):
+            expr = And(expr, self._atom())
+        return expr
+
+    def _atom(self) -> Expr:
+        token = self._peek()
+        if token and token[1] == "(":
+            self.i += 1
+            expr = self._or()
+            self._expect(")")
+            return expr
+        kind, name, pos = self._next("a column name")
+        if kind != "ident":
+            raise FilterSyntaxError(self.text, pos, f"expected a column name, found {name!r}")
+        column = name.strip('"`')
+        if self._keyword("IS"):
+            negated = self._keyword("NOT")
+            self._expect("NULL")
+            return IsNull(column, negated)
+        if self._keyword("BETWEEN"):
+            low = self._literal()
+            self._expect("AND")
+            return col(column).between(low, self._literal())
+        if self._keyword("IN"):
+            self._expect("(")
+            values = [self._literal()]
+            while (self._peek() or ("", "", 0))[1] == ",":
+                self.i += 1
+                values.append(self._literal())
+            self._expect(")")
+            return In(column, tuple(values))
+        kind, op, pos = self._next("a comparison")
+        if op not in ("=", "<", "<=", ">", ">="):
+            raise FilterSyntaxError(self.text, pos, f"expected a comparison, found {op!r}")
+        return Compare(column, op, self._literal())
+
+    def _literal(self) -> Any:
+        kind, text, pos = self._next("a value")
+        if kind == "num":
+            return float(text) if any(c in text for c in ".eE") else int(text)
+        if kind == "str":
+            return text[1:-1].replace("''", "'")
+        if kind == "ident":
+            word = text.upper()
+            if word in ("TRUE", "FALSE"):
+                return word == "TRUE"
+            if word in ("DATE", "TIMESTAMP"):
+                k, raw, p = self._next("a quoted date")
+                if k != "str":
+                    raise FilterSyntaxError(
+                        self.text, p, "DATE and TIMESTAMP take a 'quoted' value"
+                    )
+                value = raw[1:-1]
+                try:
+                    return (
+                        dt.date.fromisoformat(value)
+                        if word == "DATE"
+                        else dt.datetime.fromisoformat(value)
+                    )
+                except ValueError:
+                    raise FilterSyntaxError(
+                        self.text, p, f"invalid {word.lower()} {value!r}"
+                    ) from None
+        raise FilterSyntaxError(self.text, pos, f"expected a value, found {text!r}")
+
+
+def parse_filter(text: str) -> Expr:
+    """Parse a filter such as ``fare > 10 AND city IN ('sf', 'la')``."""
+    if not text.strip():
+        raise FilterSyntaxError(text, 0, "empty filter")
+    return _Parser(text).parse()

@@ -1,0 +1,211 @@
+"""The metadata table's on-disk layout (our format; REFERENCE §8 for what Hudi does).
+
+::
+
+    <base>/.hoodie/metadata/.hoodie/                 its own timeline (deltacommits, compactions)
+    <base>/.hoodie/metadata/<partition>/<fg>_<T>.parquet     base file of file group fg, made by
+                                                     MDT instant T (initialisation, compaction,
+                                                     index build); sorted by key
+    <base>/.hoodie/metadata/<partition>/.<fg>.log.<D>        log file: the records data instant D
+                                                     wrote to file group fg (one per deltacommit
+                                                     and file group), sorted by key
+
+Partitions are ``files``, ``column_stats`` and ``bloom_filters``; file group ids are
+``files-0000-0``, ``col-stats-0001-0``, ``bloom-filters-0003-0`` (defaults 1 / 2 / 4 groups). A
+record goes to file group ``crc32(utf8(key)) mod n`` (the same in every process and language).
+
+A base file records in its Parquet key-value metadata ``aix.covers_upto``: it contains every
+record of data instants up to and including that time. Readers apply, on top of the newest base
+file of a group, the log files of data instants that are *completed on the data timeline* and
+later than that watermark.
+
+Keys keep one partition's and one column's records together so a prefix scan finds them:
+``files`` and ``bloom_filters``: ``enc(partition)|enc(file)``; ``column_stats``:
+``enc(column)|enc(partition)|enc(file)``, where ``enc`` percent-encodes ``%`` and ``|`` (an
+unpartitioned table's partition is ``.``).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from timeline.errors import IndexerError
+from timeline.hashing import stable_hash
+from timeline.storage import Storage
+
+METADATA_FOLDER = ".hoodie/metadata"
+FILES = "files"
+COLUMN_STATS = "column_stats"
+BLOOM_FILTERS = "bloom_filters"
+PARTITIONS = (FILES, COLUMN_STATS, BLOOM_FILTERS)
+COVERS_UPTO = b"aix.covers_upto"
+NOTHING = "00000000000000000"  # covers no data instant
+NON_PARTITIONED = "."
+
+_FG_PREFIX = {FILES: "files", COLUMN_STATS: "col-stats", BLOOM_FILTERS: "bloom-filters"}
+DEFAULT_FILE_GROUPS = {FILES: 1, COLUMN_STATS: 2, BLOOM_FILTERS: 4}
+_BASE = re.compile(r"^(?P<fg>[a-z-]+-\d{4}-0)_(?P<t>\d{17})\.parquet$")
+_LOG = re.compile(r"^\.(?P<fg>[a-z-]+-\d{4}-0)\.log\.(?P<d>\d{17}|\d{14})$")
+
+
+class UnknownPartitionError(IndexerError, ValueError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"unknown metadata partition {name!r}; known: {', '.join(PARTITIONS)}")
+        self.name = name
+
+
+def check_partition(name: str) -> str:
+    if name not in PARTITIONS:
+        raise UnknownPartitionError(name)
+    return name
+
+
+def file_group_id(partition: str, index: int) -> str:
+    return f"{_FG_PREFIX[check_partition(partition)]}-{index:04d}-0"
+
+
+def file_group_of(key: str, groups: int) -> int:
+    return stable_hash(key) % groups
+
+
+def enc(part: str) -> str:
+    return part.replace("%", "%25").replace("|", "%7C")
+
+
+def file_key(partition: str, file_name: str) -> str:
+    return f"{enc(partition or NON_PARTITIONED)}|{enc(file_name)}"
+
+
+def column_stats_key(column: str, partition: str, file_name: str) -> str:
+    return f"{enc(column)}|{file_key(partition, file_name)}"
+
+
+def column_prefix(column: str) -> str:
+    return f"{enc(column)}|"
+
+
+def base_file_name(fg: str, instant_time: str) -> str:
+    return f"{fg}_{instant_time}.parquet"
+
+
+def log_file_name(fg: str, data_instant: str) -> str:
+    return f".{fg}.log.{data_instant}"
+
+
+@dataclass(frozen=True)
+class MetadataFile:
+    partition: str
+    file_group: str
+    instant: str  # MDT instant of a base file, data instant of a log file
+    is_log: bool
+
+    @property
+    def path(self) -> str:
+        name = (
+            log_file_name(self.file_group, self.instant)
+            if self.is_log
+            else base_file_name(self.file_group, self.instant)
+        )
+        return f"{self.partition}/{name}"
+
+    @classmethod
+    def parse(cls, partition: str, name: str) -> MetadataFile | None:
+        if match := _BASE.match(name):
+            return cls(partition, match["fg"], match["t"], False)
+        if match := _LOG.match(name):
+            return cls(partition, match["fg"], match["d"], True)
+        return None
+
+
+# --- record schemas (one per partition) ----------------------------------------------------------
+
+FILES_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("partition", pa.string()),
+        ("file_name", pa.string()),
+        ("size", pa.int64()),
+        ("is_deleted", pa.bool_()),
+        ("instant", pa.string()),
+    ]
+)
+
+#: min/max keep their type: one field per kind of value, ``value_type`` says which is set.
+VALUE_TYPE = pa.struct(
+    [
+        ("int", pa.int64()),
+        ("float", pa.float64()),
+        ("string", pa.string()),
+        ("binary", pa.binary()),
+        ("bool", pa.bool_()),
+        ("date", pa.date32()),
+        ("timestamp", pa.timestamp("us")),
+        ("decimal", pa.string()),
+    ]
+)
+
+COLUMN_STATS_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("column_name", pa.string()),
+        ("partition", pa.string()),
+        ("file_name", pa.string()),
+        ("value_type", pa.string()),
+        ("min_value", VALUE_TYPE),
+        ("max_value", VALUE_TYPE),
+        ("null_count", pa.int64()),
+        ("value_count", pa.int64()),
+        ("total_size", pa.int64()),
+        ("total_uncompressed_size", pa.int64()),
+        ("is_deleted", pa.bool_()),
+        ("instant", pa.string()),
+    ]
+)
+
+BLOOM_FILTERS_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("partition", pa.string()),
+        ("file_name", pa.string()),
+        ("bloom_type", pa.string()),
+        ("bloom_filter", pa.binary()),
+        ("is_deleted", pa.bool_()),
+        ("instant", pa.string()),
+    ]
+)
+
+SCHEMAS = {
+    FILES: FILES_SCHEMA,
+    COLUMN_STATS: COLUMN_STATS_SCHEMA,
+    BLOOM_FILTERS: BLOOM_FILTERS_SCHEMA,
+}
+
+
+def write_records(
+    storage: Storage, path: str, records: pa.Table, covers_upto: str | None = None
+) -> int:
+    """Write records sorted by key as one Parquet file (create-if-absent); returns its size."""
+    records = records.sort_by("key")
+    if covers_upto is not None:
+        records = records.replace_schema_metadata({COVERS_UPTO: covers_upto.encode()})
+    sink = pa.BufferOutputStream()
+    pq.write_table(records, sink, compression="zstd")
+    data = sink.getvalue().to_pybytes()
+    storage.create(path, data)
+    return len(data)
+
+
+def read_records(
+    storage: Storage, path: str, columns: list[str] | None = None
+) -> tuple[pa.Table, str | None]:
+    """Records of one file and, for a base file, its watermark."""
+    data = storage.read(path)
+    table = pq.read_table(io.BytesIO(data), columns=columns)
+    meta = table.schema.metadata or {}
+    covers = meta.get(COVERS_UPTO)
+    return table.replace_schema_metadata(None), covers.decode() if covers else None

@@ -1,0 +1,188 @@
+"""Reads for query engines and writers: listings, column stats, data skipping, key lookups.
+
+:class:`IndexedSnapshot` ties a data timeline snapshot to the metadata table and uses only
+*completed* partitions (DESIGN.md invariant 4): with ``files`` completed, listings come from the
+index instead of storage; with ``column_stats`` completed, :meth:`prune` skips files whose stats
+prove that no row matches; with ``bloom_filters`` completed, :meth:`lookup_keys` narrows record
+keys to the files that may hold them. A file that has no entry in the index is never pruned.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from metadata_table.bloom import SplitBlockBloomFilter, hash_value
+from metadata_table.filters import ColumnStats, Expr, parse_filter
+from metadata_table.layout import (
+    BLOOM_FILTERS,
+    COLUMN_STATS,
+    FILES,
+    NON_PARTITIONED,
+    column_prefix,
+    enc,
+)
+from metadata_table.records import python_value
+from metadata_table.table import MetadataTable
+from timeline.fs_view import BaseFile, FileSystemView
+from timeline.storage import FileInfo
+from timeline.table import Table
+from timeline.timeline import Timeline
+
+
+def _data_partition(name: str) -> str:
+    return "" if name == NON_PARTITIONED else name
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    candidates: list[BaseFile]
+    total: int
+    used_index: bool
+
+    @property
+    def pruned(self) -> int:
+        return self.total - len(self.candidates)
+
+
+class IndexedSnapshot:
+    def __init__(self, table: Table, timeline: Timeline | None = None) -> None:
+        self.table = table
+        self.timeline = timeline if timeline is not None else table.timeline.load()
+        self.completed = set(table.reload_table_config().metadata_partitions)
+        self.reader = MetadataTable(table).reader(self.timeline)
+        self._view: FileSystemView | None = None
+
+    def uses(self, partition: str) -> bool:
+        return partition in self.completed
+
+    # --- listings --------------------------------------------------------------------------------
+
+    def indexed_files(self) -> list[FileInfo]:
+        """Every data file the ``files`` partition lists."""
+        rows = self.reader.read(FILES, columns=["partition", "file_name", "size"]).to_pylist()
+        out = []
+        for row in rows:
+            partition = _data_partition(row["partition"])
+            path = f"{partition}/{row['file_name']}" if partition else row["file_name"]
+            out.append(FileInfo(path, row["size"], False))
+        return out
+
+    @property
+    def view(self) -> FileSystemView:
+        if self._view is None:
+            listing = self.indexed_files if self.uses(FILES) else None
+            self._view = FileSystemView(self.table.timeline, self.timeline, listing=listing)
+        return self._view
+
+    def list_partitions(self) -> list[str]:
+        return self.view.partitions()
+
+    def list_files(self, partition: str) -> list[BaseFile]:
+        """The latest base files of a partition."""
+        return self.view.latest_base_files([partition])
+
+    # --- column stats and pruning ----------------------------------------------------------------
+
+    def column_stats(
+        self, columns: Sequence[str] | None = None, files: Iterable[str] | None = None
+    ) -> pa.Table:
+        """Column stats records (merged, live) for some columns and files (``partition/name``)."""
+        if columns:
+            tables = [self.reader.read(COLUMN_STATS, prefix=column_prefix(c)) for c in columns]
+            stats = pa.concat_tables(tables)
+        else:
+            stats = self.reader.read(COLUMN_STATS)
+        if files is not None:
+            wanted = set(files)
+            keep = [
+                (f"{_data_partition(p)}/{n}" if _data_partition(p) else n) in wanted
+                for p, n in zip(
+                    stats.column("partition").to_pylist(),
+                    stats.column("file_name").to_pylist(),
+                    strict=True,
+                )
+            ]
+            stats = stats.filter(pa.array(keep, pa.bool_()))
+        return stats
+
+    def _stats_by_file(self, columns: set[str]) -> dict[str, dict[str, ColumnStats]]:
+        by_file: dict[str, dict[str, ColumnStats]] = defaultdict(dict)
+        for row in self.column_stats(sorted(columns)).to_pylist():
+            partition = _data_partition(row["partition"])
+            path = f"{partition}/{row['file_name']}" if partition else row["file_name"]
+            kind = row["value_type"]
+            by_file[path][row["column_name"]] = ColumnStats(
+                python_value(kind, row["min_value"]),
+                python_value(kind, row["max_value"]),
+                row["null_count"],
+                row["value_count"],
+            )
+        return by_file
+
+    def prune(self, expr: Expr | str) -> PruneResult:
+        """The latest base files that may hold rows matching ``expr``."""
+        if isinstance(expr, str):
+            expr = parse_filter(expr)
+        files = self.view.latest_base_files()
+        if not self.uses(COLUMN_STATS):
+            return PruneResult(files, len(files), used_index=False)
+        stats = self._stats_by_file(expr.columns())
+        kept = [f for f in files if f.path not in stats or expr.might_match(stats[f.path])]
+        return PruneResult(kept, len(files), used_index=True)
+
+    def spark_paths(self, expr: Expr | str) -> list[str]:
+        """Full paths of the files to read, for ``spark.read.parquet(*paths)``."""
+        return [self.table.storage.uri(f.path) for f in self.prune(expr).candidates]
+
+    # --- bloom filters ---------------------------------------------------------------------------
+
+    def blooms(self, partition: str) -> dict[str, SplitBlockBloomFilter]:
+        """File name -> bloom filter of the record keys, for one data partition."""
+        prefix = f"{enc(partition or NON_PARTITIONED)}|"
+        rows = self.reader.read(BLOOM_FILTERS, prefix=prefix, columns=["file_name", "bloom_filter"])
+        return {
+            name: SplitBlockBloomFilter(bitset)
+            for name, bitset in zip(
+                rows.column("file_name").to_pylist(),
+                rows.column("bloom_filter").to_pylist(),
+                strict=True,
+            )
+        }
+
+    def candidate_files(
+        self, partition: str, keys: Iterable[str], files: Sequence[BaseFile]
+    ) -> list[BaseFile]:
+        """Of ``files`` (in ``partition``), those whose bloom filter may hold one of ``keys``;
+        every file when ``bloom_filters`` is not completed; files without a filter are kept."""
+        if not self.uses(BLOOM_FILTERS):
+            return list(files)
+        blooms = self.blooms(partition)
+        hashes = [hash_value(k) for k in keys]
+        return [
+            f
+            for f in files
+            if f.file_name not in blooms
+            or any(blooms[f.file_name].might_contain_hash(h) for h in hashes)
+        ]
+
+    def lookup_keys(
+        self, keys: Iterable[str], partition: str | None = None
+    ) -> dict[str, list[str]]:
+        """Record key -> paths of the latest base files that may hold it."""
+        wanted = list(keys)
+        partitions = [partition] if partition is not None else self.list_partitions()
+        out: dict[str, list[str]] = {k: [] for k in wanted}
+        for p in partitions:
+            files = self.list_files(p)
+            blooms = self.blooms(p) if self.uses(BLOOM_FILTERS) else {}
+            for key in wanted:
+                h = hash_value(key)
+                for f in files:
+                    bloom = blooms.get(f.file_name)
+                    if bloom is None or bloom.might_contain_hash(h):
+                        out[key].append(f.path)
+        return out

@@ -1,0 +1,307 @@
+"""Index records of data files, from their Parquet footers (never a scan of the data).
+
+* ``files``: partition, file name, size.
+* ``column_stats``: per top-level column: min, max (typed), null count, value count, compressed and
+  uncompressed size, aggregated over row groups. Supported types: integers, floats, strings,
+  binary, booleans, dates, timestamps (kept as UTC microseconds) and decimals (kept exactly, as
+  text). Nested columns (lists, structs, maps) and other types (time, duration, float16,
+  dictionaries of those) are skipped. A row group without min/max makes the file's min/max
+  unknown (null): such a file is never pruned on that column.
+* ``bloom_filters``: the Parquet split-block bloom filter of the record key column, read from the
+  file when it has one (one row group); otherwise built from the key column.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import io
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from metadata_table.bloom import BLOOM_TYPE, SplitBlockBloomFilter, parse_bloom_filter
+from metadata_table.layout import (
+    BLOOM_FILTERS,
+    BLOOM_FILTERS_SCHEMA,
+    COLUMN_STATS,
+    COLUMN_STATS_SCHEMA,
+    FILES,
+    FILES_SCHEMA,
+    NON_PARTITIONED,
+    column_stats_key,
+    file_key,
+)
+from timeline.errors import IndexerError
+from timeline.storage import Storage
+
+RECORD_KEY = "_hoodie_record_key"
+_TAIL = 64 * 1024
+
+
+class NotParquetError(IndexerError):
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path} is not a readable Parquet file: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+@dataclass
+class DataFileInfo:
+    """What the index needs of one data file: its footer and its key bloom filter bitset."""
+
+    partition: str
+    file_name: str
+    size: int
+    instant: str
+    metadata: pq.FileMetaData
+    bloom: bytes | None = None  # SBBF bitset of the record key column
+
+
+def _bloom_from(data_at: Any, metadata: pq.FileMetaData) -> bytes | None:
+    """The key column's native bloom filter, when the file has exactly one row group with one.
+
+    ``data_at(offset, length)`` returns bytes of the file."""
+    names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
+    if RECORD_KEY not in names or metadata.num_row_groups != 1:
+        return None
+    column = metadata.row_group(0).column(names.index(RECORD_KEY))
+    offset, length = column.bloom_filter_offset, column.bloom_filter_length
+    if offset is None or not length:
+        return None
+    return bytes(parse_bloom_filter(data_at(offset, length)).bitset)
+
+
+def info_from_bytes(partition: str, file_name: str, instant: str, data: bytes) -> DataFileInfo:
+    """From a file's bytes in memory (the writer has them when it commits)."""
+    try:
+        metadata = pq.ParquetFile(io.BytesIO(data)).metadata
+    except (pa.ArrowException, OSError) as e:
+        raise NotParquetError(f"{partition}/{file_name}", str(e)) from e
+    bloom = _bloom_from(lambda off, n: data[off : off + n], metadata)
+    return DataFileInfo(partition, file_name, len(data), instant, metadata, bloom)
+
+
+def info_from_storage(
+    storage: Storage, partition: str, file_name: str, size: int, instant: str
+) -> DataFileInfo:
+    """From storage, reading the footer (one ranged read, two for a large footer) and the bloom
+    filter bytes; the data pages are never read."""
+    path = f"{partition}/{file_name}" if partition else file_name
+    tail = storage.read_range(path, -_TAIL)
+    if len(tail) < 12 or tail[-4:] != b"PAR1":
+        raise NotParquetError(path, "no Parquet footer (missing PAR1 magic)")
+    footer_len = struct.unpack("<I", tail[-8:-4])[0]
+    if footer_len + 8 > len(tail):
+        if footer_len + 8 > size:
+            raise NotParquetError(path, f"footer length {footer_len} exceeds the file")
+        tail = storage.read_range(path, -(footer_len + 8))
+    try:
+        metadata = pq.read_metadata(io.BytesIO(b"PAR1" + tail[-(footer_len + 8) :]))
+    except (pa.ArrowException, OSError) as e:
+        raise NotParquetError(path, str(e)) from e
+    tail_start = size - len(tail)
+
+    def data_at(offset: int, length: int) -> bytes:
+        if offset >= tail_start:
+            return tail[offset - tail_start : offset - tail_start + length]
+        return storage.read_range(path, offset, offset + length)
+
+    bloom = _bloom_from(data_at, metadata)
+    if bloom is None and RECORD_KEY in metadata.schema.to_arrow_schema().names:
+        keys = pq.read_table(io.BytesIO(storage.read(path)), columns=[RECORD_KEY]).column(
+            RECORD_KEY
+        )
+        values = [k for k in keys.to_pylist() if k is not None]
+        bloom = bytes(SplitBlockBloomFilter.build(values, ndv=len(values)).bitset)
+    return DataFileInfo(partition, file_name, size, instant, metadata, bloom)
+
+
+# --- typed min/max -------------------------------------------------------------------------------
+
+
+def value_kind(t: pa.DataType) -> str | None:
+    """The VALUE_TYPE field a column's min/max go to, or None when the type is not indexed."""
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_float32(t) or pa.types.is_float64(t):
+        return "float"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return "binary"
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_date32(t) or pa.types.is_date64(t):
+        return "date"
+    if pa.types.is_timestamp(t):
+        return "timestamp"
+    if pa.types.is_decimal(t):
+        return "decimal"
+    return None
+
+
+def _normalize(kind: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if kind == "timestamp" and isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.UTC).replace(tzinfo=None)
+    if kind == "date" and isinstance(value, dt.datetime):
+        return value.date()
+    if kind == "decimal":
+        return str(value)
+    return value
+
+
+def typed_value(kind: str, value: Any) -> dict[str, Any]:
+    """A VALUE_TYPE struct with only ``kind`` set."""
+    return {kind: value} if value is not None else {}
+
+
+def python_value(kind: str | None, struct_value: dict[str, Any] | None) -> Any:
+    """Back from a VALUE_TYPE struct to a comparable Python value."""
+    if not struct_value or kind is None:
+        return None
+    value = struct_value.get(kind)
+    if kind == "decimal" and value is not None:
+        return decimal.Decimal(value)
+    return value
+
+
+def _decimal_key(kind: str, value: Any) -> Any:
+    return decimal.Decimal(value) if kind == "decimal" else value
+
+
+@dataclass
+class _ColumnAggregate:
+    kind: str
+    minimum: Any = None
+    maximum: Any = None
+    min_known: bool = True
+    null_count: int | None = 0
+    value_count: int = 0
+    total_size: int = 0
+    uncompressed: int = 0
+
+
+def column_aggregates(
+    metadata: pq.FileMetaData, columns: Sequence[str] | None = None
+) -> dict[str, _ColumnAggregate]:
+    schema = metadata.schema.to_arrow_schema()
+    leaf = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+    wanted = set(columns) if columns else None
+    out: dict[str, _ColumnAggregate] = {}
+    for field in schema:
+        if wanted is not None and field.name not in wanted:
+            continue
+        kind = value_kind(field.type)
+        if kind is None or field.name not in leaf:
+            continue  # nested or unsupported: not indexed
+        agg = _ColumnAggregate(kind)
+        for rg in range(metadata.num_row_groups):
+            chunk = metadata.row_group(rg).column(leaf[field.name])
+            agg.value_count += chunk.num_values
+            agg.total_size += chunk.total_compressed_size
+            agg.uncompressed += chunk.total_uncompressed_size
+            stats = chunk.statistics
+            if stats is None:
+                agg.min_known = False
+                agg.null_count = None
+                continue
+            if agg.null_count is not None:
+                agg.null_count = agg.null_count + stats.null_count if stats.has_null_count else None
+            if chunk.num_values == (stats.null_count if stats.has_null_count else -1):
+                continue  # all nulls: no min/max in this row group, nothing to widen
+            if not stats.has_min_max:
+                agg.min_known = False
+                continue
+            lo, hi = _normalize(kind, stats.min), _normalize(kind, stats.max)
+            if agg.minimum is None or _decimal_key(kind, lo) < _decimal_key(kind, agg.minimum):
+                agg.minimum = lo
+            if agg.maximum is None or _decimal_key(kind, hi) > _decimal_key(kind, agg.maximum):
+                agg.maximum = hi
+        if not agg.min_known:
+            agg.minimum = agg.maximum = None
+        out[field.name] = agg
+    return out
+
+
+# --- records -------------------------------------------------------------------------------------
+
+
+def _partition_name(partition: str) -> str:
+    return partition or NON_PARTITIONED
+
+
+def files_records(infos: Iterable[DataFileInfo], deleted: bool = False) -> pa.Table:
+    rows = [
+        {
+            "key": file_key(i.partition, i.file_name),
+            "partition": _partition_name(i.partition),
+            "file_name": i.file_name,
+            "size": i.size,
+            "is_deleted": deleted,
+            "instant": i.instant,
+        }
+        for i in infos
+    ]
+    return pa.Table.from_pylist(rows, schema=FILES_SCHEMA)
+
+
+def column_stats_records(
+    infos: Iterable[DataFileInfo], columns: Sequence[str] | None = None
+) -> pa.Table:
+    rows = []
+    for info in infos:
+        for name, agg in column_aggregates(info.metadata, columns).items():
+            rows.append(
+                {
+                    "key": column_stats_key(name, info.partition, info.file_name),
+                    "column_name": name,
+                    "partition": _partition_name(info.partition),
+                    "file_name": info.file_name,
+                    "value_type": agg.kind,
+                    "min_value": typed_value(agg.kind, agg.minimum),
+                    "max_value": typed_value(agg.kind, agg.maximum),
+                    "null_count": agg.null_count,
+                    "value_count": agg.value_count,
+                    "total_size": agg.total_size,
+                    "total_uncompressed_size": agg.uncompressed,
+                    "is_deleted": False,
+                    "instant": info.instant,
+                }
+            )
+    return pa.Table.from_pylist(rows, schema=COLUMN_STATS_SCHEMA)
+
+
+def bloom_records(infos: Iterable[DataFileInfo]) -> pa.Table:
+    rows = [
+        {
+            "key": file_key(i.partition, i.file_name),
+            "partition": _partition_name(i.partition),
+            "file_name": i.file_name,
+            "bloom_type": BLOOM_TYPE,
+            "bloom_filter": i.bloom,
+            "is_deleted": False,
+            "instant": i.instant,
+        }
+        for i in infos
+        if i.bloom is not None
+    ]
+    return pa.Table.from_pylist(rows, schema=BLOOM_FILTERS_SCHEMA)
+
+
+def records_for(
+    partition: str, infos: list[DataFileInfo], columns: Sequence[str] | None = None
+) -> pa.Table:
+    if partition == FILES:
+        return files_records(infos)
+    if partition == COLUMN_STATS:
+        return column_stats_records(infos, columns)
+    if partition == BLOOM_FILTERS:
+        return bloom_records(infos)
+    raise ValueError(partition)

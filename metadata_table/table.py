@@ -1,0 +1,461 @@
+"""The metadata table: writes (deltacommits, base files, compaction) and merged reads.
+
+Visibility rules (DESIGN.md invariants 3 and 4):
+
+* a base file ``<fg>_<T>.parquet`` is visible once the metadata-table ``compaction`` instant T is
+  completed (initialisation, a from-scratch build, a compaction and an index build all write base
+  files this way); the newest visible one of a file group is used;
+* a log file ``.<fg>.log.<D>`` is applied when data instant D is completed on the *data* timeline
+  and is newer than the base file's watermark; so the log a writer wrote inside its commit's
+  critical section is invisible until that commit completes, and gone if it is rolled back (the
+  writer creates a marker for every metadata file it writes, so rollback deletes them).
+
+Merge rules for several records of one key, in data-instant order: ``files`` and
+``bloom_filters`` keep the newest record (a newer tombstone wins); ``column_stats`` combine
+min-of-mins, max-of-maxes and summed counts since the newest tombstone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from metadata_table.layout import (
+    COLUMN_STATS,
+    DEFAULT_FILE_GROUPS,
+    METADATA_FOLDER,
+    NOTHING,
+    PARTITIONS,
+    SCHEMAS,
+    MetadataFile,
+    check_partition,
+    file_group_id,
+    file_group_of,
+    log_file_name,
+    read_records,
+    write_records,
+)
+from metadata_table.records import DataFileInfo, info_from_storage, python_value, records_for
+from timeline.errors import FileAlreadyExistsError
+from timeline.fs_view import FileSystemView
+from timeline.instant import Action, Instant, State, normalize_timestamp
+from timeline.locks import LockHandle
+from timeline.markers import IOType, Marker, MarkerWriter
+from timeline.table import Table
+from timeline.table_config import PROPERTIES_FILE, TableConfig, TableType
+from timeline.timeline import META_FOLDER, ActiveTimeline, Timeline
+
+logger = logging.getLogger(__name__)
+
+#: hoodie.properties key: the columns the column_stats partition indexes (empty: all columns).
+COLUMNS_PROPERTY = "indexer.metadata.column_stats.columns"
+
+
+def _after(a: str, b: str) -> bool:
+    return normalize_timestamp(a) > normalize_timestamp(b)
+
+
+def indexed_columns(config: TableConfig) -> list[str] | None:
+    value = config.props.get(COLUMNS_PROPERTY, "")
+    return [c for c in value.split(",") if c] or None
+
+
+class MetadataTable:
+    """The metadata table of ``table`` (at ``<base>/.hoodie/metadata``)."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self.storage = table.storage.child(METADATA_FOLDER)
+        self.timeline = ActiveTimeline(self.storage, table.timeline.generator)
+
+    def ensure_properties(self) -> None:
+        """The metadata table's own ``hoodie.properties`` (a merge-on-read table keyed by ``key``)."""
+        name = f"{self.table.table_config.name}_metadata"
+        config = TableConfig.new(name, ["key"], [], None, TableType.MERGE_ON_READ)
+        with contextlib.suppress(FileAlreadyExistsError):
+            self.storage.create(PROPERTIES_FILE, config.to_bytes())
+
+    def file_groups(self, partition: str) -> list[str]:
+        found = set()
+        for entry in self.storage.list(check_partition(partition)):
+            parsed = MetadataFile.parse(partition, entry.name)
+            if parsed is not None:
+                found.add(parsed.file_group)
+        return sorted(found)
+
+    # --- base files ------------------------------------------------------------------------------
+
+    def write_base_files(
+        self,
+        partition: str,
+        records: pa.Table,
+        covers_upto: str,
+        instant_time: str,
+        groups: int | None = None,
+        lock: LockHandle | None = None,
+    ) -> Instant:
+        """Write one sorted base file per file group (all groups, empty ones too) as metadata
+        compaction instant ``instant_time``; visible once that instant completes."""
+        self.ensure_properties()
+        count = groups or len(self.file_groups(partition)) or DEFAULT_FILE_GROUPS[partition]
+        plan = {"partition": partition, "fileGroups": count, "coversUpto": covers_upto}
+        requested = self.timeline.create_requested(
+            Action.COMPACTION, json.dumps(plan).encode(), timestamp=instant_time
+        )
+        inflight = self.timeline.transition_to_inflight(requested)
+        by_group = _split_by_group(records, count)
+        sizes = {}
+        for index in range(count):
+            fg = file_group_id(partition, index)
+            path = f"{partition}/{fg}_{instant_time}.parquet"
+            sizes[fg] = write_records(
+                self.storage, path, by_group.get(index, records.slice(0, 0)), covers_upto
+            )
+        if lock is not None:
+            lock.ensure_valid()
+        done = self.timeline.complete(inflight, {**plan, "baseFiles": sizes})
+        logger.info(
+            "metadata %s: %d base files covering %s (%s)", partition, count, covers_upto, done
+        )
+        return done
+
+    # --- log files (a data commit's deltacommit) -------------------------------------------------
+
+    def write_deltacommit(
+        self,
+        data_instant: str,
+        records: dict[str, pa.Table],
+        markers: MarkerWriter,
+        lock: LockHandle | None = None,
+    ) -> None:
+        """Write the records data instant ``data_instant`` adds to each partition as one log file
+        per touched file group, as metadata deltacommit ``data_instant``. Every file written gets
+        a marker in the data instant's marker folder first, so rolling the data instant back
+        removes them too."""
+
+        def mark(partition_path: str, name: str) -> None:
+            markers.create(Marker(f"{METADATA_FOLDER}/{partition_path}", name, IOType.CREATE))
+
+        instant = Instant(data_instant, Action.DELTA_COMMIT, State.REQUESTED)
+        mark(META_FOLDER, instant.file_name)
+        requested = self.timeline.create_requested(Action.DELTA_COMMIT, timestamp=data_instant)
+        written: dict[str, list[str]] = {}
+        for partition, rows in records.items():
+            groups = len(self.file_groups(partition))
+            if groups == 0:
+                raise FileNotFoundError(f"metadata partition {partition} has no file groups")
+            for index, part in sorted(_split_by_group(rows, groups).items()):
+                name = log_file_name(file_group_id(partition, index), data_instant)
+                mark(partition, name)
+                if lock is not None:
+                    lock.ensure_valid()
+                write_records(self.storage, f"{partition}/{name}", part)
+                written.setdefault(partition, []).append(name)
+        mark(META_FOLDER, instant.file_name_for(State.INFLIGHT))
+        inflight = self.timeline.transition_to_inflight(requested)
+        mark(META_FOLDER, instant.file_name_for(State.COMPLETED))
+        self.timeline.complete(inflight, {"logFiles": written})
+
+    def records_of(
+        self, partitions: Iterable[str], infos: list[DataFileInfo], config: TableConfig
+    ) -> dict[str, pa.Table]:
+        columns = indexed_columns(config)
+        return {
+            p: records_for(p, infos, columns if p == COLUMN_STATS else None) for p in partitions
+        }
+
+    # --- reads -----------------------------------------------------------------------------------
+
+    def reader(self, data_timeline: Timeline) -> MetadataReader:
+        return MetadataReader(self, data_timeline)
+
+
+def _split_by_group(records: pa.Table, groups: int) -> dict[int, pa.Table]:
+    if records.num_rows == 0:
+        return {}
+    index = [file_group_of(k, groups) for k in records.column("key").to_pylist()]
+    rows: dict[int, list[int]] = defaultdict(list)
+    for i, g in enumerate(index):
+        rows[g].append(i)
+    return {g: records.take(pa.array(r, pa.int64())) for g, r in rows.items()}
+
+
+class MetadataReader:
+    """Merged reads of the metadata table as of a data timeline snapshot."""
+
+    def __init__(self, mdt: MetadataTable, data_timeline: Timeline) -> None:
+        self.mdt = mdt
+        self.storage = mdt.storage
+        self.data_timeline = data_timeline
+        self._visible_data = {i.timestamp for i in data_timeline.write_timeline().completed()}
+        mdt_timeline = mdt.timeline.load()
+        self._visible_bases = {
+            i.timestamp for i in mdt_timeline.with_actions(Action.COMPACTION).completed()
+        }
+
+    def slices(self, partition: str) -> dict[str, tuple[MetadataFile | None, list[MetadataFile]]]:
+        """Per file group: the newest visible base file and the log files that may apply."""
+        bases: dict[str, MetadataFile] = {}
+        logs: dict[str, list[MetadataFile]] = defaultdict(list)
+        for entry in self.storage.list(check_partition(partition)):
+            parsed = MetadataFile.parse(partition, entry.name)
+            if parsed is None:
+                continue
+            if parsed.is_log:
+                if parsed.instant in self._visible_data:
+                    logs[parsed.file_group].append(parsed)
+            elif parsed.instant in self._visible_bases:
+                current = bases.get(parsed.file_group)
+                if current is None or _after(parsed.instant, current.instant):
+                    bases[parsed.file_group] = parsed
+        groups = set(bases) | set(logs)
+        return {
+            fg: (
+                bases.get(fg),
+                sorted(logs.get(fg, []), key=lambda f: normalize_timestamp(f.instant)),
+            )
+            for fg in sorted(groups)
+        }
+
+    def read(
+        self,
+        partition: str,
+        prefix: str | None = None,
+        columns: Sequence[str] | None = None,
+        include_deleted: bool = False,
+    ) -> pa.Table:
+        """Merged records of a partition (optionally only keys starting with ``prefix``)."""
+        schema = SCHEMAS[check_partition(partition)]
+        wanted = None
+        if columns is not None:
+            wanted = list(dict.fromkeys(["key", "is_deleted", "instant", *columns]))
+            schema = pa.schema([schema.field(c) for c in wanted])
+        parts = []
+        for base, logs in self.slices(partition).values():
+            watermark = NOTHING
+            base_rows = schema.empty_table()
+            if base is not None:
+                base_rows, covers = read_records(self.storage, base.path, wanted)
+                watermark = covers or NOTHING
+            log_rows = [
+                _prefixed(read_records(self.storage, log.path, wanted)[0], prefix)
+                for log in logs
+                if _after(log.instant, watermark)
+            ]
+            parts.append(_merge(partition, _prefixed(base_rows, prefix), log_rows))
+        merged = pa.concat_tables(parts) if parts else schema.empty_table()
+        if not include_deleted:
+            merged = merged.filter(pc.invert(merged.column("is_deleted")))
+        return merged.sort_by("key")
+
+    def is_available(self, partition: str) -> bool:
+        return bool(self.slices(partition))
+
+
+def _prefixed(rows: pa.Table, prefix: str | None) -> pa.Table:
+    if not prefix or rows.num_rows == 0:
+        return rows
+    return rows.filter(pc.starts_with(rows.column("key"), prefix))
+
+
+def _merge(partition: str, base: pa.Table, logs: list[pa.Table]) -> pa.Table:
+    logs = [log for log in logs if log.num_rows]
+    if not logs:
+        return base
+    log_rows = pa.concat_tables(logs)
+    touched = log_rows.column("key").unique()
+    untouched = base.filter(pc.invert(pc.is_in(base.column("key"), value_set=touched)))
+    history: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in base.filter(pc.is_in(base.column("key"), value_set=touched)).to_pylist():
+        history[row["key"]].append(row)
+    for row in log_rows.to_pylist():  # logs were concatenated in data-instant order
+        history[row["key"]].append(row)
+    merged = [_fold(partition, rows) for rows in history.values()]
+    return pa.concat_tables([untouched, pa.Table.from_pylist(merged, schema=base.schema)])
+
+
+def _fold(partition: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    state: dict[str, Any] | None = None
+    for row in rows:
+        if state is None or row["is_deleted"] or state["is_deleted"] or partition != COLUMN_STATS:
+            state = dict(row)
+            continue
+        state = _combine_stats(state, row)
+    assert state is not None
+    return state
+
+
+def _combine_stats(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    out = dict(b)
+    kind = b.get("value_type")
+    if "min_value" in a:
+        lo_a, lo_b = python_value(kind, a["min_value"]), python_value(kind, b["min_value"])
+        hi_a, hi_b = python_value(kind, a["max_value"]), python_value(kind, b["max_value"])
+        known = None not in (lo_a, lo_b)
+        out["min_value"] = (a["min_value"] if lo_a <= lo_b else b["min_value"]) if known else None
+        out["max_value"] = (a["max_value"] if hi_a >= hi_b else b["max_value"]) if known else None
+    for count in ("null_count", "value_count", "total_size", "total_uncompressed_size"):
+        if count in a:
+            out[count] = None if a[count] is None or b[count] is None else a[count] + b[count]
+    return out
+
+
+# --- building from scratch -----------------------------------------------------------------------
+
+
+def committed_data_files(
+    table: Table, timeline: Timeline, upto: str | None = None
+) -> list[DataFileInfo]:
+    """Footers of every committed base file (every version still on storage), optionally only
+    of instants up to ``upto``."""
+    view = FileSystemView(table.timeline, timeline)
+    committed = {i.timestamp for i in timeline.write_timeline().completed()}
+    files = [
+        b
+        for b in view.all_base_files
+        if b.instant_time in committed and (upto is None or not _after(b.instant_time, upto))
+    ]
+    return [
+        info_from_storage(table.storage, b.partition_path, b.file_name, b.size, b.instant_time)
+        for b in files
+    ]
+
+
+def build_records(
+    table: Table,
+    timeline: Timeline,
+    partition: str,
+    columns: Sequence[str] | None = None,
+    upto: str | None = None,
+) -> pa.Table:
+    """The records of ``partition`` computed from scratch over a snapshot: the oracle every
+    incrementally maintained partition must equal."""
+    infos = committed_data_files(table, timeline, upto)
+    return records_for(
+        check_partition(partition), infos, columns if partition == COLUMN_STATS else None
+    ).sort_by("key")
+
+
+def initialize(
+    table: Table,
+    partitions: Sequence[str],
+    columns: Sequence[str] | None = None,
+    groups: dict[str, int] | None = None,
+) -> list[str]:
+    """Build ``partitions`` synchronously and mark them completed, holding the table lock
+    throughout: for new or small tables (large ones use the asynchronous indexer). Returns the
+    partitions built (already completed or inflight ones are skipped)."""
+    mdt = MetadataTable(table)
+    with table.lock("initialize metadata") as lock:
+        config = table.reload_table_config()
+        todo = [
+            p
+            for p in partitions
+            if check_partition(p) not in config.metadata_partitions
+            and p not in config.metadata_partitions_inflight
+        ]
+        if not todo:
+            return []
+        if columns and COLUMN_STATS in todo:
+            table.update_table_config(
+                lock, lambda c: TableConfig({**c.props, COLUMNS_PROPERTY: ",".join(columns)})
+            )
+        timeline = table.timeline.load()
+        last = timeline.last_contiguous_completed_write()
+        upto = last.timestamp if last else NOTHING
+        after = [
+            i.timestamp for i in timeline.write_timeline().completed() if _after(i.timestamp, upto)
+        ]
+        base_infos = committed_data_files(table, timeline, upto)
+        later = [i for i in committed_data_files(table, timeline) if i.instant in after]
+        for partition in todo:
+            count = (groups or {}).get(partition, DEFAULT_FILE_GROUPS[partition])
+            records = records_for(
+                partition, base_infos, columns if partition == COLUMN_STATS else None
+            )
+            mdt.write_base_files(
+                partition, records, upto, table.timeline.generator.next(), count, lock
+            )
+        by_instant: dict[str, list[DataFileInfo]] = defaultdict(list)
+        for info in later:
+            by_instant[info.instant].append(info)
+        for instant_time, infos in sorted(by_instant.items()):
+            for partition in todo:
+                rows = records_for(partition, infos, columns if partition == COLUMN_STATS else None)
+                _write_logs(mdt, partition, instant_time, rows, lock)
+        table.update_metadata_partitions(lock, add_inflight=todo)
+        table.update_metadata_partitions(lock, complete=todo)
+    return todo
+
+
+def _write_logs(
+    mdt: MetadataTable, partition: str, data_instant: str, rows: pa.Table, lock: LockHandle
+) -> None:
+    """Log files of one data instant for one partition, without a deltacommit or markers (used
+    under the lock for instants that are already completed)."""
+    groups = len(mdt.file_groups(partition))
+    for index, part in _split_by_group(rows, groups).items():
+        lock.ensure_valid()
+        write_records(
+            mdt.storage,
+            f"{partition}/{log_file_name(file_group_id(partition, index), data_instant)}",
+            part,
+        )
+
+
+def compact(table: Table, partition: str) -> Instant | None:
+    """Merge each file group's base file and applicable logs into a new base file covering the
+    last contiguous completed data instant W (so no data instant before W is pending). Readers
+    see the same records before and after. Returns the compaction instant, or None if no file
+    group had logs to merge."""
+    mdt = MetadataTable(table)
+    timeline = table.timeline.load()
+    last = timeline.last_contiguous_completed_write()
+    if last is None:
+        return None
+    upto = last.timestamp
+    reader = mdt.reader(timeline)
+    slices = reader.slices(partition)
+    base_marks = {}
+    for fg, (base, _logs) in slices.items():
+        mark = NOTHING
+        if base is not None:
+            mark = read_records(mdt.storage, base.path, ["key"])[1] or NOTHING
+        base_marks[fg] = mark
+    pending_logs = any(
+        _after(log.instant, base_marks[fg]) and not _after(log.instant, upto)
+        for fg, (_, logs) in slices.items()
+        for log in logs
+    )
+    if not pending_logs:
+        return None
+    # every record visible up to W, merged, becomes the new base
+    visible = _restricted_reader(mdt, timeline, upto).read(partition)
+    return mdt.write_base_files(
+        partition, visible, upto, table.timeline.generator.next(), len(slices)
+    )
+
+
+def _restricted_reader(mdt: MetadataTable, timeline: Timeline, upto: str) -> MetadataReader:
+    """A reader that applies only logs of data instants up to ``upto``."""
+    limited = timeline.filter(lambda i: not _after(i.timestamp, upto))
+    return MetadataReader(mdt, limited)
+
+
+__all__ = [
+    "COLUMNS_PROPERTY",
+    "PARTITIONS",
+    "MetadataReader",
+    "MetadataTable",
+    "build_records",
+    "committed_data_files",
+    "compact",
+    "initialize",
+]

@@ -1,0 +1,139 @@
+"""Split-block bloom filters and index records from Parquet footers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import io
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from metadata_table.bloom import BloomFilterFormatError, SplitBlockBloomFilter, parse_bloom_filter
+from metadata_table.layout import column_stats_key, enc, file_group_of, file_key
+from metadata_table.records import (
+    column_stats_records,
+    info_from_bytes,
+    info_from_storage,
+    python_value,
+)
+from timeline.storage import Storage
+
+
+def _parquet(table: pa.Table, **kwargs: object) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(table, sink, **kwargs)  # type: ignore[arg-type]
+    return sink.getvalue()
+
+
+def test_our_filter_is_bit_identical_to_arrows() -> None:
+    keys = [f"key-{i}" for i in range(3000)]
+    data = _parquet(
+        pa.table({"_hoodie_record_key": keys}),
+        bloom_filter_options={"_hoodie_record_key": {"ndv": 3000, "fpp": 0.01}},
+    )
+    info = info_from_bytes("p", "f.parquet", "20261121101500123", data)
+    assert info.bloom is not None
+    ours = SplitBlockBloomFilter.build(keys, ndv=3000, fpp=0.01)
+    assert bytes(ours.bitset) == info.bloom
+    native = SplitBlockBloomFilter(info.bloom)
+    assert all(native.might_contain(k) for k in keys)
+    false_positives = sum(native.might_contain(f"absent-{i}") for i in range(20000))
+    assert false_positives / 20000 < 0.02
+
+
+def test_bad_bloom_bytes() -> None:
+    with pytest.raises(BloomFilterFormatError):
+        parse_bloom_filter(b"\x15")
+    with pytest.raises(BloomFilterFormatError):
+        SplitBlockBloomFilter(b"\x00" * 31)
+
+
+def test_keys_and_file_groups_are_stable() -> None:
+    assert file_key("2026/11/21", "a|b%.parquet") == "2026/11/21|a%7Cb%25.parquet"
+    assert file_key("", "f.parquet") == ".|f.parquet"
+    assert column_stats_key("fare", "sf", "f.parquet") == "fare|sf|f.parquet"
+    assert enc("x|y") == "x%7Cy"
+    # the documented rule: CRC32 of the UTF-8 key mod n; crc32(b"a") is 0xE8B7BE43
+    assert file_group_of("a", 4) == 0xE8B7BE43 % 4
+    assert file_group_of("a", 7) == 0xE8B7BE43 % 7
+
+
+def test_typed_column_stats_from_the_footer(tmp_path: Path) -> None:
+    table = pa.table(
+        {
+            "i": pa.array([3, None, -7], pa.int32()),
+            "f": [1.5, 0.25, 9.0],
+            "s": ["b", "a", "c"],
+            "bin": [b"\x02", b"\x01", b"\x03"],
+            "flag": [True, False, True],
+            "day": pa.array([dt.date(2026, 1, 2), dt.date(2026, 1, 1), dt.date(2026, 1, 3)]),
+            "ts": pa.array(
+                [
+                    dt.datetime(2026, 1, 1, 12, tzinfo=dt.UTC),
+                    None,
+                    dt.datetime(2026, 1, 1, 8, tzinfo=dt.UTC),
+                ],
+                pa.timestamp("us", tz="UTC"),
+            ),
+            "amount": pa.array(
+                [decimal.Decimal("1.10"), decimal.Decimal("-3.25"), None], pa.decimal128(9, 2)
+            ),
+            "tags": [[1], [2, 3], []],  # nested: not indexed
+            "nulls": pa.array([None, None, None], pa.int64()),
+        }
+    )
+    data = _parquet(table, row_group_size=2)  # two row groups: stats are aggregated
+    storage = Storage(str(tmp_path))
+    storage.create("p/f.parquet", data)
+    info = info_from_storage(storage, "p", "f.parquet", len(data), "20261121101500123")
+    assert info.metadata.num_row_groups == 2
+    rows = {r["column_name"]: r for r in column_stats_records([info]).to_pylist()}
+    assert "tags" not in rows
+    expected = {
+        "i": ("int", -7, 3, 1),
+        "f": ("float", 0.25, 9.0, 0),
+        "s": ("string", "a", "c", 0),
+        "bin": ("binary", b"\x01", b"\x03", 0),
+        "flag": ("bool", False, True, 0),
+        "day": ("date", dt.date(2026, 1, 1), dt.date(2026, 1, 3), 0),
+        "ts": ("timestamp", dt.datetime(2026, 1, 1, 8), dt.datetime(2026, 1, 1, 12), 1),
+        "amount": ("decimal", decimal.Decimal("-3.25"), decimal.Decimal("1.10"), 1),
+        "nulls": ("int", None, None, 3),
+    }
+    for name, (kind, lo, hi, nulls) in expected.items():
+        row = rows[name]
+        assert row["value_type"] == kind, name
+        assert python_value(kind, row["min_value"]) == lo, name
+        assert python_value(kind, row["max_value"]) == hi, name
+        assert (row["null_count"], row["value_count"]) == (nulls, 3), name
+        assert row["total_size"] > 0 and row["total_uncompressed_size"] > 0
+    # a file without a native filter gets one built from its key column
+    keyed = _parquet(pa.table({"_hoodie_record_key": ["x", "y"]}))
+    storage.create("p/g.parquet", keyed)
+    built = info_from_storage(storage, "p", "g.parquet", len(keyed), "20261121101500123")
+    assert built.bloom is not None and SplitBlockBloomFilter(built.bloom).might_contain("x")
+
+
+def test_footer_reads_do_not_read_the_data(tmp_path: Path) -> None:
+    data = _parquet(
+        pa.table({"_hoodie_record_key": [f"k{i}" for i in range(200_000)]}),
+        bloom_filter_options={"_hoodie_record_key": {"ndv": 200_000, "fpp": 0.01}},
+    )
+    storage = Storage(str(tmp_path))
+    storage.create("f.parquet", data)
+    before = storage.requests["read"]
+    info_from_storage(storage, "", "f.parquet", len(data), "20261121101500123")
+    assert storage.requests["read"] - before <= 3  # tail, maybe the bloom filter bytes
+    assert len(data) > 1_000_000
+
+
+def test_not_parquet_is_a_clear_error(tmp_path: Path) -> None:
+    from metadata_table.records import NotParquetError
+
+    storage = Storage(str(tmp_path))
+    storage.create("p/bad.parquet", b"this is not parquet at all")
+    with pytest.raises(NotParquetError, match=r"p/bad\.parquet"):
+        info_from_storage(storage, "p", "bad.parquet", 26, "20261121101500123")

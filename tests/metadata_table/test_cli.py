@@ -1,0 +1,73 @@
+"""`python -m metadata_table`: dump, prune, init."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from timeline import Table
+from timeline.config import Config
+from writer.client import WriteClient
+
+from .test_metadata_table import keys, rows
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "metadata_table", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_init_dump_prune(tmp_path: Path) -> None:
+    lock = f"sqlite:///{tmp_path / 'locks.sqlite'}"
+    conf = ["--conf", f"indexer.lock.url={lock}"]
+    base = str(tmp_path / "t")
+    table = Table.create(
+        base,
+        "trips",
+        ["uuid"],
+        ["city"],
+        "ts",
+        config=Config.resolve(explicit={"indexer.lock.url": lock}),
+    )
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 30), city="sf"))
+    client.insert(rows(keys(100, 130), city="la"))
+    pruned = _run("prune", base, "--filter", "fare > 100", *conf)
+    assert pruned.returncode == 0 and "nothing can be pruned" in pruned.stderr
+    built = _run(
+        "init", base, "--partitions", "files,column_stats", "--columns", "fare,city", *conf
+    )
+    assert built.returncode == 0 and "built files, column_stats" in built.stdout
+    dumped = _run("dump", base, "column_stats", "--format", "jsonl", *conf)
+    assert dumped.returncode == 0
+    records = [json.loads(line) for line in dumped.stdout.splitlines()]
+    assert {r["column_name"] for r in records} == {"fare", "city"}
+    fare = {
+        r["partition"]: (r["min_value"], r["max_value"])
+        for r in records
+        if r["column_name"] == "fare"
+    }
+    assert fare == {"sf": (0.0, 29.0), "la": (100.0, 129.0)}
+    files = _run("dump", base, "files", *conf)
+    assert files.returncode == 0 and "files (completed): 2 records" in files.stdout
+    result = _run("prune", base, "--filter", "fare > 100 AND city = 'la'", "--json", *conf)
+    body = json.loads(result.stdout)
+    assert (body["total"], body["pruned"], body["usedIndex"]) == (2, 1, True)
+    assert body["candidates"][0].startswith("la/")
+    text = _run("prune", base, "--filter", "fare < 0", *conf)
+    assert text.stdout == "" and "0 of 2 files may match; 2 pruned" in text.stderr
+
+
+def test_errors(tmp_path: Path) -> None:
+    base = str(tmp_path / "t")
+    Table.create(
+        base, "trips", ["uuid"], config=Config.resolve(explicit={"indexer.lock.url": "inprocess"})
+    )
+    bad = _run("prune", base, "--filter", "fare >> 3")
+    assert bad.returncode == 1 and "filter 'fare >> 3'" in bad.stderr
+    assert _run("dump", base, "nope").returncode == 2  # argparse: unknown partition
+    missing = _run("dump", str(tmp_path / "none"), "files")
+    assert missing.returncode == 1 and "no Hudi table" in missing.stderr

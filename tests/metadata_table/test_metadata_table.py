@@ -1,0 +1,288 @@
+"""The metadata table kept exact by every commit: visibility, rollback, inflight partitions,
+compaction, reads, data skipping and bloom lookups."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from metadata_table.filters import col
+from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES, PARTITIONS, MetadataFile
+from metadata_table.reads import IndexedSnapshot
+from metadata_table.table import MetadataTable, build_records, compact, initialize
+from timeline import Action, Table
+from timeline.config import Config
+from timeline.rollback import clean_failed_writes
+from writer.client import CommitStateUnknownError, Operation, WriteClient
+
+
+def make_table(base: Path, heartbeat_ms: int = 60_000) -> Table:
+    config = Config.resolve(
+        explicit={
+            "indexer.lock.url": "inprocess",
+            "hoodie.client.heartbeat.interval_in_ms": str(heartbeat_ms),
+        }
+    )
+    return Table.create(str(base), "trips", ["uuid"], ["city"], "ts", config=config)
+
+
+def rows(keys: list[str], ts: int = 1, city: str | None = None) -> pa.Table:
+    cities = ["sf", "la", "ny"]
+    return pa.table(
+        {
+            "uuid": keys,
+            "city": [city or cities[int(k[1:]) % 3] for k in keys],
+            "ts": pa.array([ts] * len(keys), pa.int64()),
+            "fare": [float(int(k[1:])) for k in keys],
+            "when": pa.array(
+                [dt.datetime(2026, 1, 1) + dt.timedelta(hours=int(k[1:])) for k in keys],
+                pa.timestamp("us"),
+            ),
+        }
+    )
+
+
+def keys(lo: int, hi: int) -> list[str]:
+    return [f"k{i:04d}" for i in range(lo, hi)]
+
+
+def assert_exact(table: Table, partitions: tuple[str, ...] = PARTITIONS) -> None:
+    """Every completed partition equals the from-scratch build over the same snapshot."""
+    timeline = table.timeline.load()
+    reader = MetadataTable(table).reader(timeline)
+    for partition in partitions:
+        assert partition in table.reload_table_config().metadata_partitions
+        ours = reader.read(partition).to_pylist()
+        oracle = build_records(table, timeline, partition).to_pylist()
+        assert ours == oracle, f"{partition} differs from the from-scratch build"
+
+
+def test_writers_keep_completed_partitions_exact(tmp_path: Path) -> None:
+    table = make_table(tmp_path)
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 60)))
+    assert initialize(table, list(PARTITIONS)) == list(PARTITIONS)
+    assert_exact(table)
+    upsert = client.upsert(rows(keys(50, 80), ts=2))  # 10 updates, 20 inserts
+    delete = client.delete(rows(keys(0, 10)))
+    assert_exact(table)
+    # one log file per (deltacommit, file group) it touched, named by the data instant
+    mdt = MetadataTable(table)
+    for partition in PARTITIONS:
+        logs = [MetadataFile.parse(partition, e.name) for e in mdt.storage.list(partition)]
+        by_instant = [f.instant for f in logs if f is not None and f.is_log]
+        assert set(by_instant) == {upsert.timestamp, delete.timestamp}
+        per_instant = [
+            f.file_group for f in logs if f and f.is_log and f.instant == upsert.timestamp
+        ]
+        assert len(per_instant) == len(set(per_instant))
+    deltacommits = mdt.timeline.load().with_actions(Action.DELTA_COMMIT)
+    assert [i.timestamp for i in deltacommits.completed()] == [upsert.timestamp, delete.timestamp]
+
+
+def test_entries_of_uncommitted_instants_are_invisible_and_rolled_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = make_table(tmp_path, heartbeat_ms=300)
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 30)))
+    initialize(table, list(PARTITIONS))
+    txn = client.start(Operation.UPSERT)
+    txn.write(rows(keys(0, 5), ts=9))
+    # the metadata deltacommit is written, then the data commit fails while completing
+    real_complete = table.timeline.complete
+
+    def fail_data_commit(instant: Any, content: Any = None) -> Any:
+        if instant.timestamp == txn.instant_time:
+            raise OSError("disk full")
+        return real_complete(instant, content)
+
+    monkeypatch.setattr(table.timeline, "complete", fail_data_commit)
+    with pytest.raises(CommitStateUnknownError):
+        txn.commit()
+    monkeypatch.undo()
+    mdt = MetadataTable(table)
+    written = [
+        e.name for p in PARTITIONS for e in mdt.storage.list(p) if txn.instant_time in e.name
+    ]
+    assert written, "the deltacommit was written inside the critical section"
+    assert_exact(table)  # ... and readers do not see it: its data instant is not completed
+    time.sleep(1.0)  # the failed writer's heartbeat expires
+    assert [i.timestamp for i in clean_failed_writes(table)] == [txn.instant_time]
+    assert not [
+        e.name for p in PARTITIONS for e in mdt.storage.list(p) if txn.instant_time in e.name
+    ]
+    assert mdt.timeline.load().get(txn.instant_time) is None, "no trace in the metadata timeline"
+    assert_exact(table)
+
+
+def test_inflight_partitions_are_updated_but_not_read(tmp_path: Path) -> None:
+    table = make_table(tmp_path)
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 30)))
+    mdt = MetadataTable(table)
+    timeline = table.timeline.load()
+    last = timeline.last_contiguous_completed_write()
+    assert last is not None
+    mdt.write_base_files(
+        COLUMN_STATS,
+        build_records(table, timeline, COLUMN_STATS),
+        last.timestamp,
+        table.timeline.generator.next(),
+        groups=2,
+    )
+    with table.lock("test") as lock:
+        table.update_metadata_partitions(lock, add_inflight=[COLUMN_STATS])
+    client.upsert(rows(keys(0, 40), ts=2))
+    snapshot = IndexedSnapshot(table)
+    assert not snapshot.uses(COLUMN_STATS)
+    result = snapshot.prune(col("fare") > 1000)
+    assert not result.used_index and result.pruned == 0
+    # the writer kept it up to date all the same
+    latest = table.timeline.load()
+    assert (
+        mdt.reader(latest).read(COLUMN_STATS).to_pylist()
+        == build_records(table, latest, COLUMN_STATS).to_pylist()
+    )
+
+
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["insert", "upsert", "delete"]), st.integers(0, 40), st.integers(1, 15)
+        ),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_compaction_keeps_reads_identical(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int, int]]
+) -> None:
+    table = make_table(tmp_path_factory.mktemp("compaction"))
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 20)))
+    initialize(table, list(PARTITIONS))
+    for n, (op, start, length) in enumerate(ops):
+        getattr(client, op)(rows(keys(start, start + length), ts=n + 2))
+    timeline = table.timeline.load()
+    before = {p: MetadataTable(table).reader(timeline).read(p).to_pylist() for p in PARTITIONS}
+    for partition in PARTITIONS:
+        done = compact(table, partition)
+        assert done is not None
+        assert compact(table, partition) is None, "nothing left to merge"
+    after = {
+        p: MetadataTable(table).reader(table.timeline.load()).read(p).to_pylist()
+        for p in PARTITIONS
+    }
+    assert after == before
+    client.upsert(rows(keys(0, 3), ts=99))  # logs on top of the compacted base
+    assert_exact(table)
+
+
+def test_reads_listing_pruning_and_bloom_lookup(tmp_path: Path) -> None:
+    table = make_table(tmp_path)
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 300), city="sf"))  # fare 0..299
+    client.insert(rows(keys(1000, 1100), city="la"))  # fare 1000..1099
+    initialize(table, list(PARTITIONS))
+    client.insert(rows(keys(2000, 2010), city="ny"))  # after initialisation: via a log file
+    snapshot = IndexedSnapshot(table)
+    assert snapshot.list_partitions() == ["la", "ny", "sf"]
+    storage_listed = sorted(f.path for f in snapshot.view.latest_base_files())
+    assert sorted(f.path for f in snapshot.indexed_files()) == storage_listed
+    by_city = {f.partition_path: f.path for f in snapshot.view.latest_base_files()}
+
+    def prune(expr: Any) -> list[str]:
+        return sorted(f.path for f in snapshot.prune(expr).candidates)
+
+    assert prune(col("fare") == 1050.0) == [by_city["la"]]
+    assert prune(col("fare") < 10) == [by_city["sf"]]
+    assert prune(col("fare") <= 0) == [by_city["sf"]]
+    assert prune(col("fare") > 2005) == [by_city["ny"]]
+    assert prune(col("fare") >= 1099) == sorted([by_city["la"], by_city["ny"]])
+    assert prune(col("fare").between(250, 1000)) == sorted([by_city["sf"], by_city["la"]])
+    assert prune(col("city").isin(["la", "zz"])) == [by_city["la"]]
+    assert prune(col("fare").is_null()) == []
+    assert prune(col("fare").is_not_null()) == sorted(by_city.values())
+    assert prune((col("fare") < 5) | (col("fare") > 2008)) == sorted([by_city["sf"], by_city["ny"]])
+    assert prune((col("fare") < 5) & (col("city") == "la")) == []
+    # sf's times end on Jan 13, la's on Feb 15, ny's are in March
+    late = prune("when >= TIMESTAMP '2026-02-14 00:00:00'")
+    assert late == sorted([by_city["la"], by_city["ny"]])
+    assert prune(col("unknown_column") > 1) == sorted(by_city.values()), "no stats: never pruned"
+    paths = snapshot.spark_paths("fare > 2005")
+    assert paths == [table.storage.uri(by_city["ny"])]
+    stats = snapshot.column_stats(["fare"], files=[by_city["la"]]).to_pylist()
+    assert [(r["min_value"]["float"], r["max_value"]["float"]) for r in stats] == [(1000.0, 1099.0)]
+    found = snapshot.lookup_keys(["k1050", "k0007", "nope"])
+    assert found["k1050"] == [by_city["la"]] and found["k0007"] == [by_city["sf"]]
+    # a file missing from the index (a writer that predates it) is never pruned
+    mdt = MetadataTable(table)
+    for partition in (COLUMN_STATS,):
+        for entry in mdt.storage.list(partition):
+            parsed = MetadataFile.parse(partition, entry.name)
+            if parsed and parsed.is_log:
+                mdt.storage.delete(entry.path)
+    assert by_city["ny"] in prune(col("fare") < 0)
+
+
+def test_upsert_tagging_reads_fewer_files_with_bloom_filters(tmp_path: Path) -> None:
+    def files_read_by_upsert(base: Path, with_index: bool) -> int:
+        table = make_table(base)
+        client = WriteClient(table)
+        for batch in range(8):  # 8 file groups in one partition
+            client.insert(rows(keys(batch * 100, batch * 100 + 100), city="sf"))
+        if with_index:
+            initialize(table, [FILES, BLOOM_FILTERS])
+        before = table.storage.requests["read"]
+        client.upsert(rows(["k0005"], ts=5, city="sf"))
+        return table.storage.requests["read"] - before
+
+    plain = files_read_by_upsert(tmp_path / "plain", with_index=False)
+    indexed = files_read_by_upsert(tmp_path / "indexed", with_index=True)
+    assert plain >= 8 + 1  # every file's keys, then the file it rewrites
+    assert indexed < plain - 4, f"bloom filters should spare most reads ({indexed} vs {plain})"
+
+
+def test_initialize_is_idempotent_and_covers_commits_beyond_a_pending_one(tmp_path: Path) -> None:
+    table = make_table(tmp_path)
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 10)))
+    pending = client.start(Operation.INSERT)  # stays pending: the contiguous watermark stops here
+    pending.write(rows(keys(100, 105)))
+    client.insert(rows(keys(10, 20)))  # completed after the pending one
+    assert initialize(table, [FILES, COLUMN_STATS]) == [FILES, COLUMN_STATS]
+    assert initialize(table, [FILES]) == []
+    assert_exact(table, (FILES, COLUMN_STATS))
+    pending.commit()  # writes its own deltacommit now that the partitions exist
+    assert_exact(table, (FILES, COLUMN_STATS))
+
+
+def test_random_ops_stay_exact(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    table = make_table(tmp_path)
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 50)))
+    initialize(table, list(PARTITIONS))
+    for step in range(12):
+        op = rng.choice(["insert", "upsert", "delete", "abort"])
+        start = rng.randrange(0, 80)
+        data = rows(keys(start, start + rng.randrange(1, 20)), ts=step + 2)
+        if op == "abort":
+            txn = client.start(Operation.UPSERT)
+            txn.write(data)
+            txn.abort()
+        else:
+            getattr(client, op)(data)
+    assert_exact(table)
