@@ -28,8 +28,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from metadata_table.layout import (
+    BLOOM_FILTERS,
     COLUMN_STATS,
     DEFAULT_FILE_GROUPS,
+    FILES,
     METADATA_FOLDER,
     NOTHING,
     PARTITIONS,
@@ -43,6 +45,12 @@ from metadata_table.layout import (
     write_records,
 )
 from metadata_table.records import DataFileInfo, info_from_storage, python_value, records_for
+from timeline.config import (
+    BLOOM_FILTER_FILE_GROUPS,
+    COLUMN_STATS_FILE_GROUPS,
+    FILES_FILE_GROUPS,
+    Config,
+)
 from timeline.errors import FileAlreadyExistsError
 from timeline.fs_view import FileSystemView
 from timeline.instant import Action, Instant, State, normalize_timestamp
@@ -60,6 +68,16 @@ COLUMNS_PROPERTY = "indexer.metadata.column_stats.columns"
 
 def _after(a: str, b: str) -> bool:
     return normalize_timestamp(a) > normalize_timestamp(b)
+
+
+def configured_file_groups(config: Config, partition: str) -> int:
+    """File groups a new partition gets, from the configuration (defaults 1 / 2 / 4)."""
+    key = {
+        FILES: FILES_FILE_GROUPS,
+        COLUMN_STATS: COLUMN_STATS_FILE_GROUPS,
+        BLOOM_FILTERS: BLOOM_FILTER_FILE_GROUPS,
+    }
+    return config.get(key[check_partition(partition)])
 
 
 def indexed_columns(config: TableConfig) -> list[str] | None:
@@ -376,7 +394,7 @@ def initialize(
         base_infos = committed_data_files(table, timeline, upto)
         later = [i for i in committed_data_files(table, timeline) if i.instant in after]
         for partition in todo:
-            count = (groups or {}).get(partition, DEFAULT_FILE_GROUPS[partition])
+            count = (groups or {}).get(partition) or configured_file_groups(table.config, partition)
             records = records_for(
                 partition, base_infos, columns if partition == COLUMN_STATS else None
             )

@@ -263,6 +263,37 @@ BLOOM_FILTER_FPP: ConfigKey[float] = _key(
     )
 )
 
+FILES_FILE_GROUPS: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.metadata.files.file.group.count",
+        int,
+        1,
+        "File groups of the metadata table's files partition (fixed when it is built).",
+        _positive,
+        "must be positive",
+    )
+)
+COLUMN_STATS_FILE_GROUPS: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.metadata.index.column.stats.file.group.count",
+        int,
+        2,
+        "File groups of the column_stats partition (fixed when it is built).",
+        _positive,
+        "must be positive",
+    )
+)
+BLOOM_FILTER_FILE_GROUPS: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.metadata.index.bloom.filter.file.group.count",
+        int,
+        4,
+        "File groups of the bloom_filters partition (fixed when it is built).",
+        _positive,
+        "must be positive",
+    )
+)
+
 _BOOL: Callable[[str], bool] = _parse_bool
 
 

@@ -286,3 +286,20 @@ def test_random_ops_stay_exact(tmp_path: Path) -> None:
         else:
             getattr(client, op)(data)
     assert_exact(table)
+
+
+def test_file_group_counts_come_from_the_configuration(tmp_path: Path) -> None:
+    config = Config.resolve(
+        explicit={
+            "indexer.lock.url": "inprocess",
+            "hoodie.metadata.index.column.stats.file.group.count": "5",
+        }
+    )
+    table = Table.create(str(tmp_path), "trips", ["uuid"], ["city"], "ts", config=config)
+    WriteClient(table).insert(rows(keys(0, 40)))
+    initialize(table, [FILES, COLUMN_STATS])
+    mdt = MetadataTable(table)
+    assert mdt.file_groups(COLUMN_STATS) == [f"col-stats-{i:04d}-0" for i in range(5)]
+    assert mdt.file_groups(FILES) == ["files-0000-0"]
+    WriteClient(table).upsert(rows(keys(0, 40), ts=2))
+    assert_exact(table, (FILES, COLUMN_STATS))
