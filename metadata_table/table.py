@@ -37,6 +37,7 @@ from metadata_table.layout import (
     PARTITIONS,
     SCHEMAS,
     MetadataFile,
+    base_file_name,
     check_partition,
     file_group_id,
     file_group_of,
@@ -56,6 +57,7 @@ from timeline.fs_view import FileSystemView
 from timeline.instant import Action, Instant, State, normalize_timestamp
 from timeline.locks import LockHandle
 from timeline.markers import IOType, Marker, MarkerWriter
+from timeline.storage import Storage
 from timeline.table import Table
 from timeline.table_config import PROPERTIES_FILE, TableConfig, TableType
 from timeline.timeline import META_FOLDER, ActiveTimeline, Timeline
@@ -110,6 +112,34 @@ class MetadataTable:
 
     # --- base files ------------------------------------------------------------------------------
 
+    def begin_base_files(
+        self, partition: str, covers_upto: str, instant_time: str, groups: int
+    ) -> Instant:
+        """Start metadata compaction instant ``instant_time`` that will write one base file per
+        file group of ``partition`` (by :func:`write_base_file`, possibly on Spark executors)."""
+        self.ensure_properties()
+        plan = {"partition": partition, "fileGroups": groups, "coversUpto": covers_upto}
+        requested = self.timeline.create_requested(
+            Action.COMPACTION, json.dumps(plan).encode(), timestamp=instant_time
+        )
+        return self.timeline.transition_to_inflight(requested)
+
+    def complete_base_files(
+        self, inflight: Instant, sizes: dict[str, int], lock: LockHandle | None = None
+    ) -> Instant:
+        plan = json.loads(self.timeline.read_content(inflight.with_state(State.REQUESTED)))
+        if lock is not None:
+            lock.ensure_valid()
+        done = self.timeline.complete(inflight, {**plan, "baseFiles": sizes})
+        logger.info(
+            "metadata %s: %d base files covering %s (%s)",
+            plan["partition"],
+            len(sizes),
+            plan["coversUpto"],
+            done,
+        )
+        return done
+
     def write_base_files(
         self,
         partition: str,
@@ -121,28 +151,17 @@ class MetadataTable:
     ) -> Instant:
         """Write one sorted base file per file group (all groups, empty ones too) as metadata
         compaction instant ``instant_time``; visible once that instant completes."""
-        self.ensure_properties()
         count = groups or len(self.file_groups(partition)) or DEFAULT_FILE_GROUPS[partition]
-        plan = {"partition": partition, "fileGroups": count, "coversUpto": covers_upto}
-        requested = self.timeline.create_requested(
-            Action.COMPACTION, json.dumps(plan).encode(), timestamp=instant_time
-        )
-        inflight = self.timeline.transition_to_inflight(requested)
+        inflight = self.begin_base_files(partition, covers_upto, instant_time, count)
         by_group = _split_by_group(records, count)
         sizes = {}
         for index in range(count):
             fg = file_group_id(partition, index)
-            path = f"{partition}/{fg}_{instant_time}.parquet"
-            sizes[fg] = write_records(
-                self.storage, path, by_group.get(index, records.slice(0, 0)), covers_upto
+            rows = by_group.get(index, SCHEMAS[partition].empty_table())
+            sizes[fg] = write_base_file(
+                self.storage, partition, fg, instant_time, rows, covers_upto
             )
-        if lock is not None:
-            lock.ensure_valid()
-        done = self.timeline.complete(inflight, {**plan, "baseFiles": sizes})
-        logger.info(
-            "metadata %s: %d base files covering %s (%s)", partition, count, covers_upto, done
-        )
-        return done
+        return self.complete_base_files(inflight, sizes, lock)
 
     # --- log files (a data commit's deltacommit) -------------------------------------------------
 
@@ -164,7 +183,7 @@ class MetadataTable:
         instant = Instant(data_instant, Action.DELTA_COMMIT, State.REQUESTED)
         mark(META_FOLDER, instant.file_name)
         requested = self.timeline.create_requested(Action.DELTA_COMMIT, timestamp=data_instant)
-        written: dict[str, list[str]] = {}
+        written: dict[str, list[str]] = {partition: [] for partition in records}
         for partition, rows in records.items():
             groups = len(self.file_groups(partition))
             if groups == 0:
@@ -175,7 +194,7 @@ class MetadataTable:
                 if lock is not None:
                     lock.ensure_valid()
                 write_records(self.storage, f"{partition}/{name}", part)
-                written.setdefault(partition, []).append(name)
+                written[partition].append(name)
         mark(META_FOLDER, instant.file_name_for(State.INFLIGHT))
         inflight = self.timeline.transition_to_inflight(requested)
         mark(META_FOLDER, instant.file_name_for(State.COMPLETED))
@@ -193,6 +212,18 @@ class MetadataTable:
 
     def reader(self, data_timeline: Timeline) -> MetadataReader:
         return MetadataReader(self, data_timeline)
+
+
+def write_base_file(
+    storage: Storage, partition: str, fg: str, instant_time: str, rows: pa.Table, covers_upto: str
+) -> int:
+    """One base file; a retried task finds it already written whole (creates are atomic)."""
+    try:
+        return write_records(
+            storage, f"{partition}/{base_file_name(fg, instant_time)}", rows, covers_upto
+        )
+    except FileAlreadyExistsError:
+        return storage.info(f"{partition}/{base_file_name(fg, instant_time)}").size
 
 
 def _split_by_group(records: pa.Table, groups: int) -> dict[int, pa.Table]:

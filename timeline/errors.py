@@ -209,3 +209,25 @@ class MarkerAlreadyExistsError(IndexerError):
         super().__init__(f"marker {marker_name} of instant {instant_time} already exists")
         self.marker_name = marker_name
         self.instant_time = instant_time
+
+
+# --- indexing ------------------------------------------------------------------------------------
+
+
+class IndexBuildAbortedError(IndexerError):
+    """An index build was aborted (and cleaned up); ``reason`` says why. It may be retried."""
+
+    def __init__(self, instant: object, reason: str) -> None:
+        super().__init__(f"index build {instant} aborted: {reason}")
+        self.instant = instant
+        self.reason = reason
+
+
+class CatchUpTimeoutError(IndexerError):
+    """Catch-up waited past its deadline for instants that did not complete."""
+
+    def __init__(self, waiting: list[str], timeout: float) -> None:
+        shown = ", ".join(waiting[:5]) + ("..." if len(waiting) > 5 else "")
+        super().__init__(f"catch-up timed out after {timeout:.0f}s waiting for {shown}")
+        self.waiting = waiting
+        self.timeout = timeout

@@ -1,0 +1,5 @@
+import sys
+
+from indexer.cli import main
+
+sys.exit(main())

@@ -1,0 +1,213 @@
+"""``indexer``: build metadata-table indexes while writers keep writing.
+
+indexer schedule <base> --index-types column_stats,bloom_filters [--columns a,b]
+indexer execute <base> [--instant T]        # default: the earliest pending plan
+indexer run <base> --index-types ...         # schedule + execute, with --retry
+indexer drop <base> --index-types ...        # while writers run
+indexer status <base> [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+
+from indexer.indexer import DEFAULT_TIMEOUT_SECONDS, AsyncIndexer, IndexerOptions
+from timeline.cli import EXIT_OK, add_common_options, config_from_args, run
+from timeline.config import parse_assignments
+from timeline.table import Table
+
+
+def _list(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+class _ProgressBar:
+    """A one-line bar on stderr when it is a terminal; silent otherwise."""
+
+    def __init__(self) -> None:
+        self.enabled = sys.stderr.isatty()
+        self.started = time.monotonic()
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled or not total:
+            return
+        width = 30
+        filled = int(width * done / total)
+        elapsed = time.monotonic() - self.started
+        sys.stderr.write(
+            f"\rbuild [{'#' * filled}{'.' * (width - filled)}] {done}/{total} tasks {elapsed:5.1f}s"
+        )
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+def _indexer(args: argparse.Namespace, progress: _ProgressBar | None = None) -> AsyncIndexer:
+    explicit = parse_assignments(args.conf, "--conf")
+    if getattr(args, "lock_url", None):
+        explicit["indexer.lock.url"] = args.lock_url
+    args.conf = [f"{k}={v}" for k, v in explicit.items()]
+    table = Table.open(args.base, config_from_args(args))
+    options = IndexerOptions(
+        spark_master=getattr(args, "spark_master", None),
+        spark_conf=parse_assignments(getattr(args, "spark_conf", []) or [], "--spark-conf"),
+        parallelism=getattr(args, "parallelism", None),
+        timeout=getattr(args, "timeout", DEFAULT_TIMEOUT_SECONDS),
+        retries=getattr(args, "retry", 0),
+        progress=progress,
+    )
+    return AsyncIndexer(table, options)
+
+
+def _schedule(args: argparse.Namespace) -> int:
+    result = _indexer(args).schedule(_list(args.index_types), _list(args.columns))
+    for partition, why in result.skipped.items():
+        print(f"skipped {partition}: {why}")
+    if result.instant is None:
+        print("nothing to schedule")
+        return EXIT_OK
+    print(
+        f"scheduled {result.instant.timestamp} for {', '.join(result.scheduled)} "
+        f"(table lock held {result.lock_seconds * 1000:.0f} ms)"
+    )
+    return EXIT_OK
+
+
+def _execute(args: argparse.Namespace) -> int:
+    bar = _ProgressBar()
+    indexer = _indexer(args, bar)
+    try:
+        done = indexer.execute(args.instant)
+    finally:
+        bar.close()
+    print(f"completed {done.timestamp}: {', '.join(indexer.status()['partitions'])}")
+    return EXIT_OK
+
+
+def _run(args: argparse.Namespace) -> int:
+    bar = _ProgressBar()
+    indexer = _indexer(args, bar)
+    try:
+        done = indexer.run(_list(args.index_types), _list(args.columns))
+    finally:
+        bar.close()
+    if done is None:
+        print(
+            "nothing to build: "
+            + ", ".join(f"{p} {s}" for p, s in indexer.status()["partitions"].items())
+        )
+    else:
+        print(
+            f"completed {done.timestamp} ({int(indexer.stats['catch_up_instants'])} instants caught up)"
+        )
+    return EXIT_OK
+
+
+def _drop(args: argparse.Namespace) -> int:
+    dropped = _indexer(args).drop(_list(args.index_types))
+    print(f"dropped {', '.join(dropped)}" if dropped else "nothing to drop")
+    return EXIT_OK
+
+
+def _status(args: argparse.Namespace) -> int:
+    status = _indexer(args).status()
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return EXIT_OK
+    print(f"table {status['table']}")
+    for partition, state in sorted(status["partitions"].items()):
+        print(f"  {partition:<14} {state}")
+    if not status["partitions"]:
+        print("  no metadata partitions")
+    for item in status["indexing"]:
+        print(
+            f"  indexing {item['timestamp']} {item['state']:<10} {','.join(item['partitions'])} "
+            f"up to {item['index_upto_instant']}"
+        )
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="indexer",
+        description="Build metadata-table indexes (files, column_stats, bloom_filters) of a Hudi "
+        "0.x table while writers keep writing. Exit 0 on success, 1 with a message otherwise.",
+    )
+    parser.add_argument("--help-config", action="store_true", help="list configuration keys")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def common(p: argparse.ArgumentParser, types: bool = False, spark: bool = False) -> None:
+        p.add_argument("base", help="table base path (local, file://, s3://)")
+        if types:
+            p.add_argument(
+                "--index-types",
+                required=True,
+                help="comma-separated: files, column_stats, bloom_filters",
+            )
+            p.add_argument("--columns", help="columns for column_stats (default: all)")
+        if spark:
+            p.add_argument("--spark-master", help="any master Spark accepts (default local[*])")
+            p.add_argument(
+                "--spark-conf",
+                action="append",
+                default=[],
+                metavar="KEY=VALUE",
+                help="a Spark setting (repeatable)",
+            )
+            p.add_argument("--parallelism", type=int, help="build tasks (default 2 x cores)")
+            p.add_argument(
+                "--timeout",
+                type=float,
+                default=DEFAULT_TIMEOUT_SECONDS,
+                help="abort when catch-up waits longer than this many seconds (900)",
+            )
+        p.add_argument("--lock-url", help="lock provider URL (see --help-config)")
+        add_common_options(p)
+
+    schedule = sub.add_parser("schedule", help="plan an index build (holds the table lock briefly)")
+    common(schedule, types=True)
+    schedule.set_defaults(func=_schedule)
+    execute = sub.add_parser("execute", help="build a scheduled plan (default: earliest pending)")
+    common(execute, spark=True)
+    execute.add_argument("--instant", help="the indexing instant to execute")
+    execute.set_defaults(func=_execute)
+    runner = sub.add_parser("run", help="schedule and execute; resumes a pending plan first")
+    common(runner, types=True, spark=True)
+    runner.add_argument("--retry", type=int, default=0, help="retries after an aborted build")
+    runner.set_defaults(func=_run)
+    drop = sub.add_parser("drop", help="remove indexes (writers may keep running)")
+    common(drop)
+    drop.add_argument("--index-types", required=True, help="comma-separated partitions to drop")
+    drop.set_defaults(func=_drop)
+    status = sub.add_parser("status", help="metadata partitions and indexing instants")
+    common(status)
+    status.add_argument(
+        "--json",
+        action="store_true",
+        help="{partitions: {name: completed|inflight}, indexing: [...]}",
+    )
+    status.set_defaults(func=_status)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+
+    def dispatch(args: argparse.Namespace) -> int:
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        result: int = args.func(args)
+        return result
+
+    return run(dispatch, parser, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,494 @@
+"""The asynchronous indexer (DESIGN.md "Index", REFERENCE §7), beating Hudi's known defects.
+
+``schedule`` (under the table lock, for milliseconds): validate; t = the last instant of the
+contiguous completed write timeline; create every file group of the requested partitions (empty
+base files); write ``Ti.indexing.requested`` with the plan; mark the partitions inflight, so from
+then on every commit writes its updates to them (writers read ``hoodie.properties`` under the lock).
+
+``execute`` (no lock while building): ``Ti.indexing.inflight``; a PySpark job builds base files
+for every data file committed up to t; catch-up: every write instant after t (and pending
+cleans/rollbacks before t) is waited for, with a deadline (an instant whose writer's heartbeat
+expired is skipped, it will be rolled back), and each completed one is checked *per partition and
+file group* for the log files its records need, missing ones being written under the lock;
+complete, under the lock: re-check instants completed since, move the partitions to completed,
+write ``Ti.indexing``.
+
+Any failure or timeout aborts gracefully, under the lock: the plan's partitions leave
+``hoodie.properties``, their files and the instant's files are deleted, so the table is as if the
+build never ran; ``run`` retries with exponential backoff. A process killed midway leaves a
+pending plan that the next ``execute`` (or ``run``) resumes. ``drop`` works while writers run.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from indexer.build import BuildTarget, cleanup_failed_attempts, run_build, spark_session
+from indexer.failpoints import failpoint
+from indexer.plan import IndexPlan, PartitionPlan
+from metadata_table.layout import (
+    COLUMN_STATS,
+    FILES,
+    NOTHING,
+    PARTITIONS,
+    SCHEMAS,
+    check_partition,
+    file_group_id,
+    file_group_of,
+    log_file_name,
+    write_records,
+)
+from metadata_table.records import info_from_storage, records_for
+from metadata_table.table import COLUMNS_PROPERTY, MetadataTable, configured_file_groups
+from timeline.commit_metadata import CommitMetadata
+from timeline.errors import (
+    CatchUpTimeoutError,
+    ConfigError,
+    IndexBuildAbortedError,
+    IndexerError,
+)
+from timeline.instant import Action, Instant, State, normalize_timestamp
+from timeline.locks import LockHandle
+from timeline.markers import marker_folder
+from timeline.table import Table
+from timeline.table_config import TableConfig
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_SECONDS = 900.0
+_WAIT_ACTIONS = frozenset({Action.CLEAN, Action.ROLLBACK})
+
+
+def _after(a: str, b: str) -> bool:
+    return normalize_timestamp(a) > normalize_timestamp(b)
+
+
+@dataclass
+class IndexerOptions:
+    spark_master: str | None = None
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    parallelism: int | None = None
+    timeout: float = DEFAULT_TIMEOUT_SECONDS
+    retries: int = 0
+    backoff: float = 2.0
+    poll_interval: float = 0.2
+    progress: Callable[[int, int], None] | None = None
+
+
+@dataclass(frozen=True)
+class ScheduleResult:
+    instant: Instant | None
+    scheduled: list[str]
+    skipped: dict[str, str]  # partition -> why
+    lock_seconds: float
+
+
+class AsyncIndexer:
+    def __init__(
+        self, table: Table, options: IndexerOptions | None = None, spark: Any = None
+    ) -> None:
+        self.table = table
+        self.options = options or IndexerOptions()
+        self._spark = spark
+        self.mdt = MetadataTable(table)
+        self.stats: dict[str, float] = {"catch_up_instants": 0, "lock_wait_seconds": 0.0}
+
+    @property
+    def spark(self) -> Any:
+        if self._spark is None:
+            self._spark = spark_session(self.options.spark_master, self.options.spark_conf)
+        return self._spark
+
+    def _lock(self, purpose: str) -> LockHandle:
+        started = time.monotonic()
+        handle = self.table.lock(purpose)
+        self.stats["lock_wait_seconds"] += time.monotonic() - started
+        return handle
+
+    # --- schedule --------------------------------------------------------------------------------
+
+    def _table_columns(self) -> set[str] | None:
+        from timeline.fs_view import FileSystemView
+
+        view = FileSystemView(self.table.timeline, self.table.timeline.load())
+        latest = view.latest_base_files()
+        if not latest:
+            return None
+        import io
+
+        import pyarrow.parquet as pq
+
+        return set(pq.read_schema(io.BytesIO(self.table.storage.read(latest[-1].path))).names)
+
+    def validate(self, index_types: Sequence[str], columns: Sequence[str]) -> list[str]:
+        if not index_types:
+            raise ConfigError("--index-types", "name at least one of " + ", ".join(PARTITIONS))
+        types = [check_partition(t) for t in dict.fromkeys(index_types)]
+        if columns:
+            known = self._table_columns()
+            if known is not None:
+                unknown = sorted(set(columns) - known)
+                if unknown:
+                    raise ConfigError(
+                        "--columns", f"not columns of the table: {', '.join(unknown)}"
+                    )
+        self.table.lock_provider  # noqa: B018 - a misconfigured lock URL fails here, before anything
+        return types
+
+    def schedule(self, index_types: Sequence[str], columns: Sequence[str] = ()) -> ScheduleResult:
+        types = self.validate(index_types, columns)
+        with self._lock("schedule indexing") as lock:
+            started = time.monotonic()
+            config = self.table.reload_table_config()
+            skipped = {p: "already completed" for p in types if p in config.metadata_partitions}
+            skipped.update(
+                {
+                    p: "already being built"
+                    for p in types
+                    if p in config.metadata_partitions_inflight
+                }
+            )
+            todo = [p for p in types if p not in skipped]
+            if not todo:
+                return ScheduleResult(None, [], skipped, time.monotonic() - started)
+            timeline = self.table.timeline.load()
+            last = timeline.last_contiguous_completed_write()
+            upto = last.timestamp if last else NOTHING
+            newest = timeline.last()
+            instant_time = self.table.timeline.generator.next(
+                after=newest.timestamp if newest else None
+            )
+            plans = []
+            for partition in todo:
+                groups = configured_file_groups(self.table.config, partition)
+                empty = SCHEMAS[partition].empty_table()
+                self.mdt.write_base_files(
+                    partition, empty, NOTHING, self.table.timeline.generator.next(), groups, lock
+                )
+                cols = tuple(columns) if partition == COLUMN_STATS else ()
+                plans.append(PartitionPlan(partition, upto, cols, groups))
+            plan = IndexPlan(tuple(plans))
+            failpoint("schedule.before_plan")
+            lock.ensure_valid()
+            requested = self.table.timeline.create_requested(
+                Action.INDEXING, plan.to_bytes(), timestamp=instant_time
+            )
+            failpoint("schedule.after_plan")
+            self._mark_inflight(lock, plan)
+            seconds = time.monotonic() - started
+        logger.info(
+            "scheduled %s for %s up to %s (lock held %.3fs)",
+            requested,
+            ",".join(todo),
+            upto,
+            seconds,
+        )
+        return ScheduleResult(requested, todo, skipped, seconds)
+
+    def _mark_inflight(self, lock: LockHandle, plan: IndexPlan) -> None:
+        columns = next((p.columns for p in plan.partitions if p.partition == COLUMN_STATS), ())
+
+        def change(config: TableConfig) -> TableConfig:
+            updated = config.with_metadata_partitions(add_inflight=plan.names)
+            if COLUMN_STATS in plan.names:
+                updated = TableConfig({**updated.props, COLUMNS_PROPERTY: ",".join(columns)})
+            return updated
+
+        self.table.update_table_config(lock, change)
+
+    # --- execute ---------------------------------------------------------------------------------
+
+    def pending(self) -> list[Instant]:
+        return list(self.table.timeline.load().with_actions(Action.INDEXING).pending())
+
+    def plan_of(self, instant: Instant) -> IndexPlan:
+        requested = instant.with_state(State.REQUESTED)
+        path = self.table.storage.uri(self.table.timeline.path(requested))
+        return IndexPlan.from_bytes(self.table.timeline.read_content(requested), path)
+
+    def execute(self, instant_time: str | None = None) -> Instant:
+        """Execute (or resume) a pending plan: the given one, else the earliest pending."""
+        pending = self.pending()
+        if instant_time is not None:
+            pending = [i for i in pending if i.timestamp == instant_time]
+        if not pending:
+            which = f"indexing instant {instant_time}" if instant_time else "indexing plan"
+            raise IndexerError(f"no pending {which} on {self.table.base_uri}")
+        instant = pending[0]
+        plan = self.plan_of(instant)
+        deadline = time.monotonic() + self.options.timeout
+        try:
+            return self._execute(instant, plan, deadline)
+        except BaseException as e:
+            reason = f"{type(e).__name__}: {e}"
+            try:
+                self.abort(instant, reason)
+            except BaseException as abort_error:  # a resumable state is left; say so
+                logger.error(
+                    "abort of %s failed (%s); the next execute resumes it", instant, abort_error
+                )
+                raise
+            raise IndexBuildAbortedError(instant, reason) from e
+
+    def _execute(self, instant: Instant, plan: IndexPlan, deadline: float) -> Instant:
+        with self._lock(f"start indexing {instant.timestamp}") as lock:
+            config = self.table.reload_table_config()
+            if all(p in config.metadata_partitions for p in plan.names):
+                return self._complete_instant(lock, instant, plan)  # crashed after the move
+            self._mark_inflight(lock, plan)
+            if instant.is_requested:
+                instant = self.table.timeline.transition_to_inflight(instant)
+        failpoint("execute.after_inflight")
+        cleanup_failed_attempts(self.mdt, plan.names)
+        self.table.storage.delete(marker_folder(instant.timestamp), recursive=True)
+        self._build(instant, plan)
+        failpoint("execute.after_build")
+        caught = self._catch_up(instant, plan, deadline)
+        failpoint("complete.before")
+        with self._lock(f"complete indexing {instant.timestamp}") as lock:
+            current = self.table.timeline.load().get(instant.timestamp, Action.INDEXING)
+            if current is None or current.is_completed:
+                raise IndexerError(f"{instant} was aborted or dropped while it ran")
+            config = self.table.reload_table_config()
+            dropped = [
+                p
+                for p in plan.names
+                if p not in config.metadata_partitions_inflight
+                and p not in config.metadata_partitions
+            ]
+            if dropped:
+                raise IndexerError(f"partitions {dropped} were dropped while {instant} ran")
+            caught = max(
+                [caught, *self._apply_missing(lock, plan, caught_since=caught)],
+                key=normalize_timestamp,
+            )
+            self.table.update_metadata_partitions(lock, complete=plan.names)
+            failpoint("complete.after_partitions")
+            done = self._complete_instant(lock, instant, plan.with_index_upto(caught))
+        self.table.storage.delete(marker_folder(instant.timestamp), recursive=True)
+        return done
+
+    def _complete_instant(self, lock: LockHandle, instant: Instant, plan: IndexPlan) -> Instant:
+        if instant.is_requested:
+            instant = self.table.timeline.transition_to_inflight(instant)
+        lock.ensure_valid()
+        done = self.table.timeline.complete(instant, plan.to_json())
+        logger.info("index build %s completed: %s", done, ",".join(plan.names))
+        return done
+
+    def _build(self, instant: Instant, plan: IndexPlan) -> None:
+        config = self.table.reload_table_config()
+        targets = []
+        inflight = []
+        for p in plan.partitions:
+            build_instant = self.table.timeline.generator.next()
+            inflight.append(
+                self.mdt.begin_base_files(p.partition, p.index_upto, build_instant, p.file_groups)
+            )
+            targets.append(BuildTarget(p.partition, p.file_groups, p.columns, build_instant))
+        failpoint("build.mid")
+        sizes = run_build(
+            self.table,
+            self.table.timeline.load(),
+            instant.timestamp,
+            targets,
+            plan.index_upto,
+            self.spark,
+            self.options.parallelism,
+            use_files_index=FILES in config.metadata_partitions,
+            progress=self.options.progress,
+        )
+        for started, target in zip(inflight, targets, strict=True):
+            self.mdt.complete_base_files(started, sizes[target.partition])
+
+    # --- catch-up --------------------------------------------------------------------------------
+
+    def _catch_up(self, instant: Instant, plan: IndexPlan, deadline: float) -> str:
+        """Wait for the instants after t that exist now (and pending cleans/rollbacks before t),
+        and make sure every completed one reached every partition. Returns the newest instant
+        caught up."""
+        t = plan.index_upto
+        timeline = self.table.timeline.load()
+        watch = {i.timestamp for i in timeline.write_timeline() if _after(i.timestamp, t)}
+        watch |= {i.timestamp for i in timeline.pending() if i.action in _WAIT_ACTIONS}
+        done: set[str] = set()
+        newest = t
+        while True:
+            timeline = self.table.timeline.load()
+            waiting = []
+            for ts in sorted(watch - done):
+                current = timeline.get(ts)
+                if current is None:
+                    done.add(ts)  # rolled back
+                elif current.is_completed:
+                    if current.action in _WAIT_ACTIONS:
+                        done.add(ts)
+                        continue
+                    with self._lock(f"catch up {ts} for {instant.timestamp}") as lock:
+                        self._ensure_applied(lock, plan, current)
+                    failpoint("catchup.mid")
+                    done.add(ts)
+                    self.stats["catch_up_instants"] += 1
+                    newest = max(newest, ts, key=normalize_timestamp)
+                elif current.action not in _WAIT_ACTIONS and self.table.heartbeat_expired(ts):
+                    done.add(ts)  # a dead writer: it cannot complete; the cleaner rolls it back
+                else:
+                    waiting.append(ts)
+            if not waiting:
+                return newest
+            if time.monotonic() > deadline:
+                raise CatchUpTimeoutError(waiting, self.options.timeout)
+            time.sleep(self.options.poll_interval)
+
+    def _apply_missing(self, lock: LockHandle, plan: IndexPlan, caught_since: str) -> list[str]:
+        """Under the completion lock: instants completed since the catch-up's last look."""
+        applied = []
+        for current in self.table.timeline.load().write_timeline().completed():
+            if _after(current.timestamp, plan.index_upto) and _after(
+                current.timestamp, caught_since
+            ):
+                self._ensure_applied(lock, plan, current)
+                applied.append(current.timestamp)
+        return applied
+
+    def _ensure_applied(self, lock: LockHandle, plan: IndexPlan, instant: Instant) -> None:
+        """Make sure data instant ``instant``'s records are in every partition of the plan, per
+        file group (Hudi checked only that a deltacommit with the timestamp existed)."""
+        delta = self.mdt.timeline.load().get(instant.timestamp, Action.DELTA_COMMIT)
+        if delta is not None and delta.is_completed:
+            logged = self.mdt.timeline.read_json(delta).get("logFiles", {})
+            if all(p in logged for p in plan.names):
+                return
+        metadata = CommitMetadata.from_bytes(self.table.timeline.read_content(instant))
+        infos = [
+            info_from_storage(
+                self.table.storage,
+                s.partition_path,
+                s.file_name,
+                s.file_size_in_bytes,
+                instant.timestamp,
+            )
+            for s in metadata.write_stats
+        ]
+        for p in plan.partitions:
+            columns = list(p.columns) or None if p.partition == COLUMN_STATS else None
+            rows = records_for(p.partition, infos, columns)
+            groups: dict[int, list[int]] = {}
+            for i, key in enumerate(rows.column("key").to_pylist()):
+                groups.setdefault(file_group_of(key, p.file_groups), []).append(i)
+            for group, indices in groups.items():
+                path = f"{p.partition}/{log_file_name(file_group_id(p.partition, group), instant.timestamp)}"
+                if self.mdt.storage.exists(path):
+                    continue
+                lock.ensure_valid()
+                write_records(self.mdt.storage, path, rows.take(pa.array(indices, pa.int64())))
+                logger.info("catch-up wrote %s", path)
+
+    # --- abort, drop, run ------------------------------------------------------------------------
+
+    def abort(self, instant: Instant, reason: str) -> None:
+        """Undo a pending build: partitions out of hoodie.properties, its files and instant gone."""
+        logger.warning("aborting %s: %s", instant, reason)
+        plan = self.plan_of(instant)
+        with self._lock(f"abort indexing {instant.timestamp}") as lock:
+            current = self.table.timeline.load().get(instant.timestamp, Action.INDEXING)
+            if current is None or current.is_completed:
+                return
+            config = self.table.reload_table_config()
+            doomed = [p for p in plan.names if p not in config.metadata_partitions]
+            self.table.update_metadata_partitions(lock, remove=doomed)
+            failpoint("abort.mid")
+            self._delete_partitions(doomed)
+            self.table.storage.delete(marker_folder(instant.timestamp), recursive=True)
+            lock.ensure_valid()
+            self.table.timeline.delete_pending(current)
+
+    def _delete_partitions(self, partitions: Sequence[str]) -> None:
+        for partition in partitions:
+            self.mdt.storage.delete(partition, recursive=True)
+        # pending metadata compactions of those partitions go with them
+        cleanup_failed_attempts(self.mdt, list(partitions))
+
+    def drop(self, index_types: Sequence[str]) -> list[str]:
+        """Remove indexes while writers run: pending plans for them are aborted; writers that
+        commit afterwards do not write to them. Returns the partitions dropped."""
+        types = [check_partition(t) for t in index_types]
+        for pending in self.pending():
+            if set(self.plan_of(pending).names) & set(types):
+                self.abort(pending, f"dropped: {', '.join(types)}")
+        with self._lock("drop index") as lock:
+            config = self.table.reload_table_config()
+            present = [
+                p
+                for p in types
+                if p in config.metadata_partitions or p in config.metadata_partitions_inflight
+            ]
+            self.table.update_metadata_partitions(lock, remove=types)
+            self._delete_partitions(types)
+        logger.info("dropped %s", ",".join(present) or "nothing")
+        return present
+
+    def run(self, index_types: Sequence[str], columns: Sequence[str] = ()) -> Instant | None:
+        """Schedule and execute, retrying an aborted build up to ``options.retries`` times with
+        exponential backoff. Resumes a pending plan for these partitions first."""
+        attempt = 0
+        while True:
+            try:
+                resumable = [
+                    i for i in self.pending() if set(self.plan_of(i).names) & set(index_types)
+                ]
+                if resumable:
+                    return self.execute(resumable[0].timestamp)
+                scheduled = self.schedule(index_types, columns)
+                if scheduled.instant is None:
+                    return None
+                return self.execute(scheduled.instant.timestamp)
+            except IndexBuildAbortedError as e:
+                if attempt >= self.options.retries:
+                    raise
+                attempt += 1
+                delay = self.options.backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.5)
+                logger.warning(
+                    "build aborted (%s); retry %d of %d in %.1fs",
+                    e.reason,
+                    attempt,
+                    self.options.retries,
+                    delay,
+                )
+                time.sleep(delay)
+
+    # --- status ----------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        config = self.table.reload_table_config()
+        partitions = {p: "completed" for p in config.metadata_partitions}
+        partitions.update({p: "inflight" for p in config.metadata_partitions_inflight})
+        indexing = []
+        for instant in self.table.timeline.load().with_actions(Action.INDEXING):
+            try:
+                plan = (
+                    IndexPlan.from_json(
+                        self.table.timeline.read_json(instant), self.table.timeline.path(instant)
+                    )
+                    if instant.is_completed
+                    else self.plan_of(instant)
+                )
+                names, upto = plan.names, plan.index_upto
+            except IndexerError as e:
+                names, upto = [], f"unreadable plan: {e}"
+            indexing.append(
+                {
+                    "timestamp": instant.timestamp,
+                    "state": instant.state.name,
+                    "partitions": names,
+                    "index_upto_instant": upto,
+                }
+            )
+        return {"table": self.table.base_uri, "partitions": partitions, "indexing": indexing}
