@@ -420,16 +420,16 @@ class AsyncIndexer:
         """Remove indexes while writers run: pending plans for them are aborted; writers that
         commit afterwards do not write to them. Returns the partitions dropped."""
         types = [check_partition(t) for t in index_types]
+        config = self.table.reload_table_config()
+        present = [
+            p
+            for p in types
+            if p in config.metadata_partitions or p in config.metadata_partitions_inflight
+        ]
         for pending in self.pending():
             if set(self.plan_of(pending).names) & set(types):
                 self.abort(pending, f"dropped: {', '.join(types)}")
         with self._lock("drop index") as lock:
-            config = self.table.reload_table_config()
-            present = [
-                p
-                for p in types
-                if p in config.metadata_partitions or p in config.metadata_partitions_inflight
-            ]
             self.table.update_metadata_partitions(lock, remove=types)
             self._delete_partitions(types)
         logger.info("dropped %s", ",".join(present) or "nothing")
