@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 
 from indexer.indexer import DEFAULT_TIMEOUT_SECONDS, AsyncIndexer, IndexerOptions
-from timeline.cli import EXIT_OK, add_common_options, config_from_args, run
+from timeline.cli import EXIT_OK, add_common_options, config_from_args, run_subcommands
 from timeline.config import parse_assignments
 from timeline.table import Table
 
@@ -197,16 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-
-    def dispatch(args: argparse.Namespace) -> int:
-        if not getattr(args, "func", None):
-            parser.print_help()
-            return 2
-        result: int = args.func(args)
-        return result
-
-    return run(dispatch, parser, argv)
+    return run_subcommands(build_parser(), argv)
 
 
 if __name__ == "__main__":

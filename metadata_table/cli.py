@@ -15,7 +15,7 @@ from metadata_table.layout import PARTITIONS, check_partition
 from metadata_table.reads import IndexedSnapshot
 from metadata_table.records import python_value
 from metadata_table.table import MetadataTable, initialize
-from timeline.cli import EXIT_OK, add_common_options, config_from_args, run
+from timeline.cli import EXIT_OK, add_common_options, config_from_args, run_subcommands
 from timeline.table import Table
 
 
@@ -145,13 +145,4 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-
-    def dispatch(args: argparse.Namespace) -> int:
-        if not getattr(args, "func", None):
-            parser.print_help()
-            return 2
-        result: int = args.func(args)
-        return result
-
-    return run(dispatch, parser, argv)
+    return run_subcommands(build_parser(), argv)

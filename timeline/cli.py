@@ -273,8 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def run_subcommands(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
+    """Run the subcommand whose parser set ``func``; print help (exit 2) when none was given."""
 
     def dispatch(args: argparse.Namespace) -> int:
         if not getattr(args, "func", None):
@@ -284,3 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return result
 
     return run(dispatch, parser, argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_subcommands(build_parser(), argv)
