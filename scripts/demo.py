@@ -1,9 +1,9 @@
-"""`make demo`: the main job on embedded defaults (local table, SQLite lock).
+"""`make demo`: the main job on embedded defaults (local table, SQLite lock, Spark local[*]).
 
-Today (kernel and writer milestones): two writer processes upsert overlapping keys into one
-table at the same time; optimistic concurrency control lets disjoint commits through and turns
-overlapping ones into conflicts, which the writers retry. Then the timeline is shown and the
-snapshot is cross-checked with hudi-rs. The indexer joins this demo in a later milestone.
+Two writer processes upsert overlapping keys into a table while the asynchronous indexer builds
+the files, column_stats and bloom_filters partitions with PySpark. The demo ends with the index
+status and a data-skipping query: how many files a filter must scan with and without the index,
+and that both give the same answer.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ import sys
 import time
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from timeline import Table
 from timeline.config import Config
 from timeline.errors import WriteConflictError
-from timeline.fs_view import FileSystemView
+from timeline.fs_view import FileSystemView, read_parquet
 from writer.client import WriteClient
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,81 +30,110 @@ OUT = os.path.join(ROOT, "demo-output")
 BASE = os.path.join(OUT, "trips")
 LOCK_URL = f"sqlite:///{os.path.join(OUT, 'locks.sqlite')}"
 CITIES = ["amsterdam", "berlin", "lisbon", "oslo"]
-COMMITS_PER_WRITER = 6
+FARE, FILTER_CITIES = 36.0, ["berlin", "oslo"]
+FILTER = f"fare >= {FARE} AND city IN ('berlin', 'oslo')"
 
 
 def _batch(rng: random.Random, writer: int, round_: int) -> pa.Table:
-    keys = rng.sample(range(5_000), 1_000)
+    # fares rise with every round, so files differ in range and a filter can skip most of them
+    keys = rng.sample(range(20_000), 500)
     return pa.table(
         {
             "trip_id": [f"trip-{k:05d}" for k in keys],
             "city": [CITIES[k % len(CITIES)] for k in keys],
             "ts": pa.array([round_ * 10 + writer] * len(keys), pa.int64()),
-            "fare": [round(rng.uniform(5, 80), 2) for _ in keys],
-            "driver": [f"driver-{rng.randrange(200)}" for _ in keys],
+            "fare": [round(round_ * 4 + rng.uniform(0, 4), 2) for _ in keys],
         }
     )
 
 
-def ingest(writer: int) -> tuple[int, int]:
+def ingest(writer: int, rounds: int) -> tuple[int, int]:
     """One writer process: upsert batches, retrying a batch after a write conflict."""
     rng = random.Random(writer)
     table = Table.open(BASE, Config.resolve(explicit={"indexer.lock.url": LOCK_URL}))
     client = WriteClient(table)
     committed = conflicts = 0
-    for round_ in range(COMMITS_PER_WRITER):
+    for round_ in range(rounds):
         data = _batch(rng, writer, round_)
         while True:
             try:
                 instant = client.upsert(data)
-            except WriteConflictError as e:
+            except WriteConflictError:
                 conflicts += 1
-                print(f"  writer {writer}: conflict with {e.other_instant}, retrying", flush=True)
                 continue
             committed += 1
-            print(
-                f"  writer {writer}: committed {instant.timestamp} ({data.num_rows} records)",
-                flush=True,
-            )
+            print(f"  writer {writer}: committed {instant.timestamp}", flush=True)
             break
     return committed, conflicts
+
+
+def _cli(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "indexer", *args, "--lock-url", LOCK_URL],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"indexer {args[0]} failed:\n{done.stderr}")
+    return done.stdout
+
+
+def _query(table: Table, paths: list[str]) -> tuple[int, float]:
+    """Rows matching FILTER in the given files, and their total fare."""
+    parts = [read_parquet(table.storage, p, ["city", "fare"]) for p in paths]
+    empty = pa.table({"city": pa.array([], pa.string()), "fare": pa.array([], pa.float64())})
+    data = pa.concat_tables(parts) if parts else empty
+    wanted = pc.is_in(data["city"], value_set=pa.array(FILTER_CITIES))
+    hits = data.filter(pc.and_(pc.greater_equal(data["fare"], FARE), wanted))
+    return hits.num_rows, round(pc.sum(hits["fare"]).as_py() or 0.0, 2)
 
 
 def main() -> int:
     shutil.rmtree(OUT, ignore_errors=True)
     os.makedirs(OUT)
     config = Config.resolve(explicit={"indexer.lock.url": LOCK_URL})
-    Table.create(BASE, "trips", ["trip_id"], ["city"], precombine_field="ts", config=config)
-    print(f"created table trips at {BASE} (locks: {LOCK_URL})")
-    print("two writers upsert overlapping keys concurrently:")
+    table = Table.create(BASE, "trips", ["trip_id"], ["city"], precombine_field="ts", config=config)
+    print(f"created table trips at {BASE}\n")
+    print("first writes (no index yet):")
+    ingest(0, 6)
+    print("\nwriters keep upserting while `indexer run` builds files, column_stats, bloom_filters:")
     started = time.monotonic()
     with multiprocessing.get_context("spawn").Pool(2) as pool:
-        results = pool.map(ingest, [1, 2])
-    seconds = time.monotonic() - started
-    committed = sum(r[0] for r in results)
-    conflicts = sum(r[1] for r in results)
-    print(f"{committed} commits, {conflicts} conflicts retried, in {seconds:.1f}s")
-
-    table = Table.open(BASE, config)
-    snapshot = FileSystemView(table.timeline, table.timeline.load()).read_snapshot()
+        writers = pool.starmap_async(ingest, [(1, 10), (2, 10)])
+        built = _cli(
+            "run",
+            BASE,
+            "--index-types",
+            "files,column_stats,bloom_filters",
+            "--spark-master",
+            "local[2]",
+        )
+        print(f"  indexer: {built.strip()}")
+        results = writers.get()
     print(
-        f"\nsnapshot: {snapshot.num_rows} records in {len(set(snapshot.column('_hoodie_file_name').to_pylist()))} files"
+        f"  {sum(r[0] for r in results)} commits, {sum(r[1] for r in results)} conflicts retried, "
+        f"in {time.monotonic() - started:.0f}s\n"
     )
-    import hudi
 
-    external = pa.Table.from_batches(hudi.HudiTableBuilder.from_base_uri(BASE).build().read())
-    same = sorted(external.column("_hoodie_record_key").to_pylist()) == sorted(
-        snapshot.column("_hoodie_record_key").to_pylist()
+    print("$ indexer status")
+    print(_cli("status", BASE))
+    from metadata_table.reads import IndexedSnapshot
+
+    snapshot = IndexedSnapshot(table)
+    all_files = [
+        f.path for f in FileSystemView(table.timeline, snapshot.timeline).latest_base_files()
+    ]
+    pruned = snapshot.prune(FILTER)
+    print(f"data skipping: {FILTER}")
+    print(
+        f"  without the index: scan {len(all_files)} files -> {_query(table, all_files)} (rows, total fare)"
     )
     print(
-        f"hudi-rs reads {external.num_rows} records: {'the same keys' if same else 'DIFFERENT keys'}"
+        f"  with column_stats: scan {len(pruned.candidates)} files -> "
+        f"{_query(table, [f.path for f in pruned.candidates])}"
     )
-    print()
-    shown = subprocess.run(
-        [sys.executable, "-m", "timeline", "show", BASE], capture_output=True, text=True
-    )
-    lines = shown.stdout.splitlines()
-    print("\n".join(lines[:5] + (["  ..."] if len(lines) > 9 else []) + lines[-4:]))
+    same = _query(table, all_files) == _query(table, [f.path for f in pruned.candidates])
+    print(f"  same answer: {same}; {pruned.pruned} of {pruned.total} files skipped")
     return 0 if same else 1
 
 
