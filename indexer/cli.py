@@ -133,6 +133,60 @@ def _status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _serve(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+    import threading
+
+    from indexer.http_api import start_api
+    from indexer.service import IndexerService
+    from indexer.service_config import load_service_config
+
+    config = load_service_config(args.config)
+    # "skipped: maximum number of running instances": by design, a table's job never overlaps
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)
+    service = IndexerService(config)
+    api = start_api(service)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    service.start()
+    print(f"indexer daemon serving {len(config.tables)} tables; API at {api.url}", flush=True)
+    stop.wait()
+    print(
+        "stopping: no new work; a build in progress is aborted cleanly unless completing",
+        flush=True,
+    )
+    service.stop()
+    api.stop()
+    print("stopped", flush=True)
+    return EXIT_OK
+
+
+def _request(args: argparse.Namespace) -> int:
+    from indexer.requests_store import RequestStore
+    from indexer.service_config import load_service_config
+    from metadata_table.layout import check_partition
+    from timeline.errors import ConfigError
+    from timeline.storage import normalize_base_uri
+
+    config = load_service_config(args.config)
+    base = normalize_base_uri(args.base)
+    if config.table(base) is None:
+        raise ConfigError("base", f"{args.base} is not a table of {args.config}")
+    types = [check_partition(t) for t in _list(args.index_types)]
+    store = RequestStore(config.request_store)
+    created = store.create(base, types, _list(args.columns))
+    store.close()
+    if args.json:
+        print(json.dumps(created.to_json()))
+    else:
+        print(
+            f"request {created.id}: {', '.join(types)} for {base} (pending; the daemon picks it up)"
+        )
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="indexer",
@@ -193,6 +247,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="{partitions: {name: completed|inflight}, indexing: [...]}",
     )
     status.set_defaults(func=_status)
+
+    serve = sub.add_parser(
+        "serve",
+        help="run the daemon: desired indexes, requests, retries, compaction, failed-write rollback",
+        description="Run the indexer daemon described by a TOML config (see the README). SIGTERM or "
+        "SIGINT stops it gracefully; a restart resumes.",
+    )
+    serve.add_argument("--config", required=True, help="service.toml")
+    serve.add_argument("-v", "--verbose", action="store_true", help="log state changes to stderr")
+    serve.set_defaults(func=_serve)
+    request = sub.add_parser("request", help="ask the daemon for an index build")
+    request.add_argument("base", help="table base path (one of the config's tables)")
+    request.add_argument("--index-types", required=True, help="comma-separated")
+    request.add_argument("--columns", help="columns for column_stats (default: all)")
+    request.add_argument(
+        "--config", required=True, help="the daemon's service.toml (request store)"
+    )
+    request.add_argument("--json", action="store_true", help="print the request as JSON")
+    request.set_defaults(func=_request)
     return parser
 
 

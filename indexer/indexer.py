@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -70,6 +71,13 @@ def _after(a: str, b: str) -> bool:
     return normalize_timestamp(a) > normalize_timestamp(b)
 
 
+class BuildCancelledError(IndexerError):
+    """The build was asked to stop (daemon shutdown); it is aborted cleanly."""
+
+    def __init__(self) -> None:
+        super().__init__("cancelled by shutdown")
+
+
 @dataclass
 class IndexerOptions:
     spark_master: str | None = None
@@ -99,6 +107,15 @@ class AsyncIndexer:
         self._spark = spark
         self.mdt = MetadataTable(table)
         self.stats: dict[str, float] = {"catch_up_instants": 0, "lock_wait_seconds": 0.0}
+        #: set by a daemon shutting down: the build stops at its next safe point and aborts;
+        #: once completion has started it finishes instead.
+        self.cancel = threading.Event()
+        self.phase = "idle"
+
+    def _checkpoint(self, phase: str) -> None:
+        if self.cancel.is_set():
+            raise BuildCancelledError()
+        self.phase = phase
 
     @property
     def spark(self) -> Any:
@@ -246,12 +263,15 @@ class AsyncIndexer:
             if instant.is_requested:
                 instant = self.table.timeline.transition_to_inflight(instant)
         failpoint("execute.after_inflight")
+        self._checkpoint("building")
         cleanup_failed_attempts(self.mdt, plan.names)
         self.table.storage.delete(marker_folder(instant.timestamp), recursive=True)
         self._build(instant, plan)
         failpoint("execute.after_build")
+        self._checkpoint("catching up")
         caught = self._catch_up(instant, plan, deadline)
         failpoint("complete.before")
+        self._checkpoint("completing")
         with self._lock(f"complete indexing {instant.timestamp}") as lock:
             current = self.table.timeline.load().get(instant.timestamp, Action.INDEXING)
             if current is None or current.is_completed:
@@ -343,6 +363,8 @@ class AsyncIndexer:
                     waiting.append(ts)
             if not waiting:
                 return newest
+            if self.cancel.is_set():
+                raise BuildCancelledError()
             if time.monotonic() > deadline:
                 raise CatchUpTimeoutError(waiting, self.options.timeout)
             time.sleep(self.options.poll_interval)

@@ -1,0 +1,311 @@
+"""``indexer serve``: the daemon that runs next to ingestion (APScheduler 3.x).
+
+Per table, one job (never overlapping itself) runs every ``reconcile_interval``:
+
+1. hold the table's *daemon lease* in the SQL store (``daemon:<base>``, renewed in the background):
+   with several daemons on one table only the holder works; when it dies, another takes over
+   within the lease and re-queues the requests the dead one left running;
+2. roll back failed writes (every ``clean_interval``);
+3. turn desired index types that are missing into requests, and pending indexing plans left by a
+   crash into requests, so everything goes through one retry path;
+4. run the oldest due request: ``schedule`` + ``execute`` (resuming a pending plan first); an
+   aborted build goes back to pending with exponential backoff, and is marked failed with its
+   last error after ``max_attempts``;
+5. compact the metadata table (every ``compaction_interval``).
+
+SIGTERM/SIGINT: no new work; a build in progress is cancelled at its next safe point (its Spark
+jobs are cancelled) and aborted cleanly, unless it is already completing; leases are released. A
+restarted daemon resumes from the request store.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from indexer.indexer import AsyncIndexer, BuildCancelledError, IndexerOptions
+from indexer.requests_store import ACTIVE, IndexRequest, RequestStore
+from indexer.service_config import ServiceConfig, TableSpec
+from metadata_table.table import compact
+from timeline.errors import IndexerError, LockTimeoutError
+from timeline.locks import LockHandle, SqlLockProvider, default_owner
+from timeline.rollback import clean_failed_writes
+from timeline.storage import normalize_base_uri
+from timeline.table import Table
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Metrics:
+    builds_started: int = 0
+    builds_completed: int = 0
+    builds_aborted: int = 0
+    build_seconds: float = 0.0
+    catch_up_instants: float = 0.0
+    lock_wait_seconds: float = 0.0
+    rollbacks: int = 0
+    compactions: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, **deltas: float) -> None:
+        with self.lock:
+            for name, delta in deltas.items():
+                setattr(self, name, getattr(self, name) + delta)
+
+    def prometheus(self) -> str:
+        rows = [
+            ("builds_started_total", "counter", "Index builds started", self.builds_started),
+            ("builds_completed_total", "counter", "Index builds completed", self.builds_completed),
+            (
+                "builds_aborted_total",
+                "counter",
+                "Index builds aborted (and cleaned up)",
+                self.builds_aborted,
+            ),
+            ("build_seconds_total", "counter", "Seconds spent in index builds", self.build_seconds),
+            (
+                "catch_up_instants_total",
+                "counter",
+                "Instants caught up after t",
+                self.catch_up_instants,
+            ),
+            (
+                "lock_wait_seconds_total",
+                "counter",
+                "Seconds waited for the table lock",
+                self.lock_wait_seconds,
+            ),
+            (
+                "failed_writes_rolled_back_total",
+                "counter",
+                "Failed writes rolled back",
+                self.rollbacks,
+            ),
+            ("compactions_total", "counter", "Metadata table compactions", self.compactions),
+        ]
+        out = []
+        for name, kind, doc, value in rows:
+            out += [
+                f"# HELP async_indexer_{name} {doc}",
+                f"# TYPE async_indexer_{name} {kind}",
+                f"async_indexer_{name} {value}",
+            ]
+        return "\n".join(out) + "\n"
+
+
+@dataclass
+class _TableState:
+    spec: TableSpec
+    table: Table
+    lease: LockHandle | None = None
+    indexer: AsyncIndexer | None = None  # the build in progress
+    request: IndexRequest | None = None
+    progress: tuple[int, int] = (0, 0)
+    last_clean: float = 0.0
+    last_compaction: float = 0.0
+
+
+class IndexerService:
+    def __init__(self, config: ServiceConfig, owner: str | None = None, spark: Any = None) -> None:
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        self.config = config
+        self.owner = owner or default_owner("indexer-daemon")
+        self.store = RequestStore(config.request_store)
+        self.leases = SqlLockProvider(config.request_store, lease_seconds=config.lease_seconds)
+        self.metrics = Metrics()
+        self.tables = {
+            normalize_base_uri(spec.base): _TableState(spec, Table.open(spec.base, spec.config()))
+            for spec in config.tables
+        }
+        self.scheduler = BackgroundScheduler(timezone="UTC")
+        self.stopping = threading.Event()
+        self._spark = spark
+        self._spark_lock = threading.Lock()
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        from datetime import UTC, datetime
+
+        for base in self.tables:
+            self.scheduler.add_job(
+                self.tick,
+                "interval",
+                seconds=self.config.reconcile_interval,
+                args=[base],
+                id=f"tick:{base}",
+                max_instances=1,
+                coalesce=True,
+                next_run_time=datetime.now(UTC),
+            )
+        self.scheduler.start()
+        logger.info("daemon %s started for %d tables", self.owner, len(self.tables))
+
+    def stop(self) -> None:
+        """Graceful: no new work, cancel a build that is not completing, release the leases."""
+        self.stopping.set()
+        for state in self.tables.values():
+            if state.indexer is not None and state.indexer.phase != "completing":
+                state.indexer.cancel.set()
+        if self._spark is not None:
+            try:
+                self._spark.sparkContext.cancelAllJobs()
+            except Exception as e:
+                logger.warning("could not cancel Spark jobs: %s", e)
+        self.scheduler.shutdown(wait=True)
+        for state in self.tables.values():
+            if state.lease is not None:
+                state.lease.release()
+                state.lease = None
+            state.table.close()
+        self.store.close()
+        logger.info("daemon %s stopped", self.owner)
+
+    def spark(self) -> Any:
+        with self._spark_lock:
+            if self._spark is None:
+                from indexer.build import spark_session
+
+                self._spark = spark_session(self.config.spark_master, self.config.spark_conf)
+            return self._spark
+
+    # --- the per-table job -----------------------------------------------------------------------
+
+    def _hold_lease(self, state: _TableState, base: str) -> bool:
+        if state.lease is not None and state.lease.is_valid:
+            return True
+        try:
+            state.lease = self.leases.acquire(f"daemon:{base}", self.owner, timeout=0.01)
+        except LockTimeoutError:
+            return False
+        requeued = self.store.requeue_running(base)
+        logger.info(
+            "daemon %s leads %s%s",
+            self.owner,
+            base,
+            f"; re-queued {requeued} requests" if requeued else "",
+        )
+        return True
+
+    def tick(self, base: str) -> None:
+        if self.stopping.is_set():
+            return
+        state = self.tables[base]
+        try:
+            if not self._hold_lease(state, base):
+                return
+            now = time.monotonic()
+            if now - state.last_clean >= self.config.clean_interval:
+                state.last_clean = now
+                rolled = clean_failed_writes(state.table)
+                self.metrics.add(rollbacks=len(rolled))
+            self._reconcile(state, base)
+            if not self.stopping.is_set():
+                self._run_one(state, base)
+            if (
+                not self.stopping.is_set()
+                and now - state.last_compaction >= self.config.compaction_interval
+            ):
+                state.last_compaction = now
+                for partition in state.table.reload_table_config().metadata_partitions:
+                    if compact(state.table, partition) is not None:
+                        self.metrics.add(compactions=1)
+        except Exception:
+            logger.exception(
+                "daemon job for %s failed; it runs again in %.0fs",
+                base,
+                self.config.reconcile_interval,
+            )
+
+    def _reconcile(self, state: _TableState, base: str) -> None:
+        """Desired-but-missing indexes and plans left by a crash become requests."""
+        config = state.table.reload_table_config()
+        present = set(config.metadata_partitions) | set(config.metadata_partitions_inflight)
+        active = self.store.list(base, ACTIVE)
+        covered = {t for r in active for t in r.index_types}
+        missing = [t for t in state.spec.index_types if t not in present and t not in covered]
+        if missing:
+            self.store.create(base, missing, list(state.spec.columns), source="desired")
+        indexer = AsyncIndexer(state.table)
+        for pending in indexer.pending():
+            names = indexer.plan_of(pending).names
+            if not set(names) & covered:
+                self.store.create(base, names, [], source="resume")
+                covered |= set(names)
+
+    def _run_one(self, state: _TableState, base: str) -> None:
+        request = self.store.claim(base)
+        if request is None:
+            return
+        options = IndexerOptions(
+            spark_master=self.config.spark_master,
+            spark_conf=self.config.spark_conf,
+            timeout=self.config.timeout_seconds,
+            progress=lambda done, total: setattr(state, "progress", (done, total)),
+        )
+        indexer = AsyncIndexer(state.table, options, spark=self.spark())
+        state.indexer, state.request, state.progress = indexer, request, (0, 0)
+        started = time.monotonic()
+        self.metrics.add(builds_started=1)
+        try:
+            done = indexer.run(request.index_types, request.columns)
+        except (IndexerError, OSError) as e:
+            self.metrics.add(builds_aborted=1)
+            if isinstance(e.__cause__, BuildCancelledError) or isinstance(e, BuildCancelledError):
+                self.store.requeue_running(base)  # shutdown: not the build's fault, no attempt used
+                logger.info(
+                    "request %s interrupted by shutdown; it resumes after a restart", request.id
+                )
+            else:
+                after = self.store.aborted(
+                    request, str(e), self.config.max_attempts, self.config.backoff_seconds
+                )
+                logger.warning(
+                    "request %s attempt %d aborted: %s (now %s)",
+                    request.id,
+                    request.attempts,
+                    e,
+                    after.state,
+                )
+        else:
+            self.metrics.add(builds_completed=1)
+            self.store.completed(request.id, done.timestamp if done else None)
+            logger.info("request %s completed (%s)", request.id, done)
+        finally:
+            self.metrics.add(
+                build_seconds=time.monotonic() - started,
+                catch_up_instants=indexer.stats["catch_up_instants"],
+                lock_wait_seconds=indexer.stats["lock_wait_seconds"],
+            )
+            state.indexer = state.request = None
+
+    # --- status ----------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        tables = {}
+        for base, state in self.tables.items():
+            indexer = AsyncIndexer(state.table)
+            status = indexer.status()
+            running = None
+            if state.request is not None and state.indexer is not None:
+                done, total = state.progress
+                running = {
+                    "request": state.request.id,
+                    "index_types": state.request.index_types,
+                    "phase": state.indexer.phase,
+                    "tasks_done": done,
+                    "tasks_total": total,
+                }
+            tables[base] = {
+                "partitions": status["partitions"],
+                "pending_instants": [i for i in status["indexing"] if i["state"] != "COMPLETED"],
+                "leader": state.lease is not None and state.lease.is_valid,
+                "running": running,
+                "requests": [r.to_json() for r in self.store.list(base, ACTIVE)],
+            }
+        return {"daemon": self.owner, "tables": tables}

@@ -1,0 +1,306 @@
+"""The daemon end to end, as real processes: requests, retries, bad input, SIGTERM mid-build and
+restart, two daemons on one table (one executes; the other takes over when it is killed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import urllib3
+
+from indexer.requests_store import RequestStore
+from indexer.service_config import load_service_config, parse_service_config
+from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES
+from timeline import Action, Table
+from timeline.config import Config
+from timeline.errors import ConfigError
+from writer.client import WriteClient
+
+from ..metadata_table.test_metadata_table import keys, rows
+from .test_indexer import assert_exact
+
+HTTP = urllib3.PoolManager()
+
+
+def _setup(tmp_path: Path, desired: list[str], lease: int = 30) -> tuple[Table, Path]:
+    lock = f"sqlite:///{tmp_path / 'locks.sqlite'}"
+    table = Table.create(
+        str(tmp_path / "t"),
+        "trips",
+        ["uuid"],
+        ["city"],
+        "ts",
+        config=Config.resolve(explicit={"indexer.lock.url": lock}),
+    )
+    WriteClient(table).insert(rows(keys(0, 150)))
+    config = tmp_path / "service.toml"
+    config.write_text(f"""
+[service]
+request_store = "sqlite:///{tmp_path / "service.sqlite"}"
+http_port = 0
+reconcile_interval_seconds = 0.5
+lease_seconds = {lease}
+backoff_seconds = 0.5
+max_attempts = 3
+
+[spark]
+master = "local[2]"
+
+[[tables]]
+base = "{table.base_uri}"
+index_types = {json.dumps(desired)}
+lock_url = "{lock}"
+""")
+    return table, config
+
+
+class Daemon:
+    def __init__(self, config: Path, failpoint: str | None = None) -> None:
+        env = dict(os.environ)
+        env.pop("AIX_FAILPOINT", None)
+        if failpoint:
+            env["AIX_FAILPOINT"] = failpoint
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "indexer", "serve", "--config", str(config)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        match = re.search(r"API at (http://\S+)", line)
+        assert match, (
+            f"daemon did not start: {line!r} {self.process.stderr.read() if self.process.poll() is not None else ''}"
+        )
+        self.url = match.group(1)
+
+    def get(self, path: str) -> Any:
+        return json.loads(HTTP.request("GET", self.url + path).data)
+
+    def post(self, path: str, body: Any) -> tuple[int, Any]:
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        response = HTTP.request(
+            "POST", self.url + path, body=raw, headers={"Content-Type": "application/json"}
+        )
+        return response.status, json.loads(response.data)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 120) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        return self.process.wait(timeout=timeout)
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[Daemon]]:
+    started: list[Daemon] = []
+    yield started
+    for daemon in started:
+        if daemon.process.poll() is None:
+            daemon.process.kill()
+            daemon.process.wait()
+
+
+def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+def _completed(table: Table, partitions: list[str]) -> Callable[[], bool]:
+    return lambda: all(p in table.reload_table_config().metadata_partitions for p in partitions)
+
+
+def test_desired_and_requested_indexes_are_built(tmp_path: Path, daemons: list[Daemon]) -> None:
+    table, config = _setup(tmp_path, [COLUMN_STATS])
+    daemon = Daemon(config)
+    daemons.append(daemon)
+    _wait(_completed(table, [COLUMN_STATS]), 90, "the desired column_stats")
+    status, created = daemon.post(
+        "/requests", {"table": table.base_uri, "index_types": [BLOOM_FILTERS, FILES]}
+    )
+    assert status == 201 and created["state"] == "pending"
+    _wait(
+        lambda: daemon.get(f"/requests/{created['id']}")["state"] == "completed", 90, "the request"
+    )
+    done = daemon.get(f"/requests/{created['id']}")
+    assert done["attempts"] == 1 and done["instant"]
+    assert_exact(table, [COLUMN_STATS, BLOOM_FILTERS, FILES])
+    metrics = HTTP.request("GET", daemon.url + "/metrics").data.decode()
+    assert "async_indexer_builds_completed_total 2" in metrics
+    status_body = daemon.get("/status")["tables"][table.base_uri]
+    assert status_body["leader"] is True and status_body["partitions"][FILES] == "completed"
+    assert daemon.stop() == 0
+
+
+def test_bad_requests_are_rejected_and_schedule_nothing(
+    tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    table, config = _setup(tmp_path, [])
+    daemon = Daemon(config)
+    daemons.append(daemon)
+    cases = [
+        (b"{not json", 400, "JSON object"),
+        ({"table": str(tmp_path / "other"), "index_types": ["files"]}, 404, "unknown table"),
+        ({"table": table.base_uri, "index_types": ["record_index"]}, 400, "unknown index types"),
+        ({"table": table.base_uri, "index_types": []}, 400, "non-empty list"),
+        (
+            {"table": table.base_uri, "index_types": ["files"], "columns": "fare"},
+            400,
+            "list of column",
+        ),
+        ({"index_types": ["files"]}, 400, "'table'"),
+    ]
+    for body, status, reason in cases:
+        got, answer = daemon.post("/requests", body)
+        assert (got, reason in answer["error"]) == (status, True), (body, answer)
+    assert HTTP.request("GET", daemon.url + "/requests/nope").status == 404
+    assert RequestStore(f"sqlite:///{tmp_path / 'service.sqlite'}").list() == []
+    bad_cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "indexer",
+            "request",
+            table.base_uri,
+            "--index-types",
+            "nope",
+            "--config",
+            str(config),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert bad_cli.returncode == 1 and "unknown metadata partition" in bad_cli.stderr
+    assert daemon.stop() == 0
+    assert table.reload_table_config().metadata_partitions == ()
+
+
+def test_an_aborted_build_is_retried_then_completes(tmp_path: Path, daemons: list[Daemon]) -> None:
+    table, config = _setup(tmp_path, [])
+    daemon = Daemon(config, failpoint="execute.after_build:once")
+    daemons.append(daemon)
+    request = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "indexer",
+            "request",
+            table.base_uri,
+            "--index-types",
+            "files,column_stats",
+            "--config",
+            str(config),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert request.returncode == 0, request.stderr
+    request_id = json.loads(request.stdout)["id"]
+    _wait(
+        lambda: daemon.get(f"/requests/{request_id}")["state"] == "completed",
+        120,
+        "the retried request",
+    )
+    done = daemon.get(f"/requests/{request_id}")
+    assert done["attempts"] == 2, "the first attempt was aborted, the second completed"
+    assert_exact(table, [FILES, COLUMN_STATS])
+    assert (
+        "async_indexer_builds_aborted_total 1"
+        in HTTP.request("GET", daemon.url + "/metrics").data.decode()
+    )
+    assert daemon.stop() == 0
+
+
+def test_sigterm_mid_build_then_restart_completes(tmp_path: Path, daemons: list[Daemon]) -> None:
+    table, config = _setup(tmp_path, [COLUMN_STATS, BLOOM_FILTERS])
+    daemon = Daemon(config, failpoint="build.mid:sleep=4")  # the build stalls: stop it midway
+    daemons.append(daemon)
+    _wait(
+        lambda: (
+            (daemon.get("/status")["tables"][table.base_uri]["running"] or {}).get("phase")
+            == "building"
+        ),
+        60,
+        "the build to start",
+    )
+    assert daemon.stop() == 0
+    state = table.reload_table_config()
+    assert state.metadata_partitions == () and state.metadata_partitions_inflight == (), (
+        "aborted cleanly"
+    )
+    assert not table.timeline.load().with_actions(Action.INDEXING).pending()
+    restarted = Daemon(config)
+    daemons.append(restarted)
+    _wait(_completed(table, [COLUMN_STATS, BLOOM_FILTERS]), 120, "the restarted daemon's build")
+    assert_exact(table, [COLUMN_STATS, BLOOM_FILTERS])
+    assert restarted.stop() == 0
+
+
+def test_two_daemons_one_executes_and_the_other_takes_over(
+    tmp_path: Path, daemons: list[Daemon]
+) -> None:
+    table, config = _setup(tmp_path, [], lease=4)
+    first = Daemon(config)
+    daemons.append(first)
+    _wait(
+        lambda: first.get("/status")["tables"][table.base_uri]["leader"],
+        30,
+        "the first daemon to lead",
+    )
+    second = Daemon(config)
+    daemons.append(second)
+    time.sleep(2.0)
+    assert second.get("/status")["tables"][table.base_uri]["leader"] is False
+    first.stop(signal.SIGKILL)
+    killed_at = time.monotonic()
+    _wait(lambda: second.get("/status")["tables"][table.base_uri]["leader"], 30, "the takeover")
+    assert time.monotonic() - killed_at < 4 + 2 + 1  # within the lease (plus one reconcile period)
+    status, created = second.post("/requests", {"table": table.base_uri, "index_types": [FILES]})
+    assert status == 201
+    _wait(
+        lambda: second.get(f"/requests/{created['id']}")["state"] == "completed", 90, "the request"
+    )
+    assert_exact(table, [FILES])
+    assert second.stop() == 0
+
+
+def test_config_errors_name_the_key(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    cases = [
+        ("[service]\nhttp_prot = 1\n[[tables]]\nbase = '/t'\n", "service.http_prot"),
+        ("[[tables]]\nindex_types = ['files']\n", "tables[0].base"),
+        ("[[tables]]\nbase = '/t'\nindex_types = ['nope']\n", "tables[0].index_types"),
+        ("[service]\nhttp_host = '0.0.0.0'\n[[tables]]\nbase = '/t'\n", "service.token"),
+        ("[service]\nlease_seconds = -1\n[[tables]]\nbase = '/t'\n", "service.lease_seconds"),
+        ("[service]\n", "tables"),
+    ]
+    for text, key in cases:
+        bad.write_text(text)
+        with pytest.raises(ConfigError) as err:
+            load_service_config(str(bad))
+        assert err.value.key == key, text
+    bad.write_text("not = [toml")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_service_config(str(bad))
+    served = subprocess.run(
+        [sys.executable, "-m", "indexer", "serve", "--config", str(tmp_path / "none.toml")],
+        capture_output=True,
+        text=True,
+    )
+    assert served.returncode == 1 and "no such file" in served.stderr
+    ok = parse_service_config(
+        {"service": {"http_host": "10.0.0.5", "token": "s3cret"}, "tables": [{"base": "/t"}]}
+    )
+    assert not ok.loopback
