@@ -1,20 +1,25 @@
-"""`make demo`: the main job on embedded defaults (local table, SQLite lock, Spark local[*]).
+"""`make demo`: the main job on embedded defaults (local table, SQLite, Spark local[2]).
 
-Two writer processes upsert overlapping keys into a table while the asynchronous indexer builds
-the files, column_stats and bloom_filters partitions with PySpark. The demo ends with the index
-status and a data-skipping query: how many files a filter must scan with and without the index,
-and that both give the same answer.
+Two writer processes upsert overlapping keys into a table while the indexer daemon
+(`indexer serve`, column_stats and bloom_filters desired) builds those partitions with PySpark;
+its progress is polled from the daemon's HTTP API. The demo ends with the index status and a
+data-skipping query: how many files a filter must scan with and without the index, and that both
+give the same answer.
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import random
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -30,6 +35,20 @@ OUT = os.path.join(ROOT, "demo-output")
 BASE = os.path.join(OUT, "trips")
 LOCK_URL = f"sqlite:///{os.path.join(OUT, 'locks.sqlite')}"
 CITIES = ["amsterdam", "berlin", "lisbon", "oslo"]
+SERVICE_TOML = """
+[service]
+request_store = "sqlite:///{out}/service.sqlite"
+http_port = 0
+reconcile_interval_seconds = 1
+
+[spark]
+master = "local[2]"
+
+[[tables]]
+base = "{base}"
+index_types = ["column_stats", "bloom_filters"]
+lock_url = "{lock}"
+"""
 FARE, FILTER_CITIES = 36.0, ["berlin", "oslo"]
 FILTER = f"fare >= {FARE} AND city IN ('berlin', 'oslo')"
 
@@ -96,23 +115,47 @@ def main() -> int:
     print(f"created table trips at {BASE}\n")
     print("first writes (no index yet):")
     ingest(0, 6)
-    print("\nwriters keep upserting while `indexer run` builds files, column_stats, bloom_filters:")
+    config_path = os.path.join(OUT, "service.toml")
+    with open(config_path, "w") as f:
+        f.write(SERVICE_TOML.format(out=OUT, base=BASE, lock=LOCK_URL))
+    print(f"\nstarting the daemon ({config_path}): column_stats and bloom_filters desired")
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "indexer", "serve", "--config", config_path],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert daemon.stdout is not None
+    url = re.search(r"API at (http://\S+)", daemon.stdout.readline())
+    if url is None:
+        raise SystemExit("the daemon did not start")
+    print("writers keep upserting while the daemon builds:")
     started = time.monotonic()
     with multiprocessing.get_context("spawn").Pool(2) as pool:
         writers = pool.starmap_async(ingest, [(1, 10), (2, 10)])
-        built = _cli(
-            "run",
-            BASE,
-            "--index-types",
-            "files,column_stats,bloom_filters",
-            "--spark-master",
-            "local[2]",
-        )
-        print(f"  indexer: {built.strip()}")
+        last = ""
+        while True:
+            status = json.load(urllib.request.urlopen(f"{url.group(1)}/status"))["tables"][BASE]
+            running = status["running"] or {}
+            line = (
+                f"  daemon: partitions {status['partitions'] or '{}'}; "
+                f"{running.get('phase', 'idle')} {running.get('tasks_done', 0)}/{running.get('tasks_total', 0)} tasks"
+            )
+            if line != last:
+                print(line, flush=True)
+                last = line
+            if all(
+                status["partitions"].get(p) == "completed"
+                for p in ("column_stats", "bloom_filters")
+            ):
+                break
+            time.sleep(0.5)
         results = writers.get()
+    daemon.send_signal(signal.SIGTERM)
+    daemon.wait(timeout=60)
     print(
         f"  {sum(r[0] for r in results)} commits, {sum(r[1] for r in results)} conflicts retried, "
-        f"in {time.monotonic() - started:.0f}s\n"
+        f"in {time.monotonic() - started:.0f}s; daemon stopped\n"
     )
 
     print("$ indexer status")
