@@ -304,3 +304,41 @@ def test_config_errors_name_the_key(tmp_path: Path) -> None:
         {"service": {"http_host": "10.0.0.5", "token": "s3cret"}, "tables": [{"base": "/t"}]}
     )
     assert not ok.loopback
+
+
+def test_mutating_endpoints_need_the_token_off_loopback(tmp_path: Path) -> None:
+    from indexer.http_api import make_app
+    from indexer.service import IndexerService
+    from timeline.http_server import BackgroundHttpServer
+
+    table, _ = _setup(tmp_path, [])
+    config = parse_service_config(
+        {
+            "service": {
+                "http_host": "10.1.2.3",
+                "token": "s3cret",
+                "request_store": f"sqlite:///{tmp_path / 's.sqlite'}",
+            },
+            "tables": [
+                {"base": table.base_uri, "lock_url": f"sqlite:///{tmp_path / 'locks.sqlite'}"}
+            ],
+        }
+    )
+    service = IndexerService(config)  # not started: only its API is served, on loopback here
+    server = BackgroundHttpServer(lambda: make_app(service), "127.0.0.1", 0, "test-api").start()
+    try:
+        body = json.dumps({"table": table.base_uri, "index_types": ["files"]}).encode()
+        denied = HTTP.request("POST", server.url + "/requests", body=body)
+        assert denied.status == 401
+        wrong = HTTP.request(
+            "POST", server.url + "/requests", body=body, headers={"Authorization": "Bearer nope"}
+        )
+        assert wrong.status == 401
+        allowed = HTTP.request(
+            "POST", server.url + "/requests", body=body, headers={"Authorization": "Bearer s3cret"}
+        )
+        assert allowed.status == 201
+        assert HTTP.request("GET", server.url + "/metrics").status == 200  # reads need no token
+    finally:
+        server.stop()
+        service.store.close()

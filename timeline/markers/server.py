@@ -33,7 +33,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from timeline.errors import FileAlreadyExistsError, InvalidPathError, WriteConflictError
+from timeline.http_server import BackgroundHttpServer
 from timeline.instant import Action, Instant, State, validate_timestamp
 from timeline.markers.base import MARKER_ROOT, MARKER_TYPE_FILE, IOType, Marker, marker_folder
 
@@ -115,8 +115,6 @@ class MarkerServer:
     ) -> None:
         self.table = table
         self.storage = table.storage
-        self.host = host
-        self.port = port
         self.config = config or MarkerServerConfig()
         self._folders: dict[str, _Folder] = {}
         self._workers = ThreadPoolExecutor(self.config.threads, thread_name_prefix="marker-slot")
@@ -126,44 +124,25 @@ class MarkerServer:
         self.slot_writes: list[tuple[str, int, int, float, float]] = []
         self.slot_violations = 0
         self.batches = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._started = threading.Event()
-        self._start_error: BaseException | None = None
+        self._http = BackgroundHttpServer(self._app, host, port, "marker-server")
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return self._http.url
+
+    @property
+    def port(self) -> int:
+        return self._http.port
 
     # --- lifecycle -------------------------------------------------------------------------------
 
     def start(self, timeout: float = 30.0) -> MarkerServer:
-        self._thread = threading.Thread(target=self._run, name="marker-server", daemon=True)
-        self._thread.start()
-        if not self._started.wait(timeout):
-            raise TimeoutError("the marker server did not start")
-        if self._start_error is not None:
-            raise self._start_error
+        self._http.start(timeout)
         logger.info("marker server for %s at %s", self.storage.base_uri, self.url)
         return self
 
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._startup())
-        except BaseException as e:
-            self._start_error = e
-            self._started.set()
-            return
-        self._started.set()
-        loop.run_forever()
-        loop.run_until_complete(self._shutdown())
-        loop.close()
-
-    async def _startup(self) -> None:
+    def _app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024)
         app.add_routes(
             [
@@ -174,33 +153,25 @@ class MarkerServer:
                 web.post(f"{API}/dir/delete", self._dir_delete),
             ]
         )
-        # queued requests are answered before cleanup; idle keep-alive clients need not be awaited
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
-        self.port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock).start()
+        app.on_startup.append(self._start_tasks)
+        app.on_shutdown.append(self._drain)
+        return app
+
+    async def _start_tasks(self, _app: web.Application) -> None:
         self._tasks.append(asyncio.create_task(self._dispatch_forever()))
         if self.config.conflict_check_interval:
             self._tasks.append(asyncio.create_task(self._check_conflicts_forever()))
 
-    async def _shutdown(self) -> None:
+    async def _drain(self, _app: web.Application) -> None:
         for task in self._tasks:
             task.cancel()
         # answer what is still queued rather than leave writers hanging
         await self._dispatch_once()
         while any(f.busy for f in self._folders.values()):
             await asyncio.sleep(self.config.batch_interval)
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     def stop(self) -> None:
-        if self._loop is None or self._thread is None:
-            return
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=30)
+        self._http.stop()
         self._workers.shutdown(wait=True)
         self._io.shutdown(wait=True)
         logger.info("marker server at %s stopped", self.url)
