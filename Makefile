@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: demo test lint bench-markers system-deps clean
+.PHONY: demo test lint bench bench-markers system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,15 @@ test: $(VENV)/.installed-test system-deps
 # Benchmarks print ratios measured side by side in one run (this machine is shared and noisy).
 bench-markers: $(VENV)/.installed-test
 	$(PY) scripts/bench/markers.py
+
+# The full suite: writes docs/benchmarks.md and docs/bench-*.png (about 20 minutes on 2 cores).
+bench: $(VENV)/.installed-bench system-deps
+	$(PY) scripts/bench/run_all.py
+	$(PY) scripts/bench/schedule_lock.py
+
+$(VENV)/.installed-bench: pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e '.[test,bench]'
+	touch $@ $(VENV)/.installed $(VENV)/.installed-test
 
 lint: $(VENV)/.installed-test
 	$(VENV)/bin/ruff check .
