@@ -52,6 +52,7 @@ from timeline.commit_metadata import CommitMetadata
 from timeline.errors import (
     CatchUpTimeoutError,
     ConfigError,
+    CorruptInstantError,
     IndexBuildAbortedError,
     IndexerError,
 )
@@ -418,19 +419,29 @@ class AsyncIndexer:
     def abort(self, instant: Instant, reason: str) -> None:
         """Undo a pending build: partitions out of hoodie.properties, its files and instant gone."""
         logger.warning("aborting %s: %s", instant, reason)
-        plan = self.plan_of(instant)
+        plan = self._readable_plan(instant)
         with self._lock(f"abort indexing {instant.timestamp}") as lock:
             current = self.table.timeline.load().get(instant.timestamp, Action.INDEXING)
             if current is None or current.is_completed:
                 return
             config = self.table.reload_table_config()
-            doomed = [p for p in plan.names if p not in config.metadata_partitions]
+            names = plan.names if plan is not None else []
+            doomed = [p for p in names if p not in config.metadata_partitions]
             self.table.update_metadata_partitions(lock, remove=doomed)
             failpoint("abort.mid")
             self._delete_partitions(doomed)
             self.table.storage.delete(marker_folder(instant.timestamp), recursive=True)
             lock.ensure_valid()
             self.table.timeline.delete_pending(current)
+
+    def _readable_plan(self, instant: Instant) -> IndexPlan | None:
+        """The plan, or None when its file cannot be read (such a plan can never execute; it is
+        aborted by deleting the instant, and no partition is touched)."""
+        try:
+            return self.plan_of(instant)
+        except CorruptInstantError as e:
+            logger.error("%s", e)
+            return None
 
     def _delete_partitions(self, partitions: Sequence[str]) -> None:
         for partition in partitions:
@@ -449,8 +460,9 @@ class AsyncIndexer:
             if p in config.metadata_partitions or p in config.metadata_partitions_inflight
         ]
         for pending in self.pending():
-            if set(self.plan_of(pending).names) & set(types):
-                self.abort(pending, f"dropped: {', '.join(types)}")
+            plan = self._readable_plan(pending)
+            if plan is None or set(plan.names) & set(types):
+                self.abort(pending, f"dropped: {', '.join(types)}" if plan else "unreadable plan")
         with self._lock("drop index") as lock:
             self.table.update_metadata_partitions(lock, remove=types)
             self._delete_partitions(types)

@@ -304,9 +304,6 @@ class MetadataReader:
             merged = merged.filter(pc.invert(merged.column("is_deleted")))
         return merged.sort_by("key")
 
-    def is_available(self, partition: str) -> bool:
-        return bool(self.slices(partition))
-
 
 def _prefixed(rows: pa.Table, prefix: str | None) -> pa.Table:
     if not prefix or rows.num_rows == 0:

@@ -12,11 +12,8 @@ def stable_hash(key: str) -> int:
     return zlib.crc32(key.encode("utf-8"))
 
 
-def bucket_of_key(key: str, buckets: int) -> int:
+def buckets_of_keys(keys: Iterable[str], buckets: int) -> list[int]:
+    """``stable_hash(key) mod buckets`` of each key."""
     if buckets <= 0:
         raise ValueError("buckets must be positive")
-    return stable_hash(key) % buckets
-
-
-def buckets_of_keys(keys: Iterable[str], buckets: int) -> list[int]:
     return [zlib.crc32(k.encode("utf-8")) % buckets for k in keys]

@@ -290,3 +290,21 @@ def test_status(tmp_path: Path, spark: Any) -> None:
         (done.timestamp, "COMPLETED", [FILES]),  # type: ignore[union-attr]
         (scheduled.instant.timestamp, "REQUESTED", [BLOOM_FILTERS]),  # type: ignore[union-attr]
     ]
+
+
+def test_an_unreadable_plan_is_reported_and_can_be_dropped(tmp_path: Path, spark: Any) -> None:
+    from timeline.errors import CorruptInstantError
+
+    table = make_table(tmp_path / "t")
+    indexer = AsyncIndexer(table, spark=spark)
+    scheduled = indexer.schedule([COLUMN_STATS])
+    path = table.timeline.path(scheduled.instant)  # type: ignore[arg-type]
+    table.storage.overwrite(
+        path, b'{"version": 1, "indexPartitionInfos": [{"metadataPartitionPath": "nope"'
+    )
+    with pytest.raises(CorruptInstantError) as err:
+        indexer.execute()
+    assert err.value.path.endswith(".indexing.requested")
+    assert indexer.status()["indexing"][0]["index_upto_instant"].startswith("unreadable plan")
+    assert indexer.drop([COLUMN_STATS]) == [COLUMN_STATS]
+    assert_untouched(table, [COLUMN_STATS])
