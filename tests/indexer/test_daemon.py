@@ -21,27 +21,17 @@ from indexer.requests_store import RequestStore
 from indexer.service_config import load_service_config, parse_service_config
 from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES
 from timeline import Action, Table
-from timeline.config import Config
+from timeline.config import LOCK_URL
 from timeline.errors import ConfigError
-from writer.client import WriteClient
 
-from ..metadata_table.test_metadata_table import keys, rows
-from .test_indexer import assert_exact
+from .test_indexer import assert_exact, make_table
 
 HTTP = urllib3.PoolManager()
 
 
 def _setup(tmp_path: Path, desired: list[str], lease: int = 30) -> tuple[Table, Path]:
-    lock = f"sqlite:///{tmp_path / 'locks.sqlite'}"
-    table = Table.create(
-        str(tmp_path / "t"),
-        "trips",
-        ["uuid"],
-        ["city"],
-        "ts",
-        config=Config.resolve(explicit={"indexer.lock.url": lock}),
-    )
-    WriteClient(table).insert(rows(keys(0, 150)))
+    table = make_table(tmp_path / "t")
+    lock = table.config.get(LOCK_URL)
     config = tmp_path / "service.toml"
     config.write_text(f"""
 [service]

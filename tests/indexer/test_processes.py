@@ -15,12 +15,12 @@ import pytest
 
 from metadata_table.layout import PARTITIONS
 from timeline import Table
-from timeline.config import Config
+from timeline.config import LOCK_URL, Config
 from timeline.errors import WriteConflictError
 from writer.client import Operation, WriteClient
 
 from ..metadata_table.test_metadata_table import keys, rows
-from .test_indexer import assert_exact
+from .test_indexer import assert_exact, make_table
 
 KILL_POINTS = [
     "schedule.after_plan",
@@ -122,16 +122,8 @@ def _p95(values: list[float]) -> float:
 
 
 def test_central_writers_ingest_while_the_indexer_builds(tmp_path: Path) -> None:
-    lock = f"sqlite:///{tmp_path / 'locks.sqlite'}"
-    table = Table.create(
-        str(tmp_path / "t"),
-        "trips",
-        ["uuid"],
-        ["city"],
-        "ts",
-        config=Config.resolve(explicit={"indexer.lock.url": lock}),
-    )
-    WriteClient(table).insert(rows(keys(0, 200)))
+    table = make_table(tmp_path / "t")
+    lock = table.config.get(LOCK_URL)
     stop = tmp_path / "stop"
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(3) as pool:
