@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import pyarrow as pa
 
@@ -26,7 +27,7 @@ from metadata_table.layout import (
     enc,
 )
 from metadata_table.records import python_value
-from metadata_table.table import MetadataTable
+from metadata_table.table import MetadataReader, MetadataTable
 from timeline.fs_view import BaseFile, FileSystemView
 from timeline.storage import FileInfo
 from timeline.table import Table
@@ -53,8 +54,12 @@ class IndexedSnapshot:
         self.table = table
         self.timeline = timeline if timeline is not None else table.timeline.load()
         self.completed = set(table.reload_table_config().metadata_partitions)
-        self.reader = MetadataTable(table).reader(self.timeline)
         self._view: FileSystemView | None = None
+
+    @cached_property
+    def reader(self) -> MetadataReader:
+        """Built on first use: a table without completed partitions never reads its metadata."""
+        return MetadataTable(self.table).reader(self.timeline)
 
     def uses(self, partition: str) -> bool:
         return partition in self.completed

@@ -272,3 +272,21 @@ def test_parquet_bytes_round_trip(tmp_path: Path) -> None:
     WriteClient(table).insert(rows(("a", "sf", 1, 1.5)))
     (path,) = tmp_path.rglob("*.parquet")
     assert pq.read_table(io.BytesIO(path.read_bytes())).column("fare").to_pylist() == [1.5]
+
+
+def test_a_table_without_indexes_never_reads_metadata(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from timeline.storage import Storage
+
+    table = make_table(str(tmp_path))
+    touched: list[str] = []
+    real_list = Storage.list
+
+    def recording_list(self: Storage, path: str = "", recursive: bool = False) -> Any:
+        touched.append(self.uri(path))
+        return real_list(self, path, recursive)
+
+    monkeypatch.setattr(Storage, "list", recording_list)
+    WriteClient(table).insert(rows(("a", "sf", 1, 1.0)))
+    assert touched and not [p for p in touched if "/.hoodie/metadata" in p]
