@@ -148,6 +148,13 @@ def bench_server(
 
 
 def _moto() -> tuple[subprocess.Popen[bytes], str]:
+    """moto's S3 server in its own process, with a 'bench' bucket, and test credentials."""
+    for key, value in (
+        ("AWS_ACCESS_KEY_ID", "bench"),
+        ("AWS_SECRET_ACCESS_KEY", "bench"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
+        os.environ.setdefault(key, value)
     port = _free_port()
     process = subprocess.Popen(
         [
@@ -185,12 +192,6 @@ def main() -> int:
     parser.add_argument("--backends", default="local,s3")
     parser.add_argument("--intervals", default="50,5", help="server batch intervals to run, in ms")
     args = parser.parse_args()
-    for key, value in (
-        ("AWS_ACCESS_KEY_ID", "bench"),
-        ("AWS_SECRET_ACCESS_KEY", "bench"),
-        ("AWS_DEFAULT_REGION", "us-east-1"),
-    ):
-        os.environ.setdefault(key, value)
     results: list[Result] = []
     for backend in args.backends.split(","):
         moto = None

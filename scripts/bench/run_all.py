@@ -439,12 +439,6 @@ def main() -> int:
     parser.add_argument("--sections", default="build,skipping,scaling,writers,listing")
     parser.add_argument("--out", default=str(ROOT / "docs"))
     args = parser.parse_args()
-    for key, value in (
-        ("AWS_ACCESS_KEY_ID", "bench"),
-        ("AWS_SECRET_ACCESS_KEY", "bench"),
-        ("AWS_DEFAULT_REGION", "us-east-1"),
-    ):
-        os.environ.setdefault(key, value)
     sections = set(args.sections.split(","))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
