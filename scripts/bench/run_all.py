@@ -354,11 +354,12 @@ def section_listing(report: Report, root: Path, files: int) -> None:
                 str(base), "bench", ["key"], ["category"], config=Config.resolve(explicit=explicit)
             )
             client = WriteClient(table, WriteOptions(max_records_per_file=1))
-            per = 500
-            for start in range(0, files, per):
-                keys = [f"k{i:07d}" for i in range(start, start + per)]
+            for start in range(0, files, 500):
+                keys = [f"k{i:07d}" for i in range(start, min(files, start + 500))]
                 client.insert(
-                    pa.table({"key": keys, "category": [CATEGORIES[i % 5] for i in range(per)]})
+                    pa.table(
+                        {"key": keys, "category": [CATEGORIES[i % 5] for i in range(len(keys))]}
+                    )
                 )
             initialize(table, [FILES])
             timeline = table.timeline.load()
