@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -43,30 +41,6 @@ from timeline.timeline import Timeline
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]  # (tasks done, tasks total)
-
-
-def spark_session(master: str | None = None, conf: dict[str, str] | None = None) -> Any:
-    """A SparkSession whose Python workers run this interpreter (so they can import pyarrow and
-    this project); local[*] unless ``master`` says otherwise."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    builder = (
-        SparkSession.builder.appName("async-indexer")
-        .master(master or "local[*]")
-        .config("spark.pyspark.python", sys.executable)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-    )
-    if (master or "local").startswith("local"):
-        builder = builder.config("spark.driver.host", "127.0.0.1").config(
-            "spark.driver.bindAddress", "127.0.0.1"
-        )
-    for key, value in (conf or {}).items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    return session
 
 
 @dataclass(frozen=True)
@@ -216,4 +190,4 @@ def cleanup_failed_attempts(mdt: MetadataTable, partitions: list[str]) -> None:
         mdt.timeline.delete_pending(instant)
 
 
-__all__ = ["BuildTarget", "cleanup_failed_attempts", "run_build", "spark_session", "visible_files"]
+__all__ = ["BuildTarget", "cleanup_failed_attempts", "run_build", "visible_files"]

@@ -31,8 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from indexer.build import BuildTarget, cleanup_failed_attempts, run_build, spark_session
-from indexer.failpoints import failpoint
+from indexer.build import BuildTarget, cleanup_failed_attempts, run_build
 from indexer.plan import IndexPlan, PartitionPlan
 from metadata_table.layout import (
     COLUMN_STATS,
@@ -56,9 +55,11 @@ from timeline.errors import (
     IndexBuildAbortedError,
     IndexerError,
 )
+from timeline.failpoints import failpoint
 from timeline.instant import Action, Instant, State, normalize_timestamp
 from timeline.locks import LockHandle
 from timeline.markers import marker_folder
+from timeline.spark import spark_session
 from timeline.table import Table
 from timeline.table_config import TableConfig
 

@@ -169,7 +169,7 @@ class IndexerService:
     def spark(self) -> Any:
         with self._spark_lock:
             if self._spark is None:
-                from indexer.build import spark_session
+                from timeline.spark import spark_session
 
                 self._spark = spark_session(self.config.spark_master, self.config.spark_conf)
             return self._spark

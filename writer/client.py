@@ -25,17 +25,17 @@ import io
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from metadata_table.reads import IndexedSnapshot
-from metadata_table.records import DataFileInfo, info_from_bytes
+from metadata_table.records import DataFileInfo
 from metadata_table.table import MetadataTable
-from timeline.commit_metadata import NULL_COMMIT, CommitMetadata, WriteStat
+from timeline.commit_metadata import CommitMetadata, WriteStat
 from timeline.config import (
     ASYNC_CONFLICT_PERIOD_MS,
     BLOOM_FILTER_FPP,
@@ -55,36 +55,31 @@ from timeline.config import (
 )
 from timeline.conflict import ConcurrentOperation, TxnStart, operation_of, strategy_for
 from timeline.errors import (
-    FileAlreadyExistsError,
     IndexerError,
 )
-from timeline.fs_view import (
-    PARTITION_METADATA_FILE,
-    BaseFile,
-    FileSystemView,
-    base_file_name,
-    read_parquet,
-)
+from timeline.failpoints import failpoint
+from timeline.fs_view import BaseFile, FileSystemView, read_parquet
 from timeline.hashing import buckets_of_keys
 from timeline.instant import Action, Instant, State
 from timeline.locks import LockHandle
-from timeline.markers import DirectMarkers, IOType, Marker, MarkerWriter
+from timeline.markers import DirectMarkers, IOType, MarkerWriter
 from timeline.markers.client import MarkerServerError, TimelineServerMarkers
 from timeline.markers.server import MarkerServer, MarkerServerConfig
 from timeline.rollback import rollback
 from timeline.table import Table
 from writer.avro import avro_schema
 from writer.early_conflict import EarlyConflictDetector
+from writer.files import (
+    META_COLUMNS,
+    RECORD_KEY,
+    FileGroupWrite,
+    dedupe,
+    encode_file_group,
+    ensure_partition_metadata,
+)
 from writer.keys import BadRecordsError, partition_paths, record_keys
 
 logger = logging.getLogger(__name__)
-
-COMMIT_TIME = "_hoodie_commit_time"
-COMMIT_SEQNO = "_hoodie_commit_seqno"
-RECORD_KEY = "_hoodie_record_key"
-PARTITION_PATH = "_hoodie_partition_path"
-FILE_NAME = "_hoodie_file_name"
-META_COLUMNS = (COMMIT_TIME, COMMIT_SEQNO, RECORD_KEY, PARTITION_PATH, FILE_NAME)
 
 
 class Operation(enum.StrEnum):
@@ -153,19 +148,6 @@ def new_file_id() -> str:
     import uuid
 
     return f"{uuid.uuid4()}-0"
-
-
-@dataclass
-class _Target:
-    """One file group this write produces a new base file for."""
-
-    partition: str
-    file_id: str
-    io_type: IOType
-    base: BaseFile | None = None
-    incoming: pa.Table | None = None  # rows to insert or update
-    incoming_keys: list[str] = field(default_factory=list)
-    delete_keys: set[str] = field(default_factory=set)
 
 
 class _TxnState(enum.Enum):
@@ -316,10 +298,10 @@ class WriteTransaction:
         self._written = True
         targets = self._plan(data)
         for index, target in enumerate(targets):
-            self.stats.append(self._write_file(index, target))
+            self._write_file(index, target)
         return list(self.stats)
 
-    def _plan(self, data: pa.Table) -> list[_Target]:
+    def _plan(self, data: pa.Table) -> list[FileGroupWrite]:
         cfg = self.table.table_config
         clash = [c for c in data.column_names if c in META_COLUMNS]
         if clash:
@@ -338,7 +320,7 @@ class WriteTransaction:
         by_partition: dict[str, list[int]] = defaultdict(list)
         for i, p in enumerate(parts):
             by_partition[p].append(i)
-        targets: list[_Target] = []
+        targets: list[FileGroupWrite] = []
         for partition, rows in sorted(by_partition.items()):
             sub = data.take(pa.array(rows, pa.int64()))
             sub_keys = [keys[i] for i in rows]
@@ -381,22 +363,17 @@ class WriteTransaction:
         return pa.schema([f for f in schema if f.name not in META_COLUMNS])
 
     def _dedupe(self, data: pa.Table, keys: list[str], parts: list[str]) -> list[int]:
-        """Row indices to keep: one per (partition, key), the largest precombine value (the last
-        one on ties)."""
         precombine = self.table.table_config.precombine_field
         values: list[object] | None = None
         if precombine and self.operation is not Operation.DELETE:
             if precombine not in data.column_names:
                 raise BadRecordsError(precombine, "the precombine field is missing")
             values = data.column(precombine).to_pylist()
-        best: dict[tuple[str, str], int] = {}
-        for i, key in enumerate(zip(parts, keys, strict=True)):
-            j = best.get(key)
-            if j is None or values is None or _not_less(values[i], values[j]):
-                best[key] = i
-        return sorted(best.values())
+        return dedupe(list(zip(parts, keys, strict=True)), values)
 
-    def _plan_partition(self, partition: str, rows: pa.Table, keys: list[str]) -> list[_Target]:
+    def _plan_partition(
+        self, partition: str, rows: pa.Table, keys: list[str]
+    ) -> list[FileGroupWrite]:
         latest = {b.file_id: b for b in self.view.latest_base_files([partition])}
         deleting = self.operation is Operation.DELETE
         if self.options.bucket_count > 0:
@@ -409,7 +386,9 @@ class WriteTransaction:
                 base = latest.get(file_id)
                 if deleting and base is None:
                     continue
-                target = _Target(partition, file_id, IOType.MERGE if base else IOType.CREATE, base)
+                target = FileGroupWrite(
+                    partition, file_id, IOType.MERGE if base else IOType.CREATE, base
+                )
                 self._assign(target, rows, keys, idx, deleting)
                 targets.append(target)
             return targets
@@ -428,19 +407,24 @@ class WriteTransaction:
                     inserts.append(i)
         targets = []
         for file_id, idx in sorted(by_file.items()):
-            target = _Target(partition, file_id, IOType.MERGE, latest[file_id])
+            target = FileGroupWrite(partition, file_id, IOType.MERGE, latest[file_id])
             self._assign(target, rows, keys, idx, deleting)
             targets.append(target)
         per_file = self._records_per_file(rows)
         for start in range(0, len(inserts), per_file):
             chunk = inserts[start : start + per_file]
-            target = _Target(partition, new_file_id(), IOType.CREATE)
+            target = FileGroupWrite(partition, new_file_id(), IOType.CREATE)
             self._assign(target, rows, keys, chunk, deleting=False)
             targets.append(target)
         return targets
 
     def _assign(
-        self, target: _Target, rows: pa.Table, keys: list[str], idx: list[int], deleting: bool
+        self,
+        target: FileGroupWrite,
+        rows: pa.Table,
+        keys: list[str],
+        idx: list[int],
+        deleting: bool,
     ) -> None:
         if deleting:
             target.delete_keys = {keys[i] for i in idx}
@@ -468,55 +452,34 @@ class WriteTransaction:
 
     # --- one data file ---------------------------------------------------------------------------
 
-    def _ensure_partition_metadata(self, partition: str) -> None:
-        path = f"{partition}/{PARTITION_METADATA_FILE}" if partition else PARTITION_METADATA_FILE
-        depth = len(partition.split("/")) if partition else 0
-        body = f"#partition metadata\ncommitTime={self.instant_time}\npartitionDepth={depth}\n"
-        with contextlib.suppress(FileAlreadyExistsError):
-            self.table.storage.create(path, body.encode())
-
-    def _write_file(self, index: int, target: _Target) -> WriteStat:
-        token = f"{index}-0-0"
-        name = base_file_name(target.file_id, token, self.instant_time)
-        marker = Marker(target.partition, name, target.io_type)
+    def _write_file(self, index: int, target: FileGroupWrite) -> WriteStat:
+        marker = target.marker(f"{index}-0-0", self.instant_time)
         with self._guard(target.partition, target.file_id):
             self.markers.create(marker)
-        self._ensure_partition_metadata(target.partition)
-        rows, counts = self._merged_rows(index, target)
-        rows = rows.set_column(
-            rows.schema.get_field_index(FILE_NAME),
-            FILE_NAME,
-            pa.array([name] * rows.num_rows, pa.string()),
+        ensure_partition_metadata(self.table.storage, target.partition, self.instant_time)
+        encoded = encode_file_group(
+            self.table.storage,
+            self.instant_time,
+            target,
+            marker,
+            self.table.table_config.precombine_field,
+            self.options.bloom_filter_fpp,
+            seq_prefix=index,
         )
-        rows = rows.sort_by(RECORD_KEY)
-        sink = pa.BufferOutputStream()
-        pq.write_table(
-            rows,
-            sink,
-            compression="snappy",
-            bloom_filter_options={
-                RECORD_KEY: {"ndv": max(1, rows.num_rows), "fpp": self.options.bloom_filter_fpp}
-            },
-        )
-        data = sink.getvalue().to_pybytes()
-        stat = WriteStat(
-            file_id=target.file_id,
-            path=marker.data_path,
-            partition_path=target.partition,
-            prev_commit=target.base.instant_time if target.base else NULL_COMMIT,
-            num_writes=rows.num_rows,
-            num_deletes=counts["deletes"],
-            num_update_writes=counts["updates"],
-            num_inserts=counts["inserts"],
-            total_write_bytes=len(data),
-            file_size_in_bytes=len(data),
-        )
-        self.table.storage.create(marker.data_path, data)
-        self._infos[marker.data_path] = info_from_bytes(
-            target.partition, name, self.instant_time, data
-        )
-        logger.debug("wrote %s (%d records)", marker.data_path, rows.num_rows)
-        return stat
+        failpoint("writer.before_data")
+        self.table.storage.create(encoded.path, encoded.data)
+        failpoint("writer.after_data")
+        self.add_written(encoded.stat, encoded.info)
+        logger.debug("wrote %s (%d records)", encoded.path, encoded.stat.num_writes)
+        return encoded.stat
+
+    def add_written(self, stat: WriteStat, info: DataFileInfo) -> None:
+        """Record a data file this write stored (its marker created first): it is committed, and
+        finalize keeps it. Used by engines that write files elsewhere (Spark executors)."""
+        self._check_open()
+        self._written = True
+        self.stats.append(stat)
+        self._infos[stat.path] = info
 
     @contextlib.contextmanager
     def _guard(self, partition: str, file_id: str) -> Iterator[None]:
@@ -525,74 +488,6 @@ class WriteTransaction:
             return
         with self._detector.guard(partition, file_id):
             yield
-
-    def _with_meta(
-        self, rows: pa.Table, keys: Sequence[str], partition: str, index: int
-    ) -> pa.Table:
-        n = rows.num_rows
-        t = self.instant_time
-        meta = [
-            pa.array([t] * n, pa.string()),
-            pa.array([f"{t}_{index}_{i}" for i in range(n)], pa.string()),
-            pa.array(list(keys), pa.string()),
-            pa.array([partition] * n, pa.string()),
-            pa.array([""] * n, pa.string()),
-        ]
-        return pa.Table.from_arrays(
-            meta + list(rows.columns), names=[*META_COLUMNS, *rows.column_names]
-        )
-
-    def _merged_rows(self, index: int, target: _Target) -> tuple[pa.Table, dict[str, int]]:
-        counts = {"inserts": 0, "updates": 0, "deletes": 0}
-        incoming = None
-        if target.incoming is not None:
-            incoming = self._with_meta(
-                target.incoming, target.incoming_keys, target.partition, index
-            )
-        if target.base is None:
-            assert incoming is not None
-            counts["inserts"] = incoming.num_rows
-            return incoming, counts
-        existing = read_parquet(self.table.storage, target.base.path)
-        existing_keys = existing.column(RECORD_KEY)
-        if target.delete_keys:
-            doomed = pa.array(sorted(target.delete_keys), pa.string())
-            hit = pc.is_in(existing_keys, value_set=doomed)
-            counts["deletes"] = pc.sum(hit).as_py() or 0
-            return existing.filter(pc.invert(hit)), counts
-        assert incoming is not None
-        incoming = self._drop_stale(existing, incoming)
-        replaced = pc.is_in(existing_keys, value_set=incoming.column(RECORD_KEY))
-        counts["updates"] = pc.sum(replaced).as_py() or 0
-        counts["inserts"] = incoming.num_rows - counts["updates"]
-        kept = existing.filter(pc.invert(replaced))
-        try:
-            merged = pa.concat_tables([kept, incoming.cast(kept.schema)])
-        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as e:
-            raise BadRecordsError(None, f"records do not fit {target.base.path}: {e}") from e
-        return merged, counts
-
-    def _drop_stale(self, existing: pa.Table, incoming: pa.Table) -> pa.Table:
-        """Drop incoming rows whose stored version has a larger precombine value."""
-        precombine = self.table.table_config.precombine_field
-        if not precombine or precombine not in existing.column_names:
-            return incoming
-        stored = dict(
-            zip(
-                existing.column(RECORD_KEY).to_pylist(),
-                existing.column(precombine).to_pylist(),
-                strict=True,
-            )
-        )
-        keep = [
-            key not in stored or _not_less(value, stored[key])
-            for key, value in zip(
-                incoming.column(RECORD_KEY).to_pylist(),
-                incoming.column(precombine).to_pylist(),
-                strict=True,
-            )
-        ]
-        return incoming.filter(pa.array(keep, pa.bool_()))
 
     # --- commit and abort ------------------------------------------------------------------------
 
@@ -685,15 +580,3 @@ class WriteTransaction:
         finally:
             self.heartbeat.stop()
         logger.info("write %s aborted", self.instant)
-
-
-def _not_less(a: object, b: object) -> bool:
-    """a >= b for precombine values; None sorts first."""
-    if b is None:
-        return True
-    if a is None:
-        return False
-    try:
-        return not (a < b)  # type: ignore[operator]
-    except TypeError:
-        return True

@@ -38,7 +38,6 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from indexer.build import spark_session  # noqa: E402
 from indexer.indexer import AsyncIndexer  # noqa: E402
 from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES  # noqa: E402
 from metadata_table.reads import IndexedSnapshot  # noqa: E402
@@ -47,6 +46,7 @@ from metadata_table.table import initialize  # noqa: E402
 from timeline import Table  # noqa: E402
 from timeline.config import Config  # noqa: E402
 from timeline.fs_view import FileSystemView  # noqa: E402
+from timeline.spark import spark_session  # noqa: E402
 from writer.client import WriteClient, WriteOptions  # noqa: E402
 
 CATEGORIES = ["red", "green", "blue", "amber", "violet"]
@@ -170,7 +170,7 @@ def build(table: Table, spark: Any) -> tuple[float, int]:
 def spark_startup_seconds() -> float:
     code = (
         f"import time, sys; t=time.perf_counter(); sys.path.insert(0, {str(ROOT)!r}); "
-        "from indexer.build import spark_session; s=spark_session('local[2]'); "
+        "from timeline.spark import spark_session; s=spark_session('local[2]'); "
         "print(time.perf_counter()-t); s.stop()"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

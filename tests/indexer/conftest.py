@@ -10,7 +10,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    from indexer.build import spark_session
+    from timeline.spark import spark_session
 
     session = spark_session("local[2]", {"spark.default.parallelism": "4"})
     yield session

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from indexer.failpoints import ENV, POINTS, InjectedFailure
 from indexer.indexer import AsyncIndexer, IndexerOptions
 from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES, PARTITIONS
 from metadata_table.table import MetadataTable, build_records, initialize
 from timeline import Action, Table
 from timeline.config import Config
 from timeline.errors import ConfigError, IndexBuildAbortedError
+from timeline.failpoints import ENV, POINTS, InjectedFailure
 from writer.client import Operation, WriteClient
 
 from ..metadata_table.test_metadata_table import keys, rows

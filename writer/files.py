@@ -1,0 +1,229 @@
+"""One file group's new base file: merge the incoming rows (or deletes) into the current base file,
+add the Hudi meta columns, and encode it as Parquet with a bloom filter on the record key.
+
+Shared by both write engines: the local engine calls it in the writing process; the Spark engine
+calls it in executors, one file group at a time. Nothing here touches markers or the timeline:
+the caller creates the marker first and stores the bytes after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from metadata_table.records import DataFileInfo, info_from_bytes
+from timeline.commit_metadata import NULL_COMMIT, WriteStat
+from timeline.errors import FileAlreadyExistsError
+from timeline.fs_view import PARTITION_METADATA_FILE, BaseFile, base_file_name, read_parquet
+from timeline.markers import IOType, Marker
+from timeline.storage import Storage
+from writer.keys import BadRecordsError
+
+COMMIT_TIME = "_hoodie_commit_time"
+COMMIT_SEQNO = "_hoodie_commit_seqno"
+RECORD_KEY = "_hoodie_record_key"
+PARTITION_PATH = "_hoodie_partition_path"
+FILE_NAME = "_hoodie_file_name"
+META_COLUMNS = (COMMIT_TIME, COMMIT_SEQNO, RECORD_KEY, PARTITION_PATH, FILE_NAME)
+
+
+@dataclass
+class FileGroupWrite:
+    """One file group a write produces a new base file for."""
+
+    partition: str
+    file_id: str
+    io_type: IOType
+    base: BaseFile | None = None
+    incoming: pa.Table | None = None  # rows to insert or update
+    incoming_keys: list[str] = field(default_factory=list)
+    delete_keys: set[str] = field(default_factory=set)
+
+    def marker(self, write_token: str, instant_time: str) -> Marker:
+        name = base_file_name(self.file_id, write_token, instant_time)
+        return Marker(self.partition, name, self.io_type)
+
+
+@dataclass(frozen=True)
+class EncodedFile:
+    """A base file ready to store at ``path``, with its write stat and index information."""
+
+    path: str
+    data: bytes
+    stat: WriteStat
+    info: DataFileInfo
+
+
+def ensure_partition_metadata(storage: Storage, partition: str, instant_time: str) -> None:
+    """Create the partition's ``.hoodie_partition_metadata`` unless it exists."""
+    path = f"{partition}/{PARTITION_METADATA_FILE}" if partition else PARTITION_METADATA_FILE
+    depth = len(partition.split("/")) if partition else 0
+    body = f"#partition metadata\ncommitTime={instant_time}\npartitionDepth={depth}\n"
+    with contextlib.suppress(FileAlreadyExistsError):
+        storage.create(path, body.encode())
+
+
+def encode_file_group(
+    storage: Storage,
+    instant_time: str,
+    target: FileGroupWrite,
+    marker: Marker,
+    precombine: str | None,
+    bloom_fpp: float,
+    seq_prefix: int,
+    seq_start: int = 0,
+) -> EncodedFile:
+    """The new base file of ``target`` (named by ``marker``). Commit sequence numbers are
+    ``<T>_<seq_prefix>_<seq_start + i>``."""
+    name = marker.file_name
+    rows, counts = _merged_rows(storage, instant_time, target, precombine, seq_prefix, seq_start)
+    rows = rows.set_column(
+        rows.schema.get_field_index(FILE_NAME),
+        FILE_NAME,
+        pa.array([name] * rows.num_rows, pa.string()),
+    )
+    rows = rows.sort_by(RECORD_KEY)
+    sink = pa.BufferOutputStream()
+    pq.write_table(
+        rows,
+        sink,
+        compression="snappy",
+        bloom_filter_options={RECORD_KEY: {"ndv": max(1, rows.num_rows), "fpp": bloom_fpp}},
+    )
+    data = sink.getvalue().to_pybytes()
+    stat = WriteStat(
+        file_id=target.file_id,
+        path=marker.data_path,
+        partition_path=target.partition,
+        prev_commit=target.base.instant_time if target.base else NULL_COMMIT,
+        num_writes=rows.num_rows,
+        num_deletes=counts["deletes"],
+        num_update_writes=counts["updates"],
+        num_inserts=counts["inserts"],
+        total_write_bytes=len(data),
+        file_size_in_bytes=len(data),
+    )
+    info = info_from_bytes(target.partition, name, instant_time, data)
+    return EncodedFile(marker.data_path, data, stat, info)
+
+
+def with_meta(
+    rows: pa.Table,
+    keys: Sequence[str],
+    partition: str,
+    instant_time: str,
+    seq_prefix: int,
+    seq_start: int = 0,
+) -> pa.Table:
+    """``rows`` with the Hudi meta columns in front (the file name is filled in later)."""
+    n = rows.num_rows
+    t = instant_time
+    meta = [
+        pa.array([t] * n, pa.string()),
+        pa.array([f"{t}_{seq_prefix}_{seq_start + i}" for i in range(n)], pa.string()),
+        pa.array(list(keys), pa.string()),
+        pa.array([partition] * n, pa.string()),
+        pa.array([""] * n, pa.string()),
+    ]
+    return pa.Table.from_arrays(
+        meta + list(rows.columns), names=[*META_COLUMNS, *rows.column_names]
+    )
+
+
+def _merged_rows(
+    storage: Storage,
+    instant_time: str,
+    target: FileGroupWrite,
+    precombine: str | None,
+    seq_prefix: int,
+    seq_start: int,
+) -> tuple[pa.Table, dict[str, int]]:
+    counts = {"inserts": 0, "updates": 0, "deletes": 0}
+    incoming = None
+    if target.incoming is not None:
+        incoming = with_meta(
+            target.incoming,
+            target.incoming_keys,
+            target.partition,
+            instant_time,
+            seq_prefix,
+            seq_start,
+        )
+    if target.base is None:
+        assert incoming is not None
+        counts["inserts"] = incoming.num_rows
+        return incoming, counts
+    existing = read_parquet(storage, target.base.path)
+    existing_keys = existing.column(RECORD_KEY)
+    if target.delete_keys:
+        doomed = pa.array(sorted(target.delete_keys), pa.string())
+        hit = pc.is_in(existing_keys, value_set=doomed)
+        counts["deletes"] = pc.sum(hit).as_py() or 0
+        return existing.filter(pc.invert(hit)), counts
+    assert incoming is not None
+    incoming = _drop_stale(existing, incoming, precombine)
+    replaced = pc.is_in(existing_keys, value_set=incoming.column(RECORD_KEY))
+    counts["updates"] = pc.sum(replaced).as_py() or 0
+    counts["inserts"] = incoming.num_rows - counts["updates"]
+    kept = existing.filter(pc.invert(replaced))
+    try:
+        merged = pa.concat_tables([kept, incoming.cast(kept.schema)])
+    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as e:
+        raise BadRecordsError(None, f"records do not fit {target.base.path}: {e}") from e
+    return merged, counts
+
+
+def _drop_stale(existing: pa.Table, incoming: pa.Table, precombine: str | None) -> pa.Table:
+    """Drop incoming rows whose stored version has a larger precombine value."""
+    if not precombine or precombine not in existing.column_names:
+        return incoming
+    stored = dict(
+        zip(
+            existing.column(RECORD_KEY).to_pylist(),
+            existing.column(precombine).to_pylist(),
+            strict=True,
+        )
+    )
+    keep = [
+        key not in stored or not_less(value, stored[key])
+        for key, value in zip(
+            incoming.column(RECORD_KEY).to_pylist(),
+            incoming.column(precombine).to_pylist(),
+            strict=True,
+        )
+    ]
+    return incoming.filter(pa.array(keep, pa.bool_()))
+
+
+def dedupe(
+    keys: Sequence[tuple[str, str]], precombine_values: Sequence[object] | None
+) -> list[int]:
+    """Row indices to keep: one per (partition, key), the largest precombine value (the last one
+    on ties, and the last one when there is no precombine field)."""
+    best: dict[tuple[str, str], int] = {}
+    for i, key in enumerate(keys):
+        j = best.get(key)
+        if (
+            j is None
+            or precombine_values is None
+            or not_less(precombine_values[i], precombine_values[j])
+        ):
+            best[key] = i
+    return sorted(best.values())
+
+
+def not_less(a: object, b: object) -> bool:
+    """a >= b for precombine values; None sorts first."""
+    if b is None:
+        return True
+    if a is None:
+        return False
+    try:
+        return not (a < b)  # type: ignore[operator]
+    except TypeError:
+        return True
