@@ -118,3 +118,13 @@ def postgres_url() -> Iterator[str]:
             [*as_user, pg_ctl, "-D", data, "-m", "immediate", "stop"], capture_output=True
         )
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local SparkSession for the whole test run (starting one takes ~8 s)."""
+    from timeline.spark import spark_session
+
+    session = spark_session("local[2]", {"spark.default.parallelism": "4"})
+    yield session
+    session.stop()

@@ -1,8 +1,12 @@
-"""Named failure points for tests of the indexer's recovery (``AIX_FAILPOINT=<name>[:mode]``).
+"""Named failure points for tests of recovery (``AIX_FAILPOINT=<name>[:mode]``).
 
 At a point whose name matches, the process raises :class:`InjectedFailure` (``<name>``), raises
 only the first time (``<name>:once``), kills itself with SIGKILL (``<name>:kill``), or stalls for
 N seconds (``<name>:sleep=N``). Unset in production; checking is one dictionary lookup.
+
+Spark tasks do not inherit the driver's environment on a cluster, so a job captures the spec on
+the driver (:func:`current`) and passes it to its tasks, which call :func:`task_failpoint`: it
+fires on a task's first attempt only, so the retry or speculative copy runs clean.
 """
 
 from __future__ import annotations
@@ -37,8 +41,24 @@ class InjectedFailure(IndexerError):
         self.point = point
 
 
-def failpoint(name: str) -> None:
-    spec = os.environ.get(ENV)
+def current() -> str | None:
+    """The failpoint spec of this process (to hand to Spark tasks)."""
+    return os.environ.get(ENV) or None
+
+
+def armed(name: str, spec: str | None) -> bool:
+    return bool(spec) and spec.partition(":")[0] == name  # type: ignore[union-attr]
+
+
+def task_failpoint(name: str, spec: str | None, attempt: int, partition: int = 0) -> None:
+    """In a Spark task: :func:`failpoint` with the driver's ``spec``, on the first attempt of the
+    task of Spark partition 0 only."""
+    if attempt == 0 and partition == 0 and armed(name, spec):
+        failpoint(name, spec)
+
+
+def failpoint(name: str, spec: str | None = None) -> None:
+    spec = spec or os.environ.get(ENV)
     if not spec:
         return
     point, _, mode = spec.partition(":")

@@ -109,6 +109,7 @@ class WriteOptions:
     bloom_filter_fpp: float = BLOOM_FILTER_FPP.default
     markers: str = "direct"  # or "timeline_server_based"
     marker_server_url: str = ""  # empty: embed a server in this client
+    marker_server_host: str = "127.0.0.1"  # where an embedded server listens (Spark: the driver)
     marker_batch_interval_ms: int = MARKER_BATCH_INTERVAL_MS.default
     marker_threads: int = MARKER_THREADS.default
     async_conflict_period_ms: int = ASYNC_CONFLICT_PERIOD_MS.default
@@ -174,6 +175,7 @@ class WriteClient:
             period = self.options.async_conflict_period_ms / 1000
             self._server = MarkerServer(
                 self.table,
+                host=self.options.marker_server_host,
                 config=MarkerServerConfig(
                     batch_interval=self.options.marker_batch_interval_ms / 1000,
                     threads=self.options.marker_threads,
@@ -326,6 +328,11 @@ class WriteTransaction:
             sub_keys = [keys[i] for i in rows]
             targets.extend(self._plan_partition(partition, sub, sub_keys))
         return targets
+
+    def check_schema(self, incoming: pa.Schema) -> None:
+        """Check ``incoming`` against the table's schema and adopt it for the commit (engines
+        that plan elsewhere call this before writing)."""
+        self._schema = self._check_schema(incoming)
 
     def _check_schema(self, incoming: pa.Schema) -> pa.Schema:
         existing = self._table_schema()

@@ -1,0 +1,109 @@
+"""The Spark write engine on a local SparkSession: the same table as the local engine, file names
+with Spark write tokens, markers, and a clear error for bad input."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from timeline.fs_view import FileSystemView
+from timeline.markers import marker_folder
+from writer.client import Operation, WriteClient, WriteOptions
+from writer.keys import BadRecordsError
+from writer.spark import SparkWriteClient, SparkWriteError
+
+from .test_client import commit_metadata, make_table, rows, snapshot
+
+
+def frame(spark: Any, data: pa.Table, folder: Path) -> Any:
+    """``data`` as a Spark DataFrame, through a Parquet file (as the CLI reads its input)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"input-{len(list(folder.iterdir()))}.parquet"
+    pq.write_table(data, path)
+    return spark.read.parquet(str(path))
+
+
+def records(table: Any) -> dict[str, dict[str, Any]]:
+    """The snapshot without the meta columns that name instants and files."""
+    volatile = ("_hoodie_commit_time", "_hoodie_commit_seqno", "_hoodie_file_name")
+    return {
+        key: {c: v for c, v in row.items() if c not in volatile}
+        for key, row in snapshot(table).items()
+    }
+
+
+TOKEN = re.compile(r"^[0-9a-f-]+-\d+_(\d+)-(\d+)-(\d+)_\d{17}\.parquet$")
+
+
+BATCHES = [
+    (
+        Operation.INSERT,
+        rows(*[(f"k{i:03d}", ["sf", "nyc", "la"][i % 3], 1, float(i)) for i in range(60)]),
+    ),
+    (
+        Operation.UPSERT,
+        rows(*[(f"k{i:03d}", ["sf", "nyc", "la"][i % 3], 2, i * 10.0) for i in range(0, 90, 3)]),
+    ),
+    (Operation.UPSERT, rows(("k000", "sf", 1, -1.0), ("k001", "nyc", 3, -2.0))),  # k000 is stale
+    (
+        Operation.DELETE,
+        rows(*[(f"k{i:03d}", ["sf", "nyc", "la"][i % 3], 0, 0.0) for i in range(0, 30, 2)]),
+    ),
+]
+
+
+@pytest.mark.parametrize("markers", ["direct", "timeline_server_based"])
+def test_spark_engine_matches_the_local_engine(tmp_path: Path, spark: Any, markers: str) -> None:
+    options = WriteOptions(markers=markers, max_records_per_file=8)
+    local = make_table(str(tmp_path / "local"))
+    remote = make_table(str(tmp_path / "spark"))
+    with WriteClient(local, options) as a, SparkWriteClient(remote, spark, options) as b:
+        for operation, data in BATCHES:
+            a.write(operation, data)
+            instant = b.write(operation, frame(spark, data, tmp_path / "in"))
+            metadata = commit_metadata(remote, instant.timestamp)
+            for stat in metadata.write_stats:
+                match = TOKEN.match(stat.path.rsplit("/", 1)[1])
+                assert match, stat.path  # <fileId>_<partition>-<stage>-<attempt id>_<T>.parquet
+                assert stat.num_writes <= 8 or operation is not Operation.INSERT
+            assert not remote.storage.exists(marker_folder(instant.timestamp))
+    assert records(remote) == records(local)
+    view = FileSystemView(remote.timeline, remote.timeline.load())
+    assert len(view.latest_base_files()) >= 60 // 8
+
+
+def test_spark_engine_bucket_layout(tmp_path: Path, spark: Any) -> None:
+    options = WriteOptions(bucket_count=4)
+    local = make_table(str(tmp_path / "local"))
+    remote = make_table(str(tmp_path / "spark"))
+    with WriteClient(local, options) as a, SparkWriteClient(remote, spark, options) as b:
+        for operation, data in BATCHES:
+            a.write(operation, data)
+            b.write(operation, frame(spark, data, tmp_path / "in"))
+    assert records(remote) == records(local)
+    view = FileSystemView(remote.timeline, remote.timeline.load())
+    assert {b.file_id[:8] for b in view.latest_base_files()} <= {f"{i:08d}" for i in range(4)}
+
+
+def test_spark_engine_bad_input_names_the_column_and_rolls_back(tmp_path: Path, spark: Any) -> None:
+    table = make_table(str(tmp_path / "t"))
+    bad = pa.table({"uuid": ["a", None], "city": ["sf", "sf"], "ts": [1, 1], "fare": [1.0, 2.0]})
+    with SparkWriteClient(table, spark) as client:
+        with pytest.raises(SparkWriteError, match="uuid"):
+            client.insert(frame(spark, bad, tmp_path / "in"))
+        with pytest.raises(BadRecordsError, match="_hoodie_record_key"):
+            client.insert(
+                frame(
+                    spark,
+                    bad.append_column("_hoodie_record_key", pa.array(["x", "y"])),
+                    tmp_path / "in",
+                )
+            )
+    timeline = table.timeline.load()
+    assert not timeline.pending()
+    assert FileSystemView(table.timeline, timeline).all_base_files == []

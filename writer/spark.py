@@ -1,0 +1,477 @@
+"""The Spark write engine: a DataFrame written as one commit, data files written by executors.
+
+The driver starts the write exactly as the local engine does (instant time, heartbeat,
+``T.commit.requested``, the markers, and an embedded marker server listening on the driver's
+host when timeline-server markers are used), then runs three small jobs and one write job:
+
+1. keys: executors add ``_hoodie_record_key`` and ``_hoodie_partition_path`` to every row (and the
+   bucket's file id in the bucket layout);
+2. tagging, for upserts and deletes: the record keys of the latest base files in the touched
+   partitions are read by executors and joined with the incoming keys (Hudi's simple index);
+3. sizing: rows without a file group are counted per partition and the driver picks new file ids
+   (``ceil(count / records per file)`` of them); executors spread the rows over them by key hash;
+4. write: rows are shuffled by (partition, file group) and sorted by key; each task writes one
+   base file per file group it holds: marker first, then the Parquet file, named with the write
+   token ``<Spark partition id>-<stage id>-<task attempt id>`` so that retried and speculative
+   attempts never write the same name. Tasks return the write stats and the index information.
+
+Back on the driver, the stats of the successful attempts are the commit's. The driver waits for
+the write stage's other attempts (speculative copies being killed) to end, then commits with OCC:
+finalize deletes every data file that has a marker but is not in the stats, which is exactly the
+partial files of failed attempts and the duplicates of speculative ones. An attempt that outlives
+even that wait finds the instant completed or gone after writing and deletes its own file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import pickle
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from metadata_table.records import DataFileInfo
+from timeline.commit_metadata import WriteStat
+from timeline.errors import IndexerError
+from timeline.failpoints import armed, current, task_failpoint
+from timeline.fs_view import BaseFile, read_parquet
+from timeline.hashing import buckets_of_keys
+from timeline.instant import Action, Instant, State
+from timeline.markers import IOType, MarkerWriter
+from timeline.storage import Storage
+from timeline.table import Table
+from writer.client import Operation, WriteClient, WriteOptions, WriteTransaction, bucket_file_id
+from writer.files import (
+    META_COLUMNS,
+    PARTITION_PATH,
+    RECORD_KEY,
+    FileGroupWrite,
+    dedupe,
+    encode_file_group,
+    ensure_partition_metadata,
+)
+from writer.keys import BadRecordsError, partition_paths, record_keys
+
+logger = logging.getLogger(__name__)
+
+FILE_ID = "_aix_file_id"
+ROW_BYTES = "_aix_row_bytes"
+_RESULT_SCHEMA = "path string, stat string, info binary"
+# failpoints of a write task's first attempt: die after writing half of its first file; stall
+# after writing its first file (so a speculative copy starts)
+PARTIAL = "spark.write.partial"
+SLOW = "spark.write.slow"
+
+
+class SparkWriteError(IndexerError):
+    """The Spark job of a write failed; ``reason`` is the error raised in the failing task."""
+
+    def __init__(self, instant_time: str, reason: str) -> None:
+        super().__init__(f"spark write {instant_time} failed: {reason}")
+        self.reason = reason
+
+
+class SparkWriteClient(WriteClient):
+    """A :class:`WriteClient` whose writes take Spark DataFrames and run on ``spark``.
+
+    ``attempt_wait`` bounds how long the driver waits, after the write job, for killed speculative
+    attempts to end before it commits."""
+
+    def __init__(
+        self,
+        table: Table,
+        spark: Any,
+        options: WriteOptions | None = None,
+        attempt_wait: float = 30.0,
+    ) -> None:
+        options = options or WriteOptions.from_config(table.config)
+        if options.timeline_server_markers and not options.marker_server_url:
+            # executors on other hosts reach the embedded server at the driver's address
+            host = spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
+            options = dataclasses.replace(options, marker_server_host=host)
+        if options.early_conflict_detection and not options.timeline_server_markers:
+            logger.warning(
+                "early conflict detection in the Spark engine runs in the marker server; "
+                "with direct markers conflicts are found at commit"
+            )
+        super().__init__(table, options)
+        self.spark = spark
+        self.attempt_wait = attempt_wait
+
+    def write(self, operation: Operation, data: Any) -> Instant:
+        """Write the DataFrame ``data`` as one commit (see the module docstring)."""
+        txn = self.start(operation)
+        try:
+            try:
+                _SparkWrite(self, txn, data).run()
+            except IndexerError:
+                raise
+            except Exception as e:  # a failed Spark job: name the task's error
+                raise SparkWriteError(txn.instant_time, _task_error(e)) from e
+            return txn.commit()
+        except BaseException:
+            txn.abort()
+            raise
+
+
+class _SparkWrite:
+    def __init__(self, client: SparkWriteClient, txn: WriteTransaction, df: Any) -> None:
+        self.client = client
+        self.txn = txn
+        self.df = df
+        self.spark = client.spark
+        self.table = txn.table
+        self.config = txn.table.table_config
+        self.deleting = txn.operation is Operation.DELETE
+
+    def run(self) -> None:
+        schema = self.df.limit(0).toArrow().schema
+        clash = [n for n in schema.names if n in META_COLUMNS or n in (FILE_ID, ROW_BYTES)]
+        if clash:
+            raise BadRecordsError(clash[0], "input may not carry Hudi meta columns")
+        if not self.deleting:
+            self.txn.check_schema(schema)
+        keyed = self._keyed()
+        touched = sorted(r[0] for r in keyed.select(PARTITION_PATH).distinct().collect())
+        if not touched:
+            return
+        latest = self.txn.view.latest_base_files(touched)
+        tagged = self._tagged(keyed, latest)
+        new_groups, per_file = self._new_groups(tagged)
+        tagged = self._assign_new(tagged, new_groups)
+        tasks = max(1, sum(len(v) for v in new_groups.values()) + len(latest))
+        shuffled = tagged.repartition(tasks, PARTITION_PATH, FILE_ID).sortWithinPartitions(
+            PARTITION_PATH, FILE_ID, RECORD_KEY
+        )
+        results = self._collect_writes(shuffled, latest, per_file)
+        for stat, info in results:
+            self.txn.add_written(stat, info)
+        logger.info(
+            "spark write %s: %d files from %d tasks", self.txn.instant_time, len(results), tasks
+        )
+
+    # --- jobs ------------------------------------------------------------------------------------
+
+    def _keyed(self) -> Any:
+        from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+        key_fields = list(self.config.record_key_fields)
+        partition_fields = list(self.config.partition_fields)
+        buckets = self.client.options.bucket_count
+        out = StructType(
+            [
+                *self.df.schema.fields,
+                StructField(RECORD_KEY, StringType(), False),
+                StructField(PARTITION_PATH, StringType(), False),
+                StructField(FILE_ID, StringType(), True),
+                StructField(ROW_BYTES, LongType(), False),
+            ]
+        )
+
+        def keys(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                n = batch.num_rows
+                rows = pa.Table.from_batches([batch])
+                ks = record_keys(rows, key_fields)
+                fids: list[str | None] = [None] * n
+                if buckets:
+                    fids = [bucket_file_id(b) for b in buckets_of_keys(ks, buckets)]
+                yield pa.RecordBatch.from_arrays(
+                    [
+                        *batch.columns,
+                        pa.array(ks, pa.string()),
+                        pa.array(partition_paths(rows, partition_fields), pa.string()),
+                        pa.array(fids, pa.string()),
+                        pa.array([batch.nbytes // max(1, n)] * n, pa.int64()),
+                    ],
+                    schema=pa.schema([*batch.schema, *_EXTRA_FIELDS]),
+                )
+
+        return self.df.mapInArrow(keys, out)
+
+    def _tagged(self, keyed: Any, latest: list[BaseFile]) -> Any:
+        """Rows with the file group holding their key (null: not in the table); deletes keep
+        only found keys."""
+        from pyspark.sql import functions as F
+
+        if self.client.options.bucket_count > 0:
+            if not self.deleting:
+                return keyed
+            existing = [f"{b.partition_path}/{b.file_id}" for b in latest]
+            if not existing:
+                return keyed.limit(0)
+            return keyed.where(F.concat_ws("/", PARTITION_PATH, FILE_ID).isin(existing))
+        if self.txn.operation is Operation.INSERT or not latest:
+            return keyed.limit(0) if self.deleting else keyed
+        storage = self.table.storage
+        files = [(b.partition_path, b.file_id, b.path) for b in latest]
+        sc = self.spark.sparkContext
+
+        def read_keys(it: Iterator[tuple[str, str, str]]) -> Iterator[tuple[str, str, str]]:
+            for partition, file_id, path in it:
+                for key in read_parquet(storage, path, [RECORD_KEY]).column(0).to_pylist():
+                    yield partition, key, file_id
+
+        slices = max(1, min(len(files), sc.defaultParallelism * 2))
+        existing_df = self.spark.createDataFrame(
+            sc.parallelize(files, slices).mapPartitions(read_keys),
+            "_aix_p string, _aix_k string, _aix_f string",
+        )
+        joined = keyed.drop(FILE_ID).join(
+            existing_df,
+            (keyed[PARTITION_PATH] == existing_df["_aix_p"])
+            & (keyed[RECORD_KEY] == existing_df["_aix_k"]),
+            "left",
+        )
+        joined = joined.withColumnRenamed("_aix_f", FILE_ID).drop("_aix_p", "_aix_k")
+        if self.deleting:
+            joined = joined.where(F.col(FILE_ID).isNotNull())
+        return joined.select(*keyed.columns)
+
+    def _new_groups(self, tagged: Any) -> tuple[dict[str, list[str]], dict[str, int]]:
+        """New file ids per partition for the rows without a file group, and records per file."""
+        from pyspark.sql import functions as F
+
+        if self.deleting:
+            return {}, {}
+        options = self.client.options
+        counts = (
+            tagged.where(F.col(FILE_ID).isNull())
+            .groupBy(PARTITION_PATH)
+            .agg(F.count(F.lit(1)).alias("n"), F.sum(ROW_BYTES).alias("bytes"))
+            .collect()
+        )
+        groups: dict[str, list[str]] = {}
+        per_file: dict[str, int] = {}
+        for row in counts:
+            row_bytes = max(1, int(row["bytes"]) // max(1, int(row["n"])))
+            per = max(1, min(options.max_records_per_file, options.max_file_size // row_bytes))
+            per_file[row[PARTITION_PATH]] = per
+            groups[row[PARTITION_PATH]] = [
+                f"{uuid.uuid4()}-0" for _ in range(math.ceil(int(row["n"]) / per))
+            ]
+        return groups, per_file
+
+    def _assign_new(self, tagged: Any, groups: dict[str, list[str]]) -> Any:
+        if not groups:
+            return tagged
+
+        def assign(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                fids = batch.column(FILE_ID).to_pylist()
+                if None not in fids:
+                    yield batch
+                    continue
+                keys = batch.column(RECORD_KEY).to_pylist()
+                parts = batch.column(PARTITION_PATH).to_pylist()
+                for i, fid in enumerate(fids):
+                    if fid is None:
+                        ids = groups[parts[i]]
+                        fids[i] = ids[buckets_of_keys([keys[i]], len(ids))[0]]
+                index = batch.schema.get_field_index(FILE_ID)
+                yield batch.set_column(index, FILE_ID, pa.array(fids, pa.string()))
+
+        return tagged.mapInArrow(assign, tagged.schema)
+
+    def _collect_writes(
+        self, shuffled: Any, latest: list[BaseFile], per_file: dict[str, int]
+    ) -> list[tuple[WriteStat, DataFileInfo]]:
+        task = _WriteTask(
+            storage=self.table.storage,
+            markers=self.txn.markers,
+            instant_time=self.txn.instant_time,
+            operation=self.txn.operation,
+            bases={(b.partition_path, b.file_id): b for b in latest},
+            per_file=per_file,
+            precombine=self.config.precombine_field,
+            bloom_fpp=self.client.options.bloom_filter_fpp,
+            failpoint=current(),
+        )
+        sc = self.spark.sparkContext
+        group = f"aix-write-{self.txn.instant_time}"
+        sc.setJobGroup(group, f"write {self.txn.instant_time}")
+        try:
+            rows = shuffled.mapInArrow(task, _RESULT_SCHEMA).collect()
+        finally:
+            sc.setLocalProperty("spark.jobGroup.id", None)
+        self._wait_for_attempts(group)
+        return [
+            (WriteStat.from_json(_json(row["stat"])), pickle.loads(row["info"])) for row in rows
+        ]
+
+    def _wait_for_attempts(self, group: str) -> None:
+        """Wait until no task attempt of the write's jobs runs (killed speculative copies)."""
+        tracker = self.spark.sparkContext.statusTracker()
+        deadline = time.monotonic() + self.client.attempt_wait
+        while True:
+            active = 0
+            for job_id in tracker.getJobIdsForGroup(group):
+                job = tracker.getJobInfo(job_id)
+                for stage_id in job.stageIds if job else []:
+                    stage = tracker.getStageInfo(stage_id)
+                    active += stage.numActiveTasks if stage else 0
+            if not active:
+                return
+            if time.monotonic() > deadline:
+                logger.warning(
+                    "spark write %s: %d task attempt(s) still running after %.0f s; a late "
+                    "attempt deletes its own file",
+                    self.txn.instant_time,
+                    active,
+                    self.client.attempt_wait,
+                )
+                return
+            time.sleep(0.2)
+
+
+_EXTRA_FIELDS = [
+    pa.field(RECORD_KEY, pa.string(), False),
+    pa.field(PARTITION_PATH, pa.string(), False),
+    pa.field(FILE_ID, pa.string()),
+    pa.field(ROW_BYTES, pa.int64(), False),
+]
+
+
+@dataclasses.dataclass
+class _WriteTask:
+    """The executor side of the write job (pickled into the tasks)."""
+
+    storage: Storage
+    markers: MarkerWriter
+    instant_time: str
+    operation: Operation
+    bases: dict[tuple[str, str], BaseFile]
+    per_file: dict[str, int]
+    precombine: str | None
+    bloom_fpp: float
+    failpoint: str | None
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        assert ctx is not None, "a write task runs inside Spark"
+        partition_id, attempt = ctx.partitionId(), ctx.attemptNumber()
+        token = f"{partition_id}-{ctx.stageId()}-{ctx.taskAttemptId()}"
+        written = 0
+        for (partition, file_id), rows in _groups(batches):
+            for target in self._targets(partition, file_id, rows):
+                marker = target.marker(token, self.instant_time)
+                self.markers.create(marker)
+                ensure_partition_metadata(self.storage, partition, self.instant_time)
+                encoded = encode_file_group(
+                    self.storage,
+                    self.instant_time,
+                    target,
+                    marker,
+                    self.precombine,
+                    self.bloom_fpp,
+                    seq_prefix=partition_id,
+                    seq_start=written,
+                )
+                written += encoded.stat.num_writes
+                if attempt == 0 and partition_id == 0 and armed(PARTIAL, self.failpoint):
+                    # a task that dies after writing part of its file (tests)
+                    self.storage.create(encoded.path, encoded.data[: len(encoded.data) // 2])
+                    task_failpoint(PARTIAL, self.failpoint, attempt, partition_id)
+                self.storage.create(encoded.path, encoded.data)
+                task_failpoint(SLOW, self.failpoint, attempt, partition_id)
+                if self._late():
+                    self.storage.delete(encoded.path)
+                    continue
+                yield pa.RecordBatch.from_pydict(
+                    {
+                        "path": [encoded.path],
+                        "stat": [_dumps(encoded.stat.to_json())],
+                        "info": [pickle.dumps(encoded.info)],
+                    }
+                )
+
+    def _targets(self, partition: str, file_id: str, rows: pa.Table) -> list[FileGroupWrite]:
+        keys = rows.column(RECORD_KEY).to_pylist()
+        data = rows.drop_columns([RECORD_KEY, PARTITION_PATH, FILE_ID, ROW_BYTES])
+        deleting = self.operation is Operation.DELETE
+        values = None
+        if self.precombine and not deleting:
+            values = data.column(self.precombine).to_pylist()
+        keep = dedupe([(partition, k) for k in keys], values)
+        if len(keep) != len(keys):
+            data = data.take(pa.array(keep, pa.int64()))
+            keys = [keys[i] for i in keep]
+        base = self.bases.get((partition, file_id))
+        if deleting:
+            if base is None:
+                return []
+            return [FileGroupWrite(partition, file_id, IOType.MERGE, base, delete_keys=set(keys))]
+        if base is not None:
+            return [FileGroupWrite(partition, file_id, IOType.MERGE, base, data, keys)]
+        # a new file group larger than a file: more groups, ids derived from this one
+        per = self.per_file.get(partition, len(keys)) or 1
+        targets = []
+        for n, start in enumerate(range(0, len(keys), per)):
+            fid = file_id if n == 0 else f"{uuid.uuid5(uuid.NAMESPACE_URL, f'{file_id}/{n}')}-0"
+            chunk = data.slice(start, per)
+            targets.append(
+                FileGroupWrite(
+                    partition, fid, IOType.CREATE, None, chunk, keys[start : start + per]
+                )
+            )
+        return targets
+
+    def _late(self) -> bool:
+        """True when the instant completed or was rolled back while this attempt wrote: its
+        file can be in no commit (the stats of the winning attempt are)."""
+        completed = Instant(self.instant_time, Action.COMMIT, State.COMPLETED)
+        requested = Instant(self.instant_time, Action.COMMIT, State.REQUESTED)
+        return self.storage.exists(f".hoodie/{completed.file_name}") or not self.storage.exists(
+            f".hoodie/{requested.file_name}"
+        )
+
+
+def _groups(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[tuple[str, str], pa.Table]]:
+    """Contiguous runs of (partition path, file id) over sorted batches, one table each."""
+    current: tuple[str, str] | None = None
+    pieces: list[pa.RecordBatch] = []
+    for batch in batches:
+        parts = batch.column(PARTITION_PATH).to_pylist()
+        fids = batch.column(FILE_ID).to_pylist()
+        start = 0
+        for i in range(1, batch.num_rows + 1):
+            if i < batch.num_rows and (parts[i], fids[i]) == (parts[start], fids[start]):
+                continue
+            key = (parts[start], fids[start])
+            if current is not None and key != current:
+                yield current, pa.Table.from_batches(pieces)
+                pieces = []
+            current = key
+            pieces.append(batch.slice(start, i - start))
+            start = i
+    if current is not None and pieces:
+        yield current, pa.Table.from_batches(pieces)
+
+
+def _dumps(value: Any) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True)
+
+
+def _json(value: str) -> Any:
+    import json
+
+    return json.loads(value)
+
+
+def _task_error(e: BaseException) -> str:
+    """The Python error a failed task raised, from Spark's wrapped exception text."""
+    text = str(e)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if "Error:" in line or "Exception:" in line:
+            return line[:500]
+    return (lines[-1] if lines else type(e).__name__)[:500]
