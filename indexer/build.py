@@ -31,6 +31,7 @@ from metadata_table.layout import (
 from metadata_table.records import info_from_storage, records_for
 from metadata_table.table import MetadataTable, write_base_file
 from timeline.errors import MarkerAlreadyExistsError
+from timeline.failpoints import current, task_failpoint
 from timeline.fs_view import FileSystemView
 from timeline.instant import normalize_timestamp
 from timeline.markers import DirectMarkers, IOType, Marker
@@ -76,7 +77,13 @@ def _records_task(
     storage: Storage,
     targets: list[BuildTarget],
     slots: dict[tuple[str, int], int],
+    failpoint: str | None = None,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
+    if failpoint:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        task_failpoint("build.task", failpoint, ctx.attemptNumber() if ctx else 0)
     for partition, name, size, instant in files:
         info = info_from_storage(storage, partition, name, size, instant)
         for target in targets:
@@ -127,6 +134,7 @@ def run_build(
     sc = spark.sparkContext
     slices = max(1, min(len(files), parallelism or sc.defaultParallelism * 2)) if files else 1
     storage = table.storage
+    spec = current()
     logger.info(
         "building %s over %d data files in %d tasks",
         ",".join(t.partition for t in targets),
@@ -138,7 +146,7 @@ def run_build(
     try:
         written = (
             sc.parallelize(files, slices)
-            .mapPartitions(lambda it: _records_task(it, storage, targets, slots))
+            .mapPartitions(lambda it: _records_task(it, storage, targets, slots, spec))
             .partitionBy(len(slot_targets), lambda slot: slot)
             .mapPartitionsWithIndex(
                 lambda i, it: _write_task(

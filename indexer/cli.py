@@ -16,7 +16,14 @@ import time
 from collections.abc import Sequence
 
 from indexer.indexer import DEFAULT_TIMEOUT_SECONDS, AsyncIndexer, IndexerOptions
-from timeline.cli import EXIT_OK, add_common_options, config_from_args, run_subcommands
+from timeline.cli import (
+    EXIT_OK,
+    add_common_options,
+    add_spark_options,
+    config_from_args,
+    run_subcommands,
+    spark_conf_from_args,
+)
 from timeline.config import parse_assignments
 from timeline.table import Table
 
@@ -56,7 +63,7 @@ def _indexer(args: argparse.Namespace, progress: _ProgressBar | None = None) -> 
     table = Table.open(args.base, config_from_args(args))
     options = IndexerOptions(
         spark_master=getattr(args, "spark_master", None),
-        spark_conf=parse_assignments(getattr(args, "spark_conf", []) or [], "--spark-conf"),
+        spark_conf=spark_conf_from_args(args),
         parallelism=getattr(args, "parallelism", None),
         timeout=getattr(args, "timeout", DEFAULT_TIMEOUT_SECONDS),
         retries=getattr(args, "retry", 0),
@@ -206,14 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
             )
             p.add_argument("--columns", help="columns for column_stats (default: all)")
         if spark:
-            p.add_argument("--spark-master", help="any master Spark accepts (default local[*])")
-            p.add_argument(
-                "--spark-conf",
-                action="append",
-                default=[],
-                metavar="KEY=VALUE",
-                help="a Spark setting (repeatable)",
-            )
+            add_spark_options(p)
             p.add_argument("--parallelism", type=int, help="build tasks (default 2 x cores)")
             p.add_argument(
                 "--timeout",

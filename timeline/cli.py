@@ -40,6 +40,26 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-v", "--verbose", action="store_true", help="log state changes to stderr")
 
 
+def add_spark_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--spark-master",
+        metavar="URL",
+        help="any master Spark accepts: local[N], spark://HOST:PORT, yarn, k8s://... "
+        "(default local[*]; under spark-submit, the session spark-submit configured)",
+    )
+    parser.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting, e.g. spark.executor.memory=2g (repeatable)",
+    )
+
+
+def spark_conf_from_args(args: argparse.Namespace) -> dict[str, str]:
+    return parse_assignments(getattr(args, "spark_conf", []) or [], "--spark-conf")
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
     explicit: dict[str, Any] = parse_assignments(args.conf, "--conf")
     for key, value in parse_assignments(args.storage_option, "--storage-option").items():

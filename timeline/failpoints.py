@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 
 from timeline.errors import IndexerError
 
@@ -50,10 +51,13 @@ def armed(name: str, spec: str | None) -> bool:
     return bool(spec) and spec.partition(":")[0] == name  # type: ignore[union-attr]
 
 
-def task_failpoint(name: str, spec: str | None, attempt: int, partition: int = 0) -> None:
-    """In a Spark task: :func:`failpoint` with the driver's ``spec``, on the first attempt of the
-    task of Spark partition 0 only."""
-    if attempt == 0 and partition == 0 and armed(name, spec):
+def task_failpoint(
+    name: str, spec: str | None, attempt: int, claim: Callable[[], bool] | None = None
+) -> None:
+    """In a Spark task: :func:`failpoint` with the driver's ``spec`` on a task's first attempt
+    only, and, when ``claim`` is given, only in the one task whose claim succeeds (an atomic
+    create on storage: once per job across all executors)."""
+    if attempt == 0 and armed(name, spec) and (claim is None or claim()):
         failpoint(name, spec)
 
 

@@ -7,11 +7,20 @@ import dataclasses
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 
-from timeline.cli import EXIT_OK, add_common_options, config_from_args, run
+from timeline.cli import (
+    EXIT_OK,
+    add_common_options,
+    add_spark_options,
+    config_from_args,
+    run,
+    spark_conf_from_args,
+)
 from timeline.errors import IndexerError
+from timeline.instant import Instant
 from timeline.table import Table
 from writer.client import Operation, WriteClient, WriteOptions
 
@@ -21,6 +30,9 @@ class InputFileError(IndexerError):
         super().__init__(f"cannot read input {path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+JSON_SUFFIXES = (".json", ".jsonl", ".ndjson")
 
 
 def read_input(path: str) -> pa.Table:
@@ -37,7 +49,7 @@ def read_input(path: str) -> pa.Table:
             import pyarrow.csv as pcsv
 
             return pcsv.read_csv(path)
-        if suffix in (".json", ".jsonl", ".ndjson"):
+        if suffix in JSON_SUFFIXES:
             import pyarrow.json as pjson
 
             return pjson.read_json(path)
@@ -56,12 +68,40 @@ def _write(args: argparse.Namespace) -> int:
         options = dataclasses.replace(options, markers=args.markers)
     if args.marker_server:
         options = dataclasses.replace(options, marker_server_url=args.marker_server)
-    data = read_input(args.input)
-    with WriteClient(table, options) as client:
-        instant = client.write(Operation(args.operation), data)
+    operation = Operation(args.operation)
+    if args.engine == "spark":
+        instant = _write_spark(args, table, options, operation)
+    else:
+        data = read_input(args.input)
+        with WriteClient(table, options) as client:
+            instant = client.write(operation, data)
     print(instant.timestamp)
     table.close()
     return EXIT_OK
+
+
+def _write_spark(
+    args: argparse.Namespace, table: Table, options: WriteOptions, operation: Operation
+) -> Instant:
+    """The Spark engine: Parquet input is read by Spark itself (any path Spark reads: a file, a
+    folder, s3a://...); .csv and .json are read here and handed to Spark."""
+    from timeline.spark import spark_session
+    from writer.spark import SparkWriteClient
+
+    spark = spark_session(args.spark_master, spark_conf_from_args(args))
+    try:
+        if args.input.lower().endswith(".csv") or args.input.lower().endswith(JSON_SUFFIXES):
+            frame = _arrow_frame(spark, read_input(args.input))
+        else:
+            frame = spark.read.parquet(args.input)
+        with SparkWriteClient(table, spark, options) as client:
+            return client.write(operation, frame)
+    finally:
+        spark.stop()
+
+
+def _arrow_frame(spark: Any, data: pa.Table) -> Any:
+    return spark.createDataFrame(data.to_pandas())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,7 +114,19 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("base", help="table base path (local, file://, s3://)")
-    parser.add_argument("--input", required=True, help="records: .parquet, .csv or .json (lines)")
+    parser.add_argument(
+        "--input",
+        required=True,
+        help="records: .parquet, .csv or .json (lines). With --engine spark, Parquet input may "
+        "also be a folder or any path Spark reads",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=["local", "spark"],
+        default="local",
+        help="local: this process writes the files; spark: Spark executors write them, the "
+        "driver (this process) commits (default local)",
+    )
     parser.add_argument(
         "--operation", required=True, choices=[o.value for o in Operation], help="write operation"
     )
@@ -93,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--help-config", action="store_true", help="list configuration keys")
     add_common_options(parser)
+    add_spark_options(parser)
     return parser
 
 

@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from metadata_table.records import DataFileInfo
 from timeline.commit_metadata import WriteStat
-from timeline.errors import IndexerError
+from timeline.errors import FileAlreadyExistsError, IndexerError
 from timeline.failpoints import armed, current, task_failpoint
 from timeline.fs_view import BaseFile, read_parquet
 from timeline.hashing import buckets_of_keys
@@ -66,6 +66,7 @@ _RESULT_SCHEMA = "path string, stat string, info binary"
 # after writing its first file (so a speculative copy starts)
 PARTIAL = "spark.write.partial"
 SLOW = "spark.write.slow"
+FAILPOINT_CLAIMS = ".hoodie/.aux/failpoints"
 
 
 class SparkWriteError(IndexerError):
@@ -375,12 +376,12 @@ class _WriteTask:
                     seq_start=written,
                 )
                 written += encoded.stat.num_writes
-                if attempt == 0 and partition_id == 0 and armed(PARTIAL, self.failpoint):
+                if attempt == 0 and armed(PARTIAL, self.failpoint) and self._claim(PARTIAL):
                     # a task that dies after writing part of its file (tests)
                     self.storage.create(encoded.path, encoded.data[: len(encoded.data) // 2])
-                    task_failpoint(PARTIAL, self.failpoint, attempt, partition_id)
+                    task_failpoint(PARTIAL, self.failpoint, attempt)
                 self.storage.create(encoded.path, encoded.data)
-                task_failpoint(SLOW, self.failpoint, attempt, partition_id)
+                task_failpoint(SLOW, self.failpoint, attempt, lambda: self._claim(SLOW))
                 if self._late():
                     self.storage.delete(encoded.path)
                     continue
@@ -422,6 +423,14 @@ class _WriteTask:
                 )
             )
         return targets
+
+    def _claim(self, point: str) -> bool:
+        """True in the one task attempt (of all executors) that claims ``point`` first."""
+        try:
+            self.storage.create(f"{FAILPOINT_CLAIMS}/{point}.{self.instant_time}")
+            return True
+        except FileAlreadyExistsError:
+            return False
 
     def _late(self) -> bool:
         """True when the instant completed or was rolled back while this attempt wrote: its

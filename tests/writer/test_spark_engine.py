@@ -107,3 +107,33 @@ def test_spark_engine_bad_input_names_the_column_and_rolls_back(tmp_path: Path, 
     timeline = table.timeline.load()
     assert not timeline.pending()
     assert FileSystemView(table.timeline, timeline).all_base_files == []
+
+
+def test_a_late_attempt_knows_its_file_cannot_be_committed(tmp_path: Path) -> None:
+    """A task attempt that finishes writing after the write completed (or was rolled back)
+    deletes its own file: only the stats the driver collected are committed."""
+    from writer.spark import _WriteTask
+
+    table = make_table(str(tmp_path / "t"))
+    with WriteClient(table) as client:
+        txn = client.start(Operation.INSERT)
+        task = _WriteTask(
+            storage=table.storage,
+            markers=txn.markers,
+            instant_time=txn.instant_time,
+            operation=Operation.INSERT,
+            bases={},
+            per_file={},
+            precombine="ts",
+            bloom_fpp=0.01,
+            failpoint=None,
+        )
+        assert not task._late()  # requested: the write is running
+        txn.write(rows(("a", "sf", 1, 1.0)))
+        assert not task._late()  # inflight
+        txn.commit()
+        assert task._late()  # completed
+        txn = client.start(Operation.INSERT)
+        task.instant_time = txn.instant_time
+        txn.abort()
+        assert task._late()  # rolled back
