@@ -1,19 +1,29 @@
-"""Named failure points for tests of recovery (``AIX_FAILPOINT=<name>[:mode]``).
+"""Named failure points for tests of recovery (``AIX_FAILPOINT=<spec>[;<spec>...]``).
 
-At a point whose name matches, the process raises :class:`InjectedFailure` (``<name>``), raises
-only the first time (``<name>:once``), kills itself with SIGKILL (``<name>:kill``), or stalls for
-N seconds (``<name>:sleep=N``). Unset in production; checking is one dictionary lookup.
+A spec is ``<name>[@N][:mode]``. At a point whose name matches (on its N-th hit in this process
+when ``@N`` is given), the process raises :class:`InjectedFailure`, raises only the first time
+(``:once``), kills itself with SIGKILL (``:kill``), stalls for N seconds (``:sleep=N``), or only
+reports the hit on stderr (``:trace``, to enumerate the points a run passes). Before it fires, a
+point says so on stderr (``failpoint <name>#<hit> <mode>: <detail>``), so a crash test can name the
+state it killed. Unset in production; checking is one dictionary lookup.
+
+``storage.write`` is hit before every create, overwrite and delete through the storage facade:
+``storage.write@N:kill`` kills a process right before its N-th storage mutation, which enumerates
+every crash state of a run.
 
 Spark tasks do not inherit the driver's environment on a cluster, so a job captures the spec on
 the driver (:func:`current`) and passes it to its tasks, which call :func:`task_failpoint`: it
-fires on a task's first attempt only, so the retry or speculative copy runs clean.
+fires on a task's first attempt only, so the retry or speculative copy runs clean. In Spark's
+Python workers the environment is ignored for the same reason (locally they would inherit it).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from timeline.errors import IndexerError
@@ -32,8 +42,8 @@ POINTS = (
     "abort.mid",
 )
 
-
 _fired: set[str] = set()
+_hits: Counter[str] = Counter()
 
 
 class InjectedFailure(IndexerError):
@@ -47,8 +57,17 @@ def current() -> str | None:
     return os.environ.get(ENV) or None
 
 
+def _specs(spec: str) -> list[tuple[str, int | None, str]]:
+    out = []
+    for part in spec.split(";"):
+        head, _, mode = part.strip().partition(":")
+        name, _, nth = head.partition("@")
+        out.append((name, int(nth) if nth else None, mode))
+    return out
+
+
 def armed(name: str, spec: str | None) -> bool:
-    return bool(spec) and spec.partition(":")[0] == name  # type: ignore[union-attr]
+    return bool(spec) and any(n == name for n, _, _ in _specs(spec or ""))
 
 
 def task_failpoint(
@@ -61,20 +80,28 @@ def task_failpoint(
         failpoint(name, spec)
 
 
-def failpoint(name: str, spec: str | None = None) -> None:
-    spec = spec or os.environ.get(ENV)
-    if not spec:
-        return
-    point, _, mode = spec.partition(":")
-    if point != name:
-        return
-    if mode == "kill":
-        os.kill(os.getpid(), signal.SIGKILL)
-    if mode.startswith("sleep="):
-        time.sleep(float(mode.split("=", 1)[1]))
-        return
-    if mode == "once":
-        if name in _fired:
+def failpoint(name: str, spec: str | None = None, detail: str = "") -> None:
+    if spec is None:
+        spec = os.environ.get(ENV)
+        if not spec or "PYTHON_WORKER_FACTORY_SECRET" in os.environ:  # a Spark Python worker
             return
+    matching = [(nth, mode) for n, nth, mode in _specs(spec) if n == name]
+    if not matching:
+        return
+    _hits[name] += 1
+    hit = _hits[name]
+    for nth, mode in matching:
+        if nth is not None and nth != hit:
+            continue
+        if mode == "once" and name in _fired:
+            continue
+        print(f"failpoint {name}#{hit} {mode or 'raise'}: {detail}", file=sys.stderr, flush=True)
+        if mode == "trace":
+            continue
+        if mode == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if mode.startswith("sleep="):
+            time.sleep(float(mode.split("=", 1)[1]))
+            continue
         _fired.add(name)
-    raise InjectedFailure(name)
+        raise InjectedFailure(name)

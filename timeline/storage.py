@@ -45,6 +45,7 @@ from timeline.errors import (
     StorageFileNotFoundError,
     UnsupportedStorageError,
 )
+from timeline.failpoints import failpoint
 
 # Temp files of local writes carry this prefix; listings never show them.
 _TEMP_PREFIX = ".tmp-aix-"
@@ -454,6 +455,7 @@ class Storage:
         """
         full = self.uri(path)
         self._count("create")
+        failpoint("storage.write", detail=f"create {path}")
         with self._translate("create", path):
             self._backend.create(full, data)
 
@@ -461,6 +463,7 @@ class Storage:
         """Replace the content of ``path`` atomically: readers see the old or the new bytes."""
         full = self.uri(path)
         self._count("overwrite")
+        failpoint("storage.write", detail=f"overwrite {path}")
         with self._translate("overwrite", path):
             self._backend.overwrite(full, data)
 
@@ -503,6 +506,7 @@ class Storage:
         """
         full = self.uri(path)
         self._count("delete")
+        failpoint("storage.write", detail=f"delete {path}")
         with self._translate("delete", path):
             self._backend.delete(full, recursive)
 

@@ -1,0 +1,366 @@
+"""The crash matrix: SIGKILL the indexer, a writer and the marker server at many distinct points,
+then restart and converge, and check what DESIGN.md promises: no acknowledged commit lost, no
+partial file visible to our reader or to hudi-rs, no instant left pending, every completed index
+equal to the from-scratch build.
+
+Points are found, not hand-picked: a first run with ``AIX_FAILPOINT=storage.write:trace`` lists
+every storage mutation a run makes (creates, overwrites, deletes: instant files, plan, table
+config and its backup, metadata base files, markers, data files); then each point kills a fresh
+copy of the table right before its N-th mutation (``storage.write@N:kill``). Abort points are the
+mutations after an injected failure in the catch-up. Without ``AIX_SOAK=1`` the indexer points
+after Spark starts are sampled (every third), which keeps the suite within CI's budget.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from indexer.indexer import AsyncIndexer, IndexerOptions
+from metadata_table.layout import PARTITIONS
+from metadata_table.table import MetadataTable, build_records, initialize
+from timeline import Table
+from timeline.config import Config
+from timeline.fs_view import FileSystemView
+from timeline.markers.server import MarkerServer
+from timeline.rollback import clean_failed_writes
+from writer.client import Operation, WriteClient, WriteOptions
+
+from ..metadata_table.test_metadata_table import keys, rows
+from ..writer.test_failed_writes import hudi_rs
+from .conftest import MATRIX, SOAK
+
+HEARTBEAT_MS = 200
+LEASE_MS = 2000
+ALL = list(PARTITIONS)
+FIRED = re.compile(r"failpoint storage\.write#(\d+) (?:kill|trace): (.*)")
+
+
+def settings(folder: Path) -> dict[str, str]:
+    return {
+        "indexer.lock.url": f"sqlite:///{folder / 'locks.sqlite'}",
+        "hoodie.client.heartbeat.interval_in_ms": str(HEARTBEAT_MS),
+        "indexer.lock.lease_ms": str(LEASE_MS),
+    }
+
+
+def config(folder: Path) -> Config:
+    return Config.resolve(explicit=settings(folder))
+
+
+def conf_args(folder: Path) -> list[str]:
+    return [f"--conf={k}={v}" for k, v in settings(folder).items()]
+
+
+def run(
+    module: str, args: list[str], failpoint: str | None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "AIX_FAILPOINT"}
+    if failpoint:
+        env["AIX_FAILPOINT"] = failpoint
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def mutations(stderr: str) -> list[str]:
+    return [m.group(2) for m in FIRED.finditer(stderr)]
+
+
+def fresh(template: Path, tmp: Path) -> tuple[Path, Table]:
+    folder = tmp / "w"
+    shutil.copytree(template, folder)
+    return folder, Table.open(str(folder / "t"), config(folder))
+
+
+def snapshot_rows(table: Table) -> dict[str, tuple[Any, ...]]:
+    data = FileSystemView(table.timeline, table.timeline.load()).read_snapshot()
+    out = {}
+    for r in data.to_pylist():
+        assert r["_hoodie_record_key"] not in out, f"{r['_hoodie_record_key']} is there twice"
+        out[r["_hoodie_record_key"]] = (r["ts"], r["fare"])
+    return out
+
+
+def expected_rows(*batches: pa.Table) -> dict[str, tuple[Any, ...]]:
+    out: dict[str, tuple[Any, ...]] = {}
+    for b in batches:
+        for r in b.to_pylist():
+            out[r["uuid"]] = (r["ts"], r["fare"])
+    return out
+
+
+def assert_converged(table: Table, want: dict[str, tuple[Any, ...]]) -> None:
+    """Our reader and hudi-rs agree with ``want``; nothing pending in either timeline; no data
+    file outside a completed commit; every completed index exact."""
+    timeline = table.timeline.load()
+    assert not list(timeline.pending()), f"pending: {list(timeline.pending())}"
+    mdt = MetadataTable(table)
+    assert not list(mdt.timeline.load().pending()), "a metadata instant stayed pending"
+    assert snapshot_rows(table) == want
+    theirs = {r["_hoodie_record_key"]: (r["ts"], r["fare"]) for r in hudi_rs(table.base_uri, {})}
+    assert theirs == want
+    committed = {i.timestamp for i in timeline.write_timeline().completed()}
+    view = FileSystemView(table.timeline, timeline)
+    stray = [b.path for b in view.all_base_files if b.instant_time not in committed]
+    assert not stray, f"files of no completed commit: {stray}"
+    reader = mdt.reader(timeline)
+    for partition in table.reload_table_config().metadata_partitions:
+        assert (
+            reader.read(partition).to_pylist()
+            == build_records(table, timeline, partition).to_pylist()
+        ), partition
+
+
+# --- the indexer ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def indexer_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A table whose catch-up has work: t stops before a dead writer's instant, and a commit
+    completes after it."""
+    folder = tmp_path_factory.mktemp("indexer-template")
+    table = Table.create(
+        str(folder / "t"), "trips", ["uuid"], ["city"], "ts", config=config(folder)
+    )
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 120)))
+    dead = client.start(Operation.INSERT)
+    dead.write(rows(keys(900, 905)))
+    dead.heartbeat.pause()
+    client.upsert(rows(keys(0, 30), ts=2))
+    time.sleep(3 * HEARTBEAT_MS / 1000)
+    return folder
+
+
+def indexer_args(folder: Path) -> list[str]:
+    base = str(folder / "t")
+    return [
+        "run",
+        base,
+        "--index-types",
+        ",".join(ALL),
+        "--spark-master",
+        "local[1]",
+        *conf_args(folder),
+    ]
+
+
+def _trace(template: Path, tmp: Path, failpoint: str) -> tuple[list[str], str]:
+    folder, _ = fresh(template, tmp)
+    done = run("indexer", indexer_args(folder), failpoint)
+    shutil.rmtree(folder)
+    return mutations(done.stderr), done.stderr
+
+
+@pytest.fixture(scope="module")
+def indexer_points(
+    indexer_template: Path, tmp_path_factory: pytest.TempPathFactory
+) -> list[tuple[str, str]]:
+    """(failpoint spec, label) of every crash point of an indexer run and of an abort."""
+    tmp = tmp_path_factory.mktemp("indexer-trace")
+    plain, err = _trace(indexer_template, tmp, "storage.write:trace")
+    assert plain, err[-3000:]
+    spark_from = next(i for i, m in enumerate(plain) if ".indexing.inflight" in m) + 1
+    points = []
+    for n, what in enumerate(plain, start=1):
+        if sampled(n, len(plain), dense_until=spark_from, every=4):
+            points.append((f"storage.write@{n}:kill", f"run #{n} before {what}"))
+    failing, err = _trace(indexer_template, tmp, "catchup.mid;storage.write:trace")
+    start = err.index("failpoint catchup.mid#1")
+    before_abort = len(mutations(err[:start]))
+    for j, what in enumerate(failing[before_abort:], start=1):
+        n = before_abort + j
+        if not (SOAK or j % 2 == 1):
+            continue
+        points.append((f"catchup.mid;storage.write@{n}:kill", f"abort #{j} before {what}"))
+    named = ["build.mid", "execute.after_build", "catchup.mid", "complete.before"]
+    named += ["complete.after_partitions"]
+    points += [(f"{p}:kill", f"at {p}") for p in named]
+    return points
+
+
+INDEXER_SLOTS = 80  # more than any run makes; slots past the end are skipped
+
+
+@pytest.mark.parametrize("slot", range(INDEXER_SLOTS))
+def test_indexer_crash_point(
+    slot: int,
+    indexer_points: list[tuple[str, str]],
+    indexer_template: Path,
+    tmp_path: Path,
+    spark: Any,
+) -> None:
+    if slot >= len(indexer_points):
+        pytest.skip(f"the indexer makes {len(indexer_points)} crash points")
+    spec, label = indexer_points[slot]
+    folder, table = fresh(indexer_template, tmp_path)
+    killed = run("indexer", indexer_args(folder), spec)
+    assert killed.returncode == -9, f"{spec} never fired: {killed.stderr[-2000:]}"
+    # writers go on between the crash and the restart (waiting out the dead holder's lease)
+    after = rows(keys(20, 40), ts=3)
+    WriteClient(table).upsert(after)
+    indexer = AsyncIndexer(table, IndexerOptions(retries=2, backoff=0.1), spark=spark)
+    indexer.run(ALL)
+    clean_failed_writes(table)
+    want = expected_rows(rows(keys(0, 120)), rows(keys(0, 30), ts=2), after)
+    assert_converged(table, want)
+    MATRIX.append(("indexer", label, "killed; restart converged"))
+
+
+# --- writers -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def writer_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A table with all three indexes, so every write also writes the metadata table."""
+    folder = tmp_path_factory.mktemp("writer-template")
+    table = Table.create(
+        str(folder / "t"), "trips", ["uuid"], ["city"], "ts", config=config(folder)
+    )
+    WriteClient(table).insert(rows(keys(0, 60)))
+    initialize(table, ALL)
+    return folder
+
+
+WRITE = rows(keys(40, 80), ts=2)  # 20 updates, 20 inserts, over three partitions
+
+
+def writer_args(folder: Path, data: Path) -> list[str]:
+    base = str(folder / "t")
+    args = [base, "--input", str(data), "--operation", "upsert"]
+    return args + conf_args(folder) + ["--conf=indexer.write.max.records.per.file=8"]
+
+
+@pytest.fixture(scope="module")
+def writer_points(writer_template: Path, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    import pyarrow.parquet as pq
+
+    tmp = tmp_path_factory.mktemp("writer-trace")
+    pq.write_table(WRITE, tmp / "in.parquet")
+    folder, _ = fresh(writer_template, tmp)
+    done = run("writer", writer_args(folder, tmp / "in.parquet"), "storage.write:trace")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return mutations(done.stderr)
+
+
+WRITER_SLOTS = 80  # more than a write makes; slots past the end are skipped
+
+
+def sampled(n: int, total: int, dense_until: int, every: int = 3) -> bool:
+    """Every point in soak runs; in CI, every point up to ``dense_until``, every ``every``-th
+    after, and the last four (the completion)."""
+    return SOAK or n <= dense_until or n % every == 0 or n > total - 4
+
+
+@pytest.mark.parametrize("slot", range(WRITER_SLOTS))
+def test_writer_crash_point(
+    slot: int, writer_points: list[str], writer_template: Path, tmp_path: Path
+) -> None:
+    import pyarrow.parquet as pq
+
+    n = slot + 1
+    if n > len(writer_points):
+        pytest.skip(f"a write makes {len(writer_points)} crash points")
+    if not sampled(n, len(writer_points), dense_until=12):
+        pytest.skip("sampled out (AIX_SOAK=1 runs every point)")
+    pq.write_table(WRITE, tmp_path / "in.parquet")
+    folder, table = fresh(writer_template, tmp_path)
+    killed = run("writer", writer_args(folder, tmp_path / "in.parquet"), f"storage.write@{n}:kill")
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    time.sleep(3 * HEARTBEAT_MS / 1000)  # the dead writer's heartbeat expires
+    clean_failed_writes(table)
+    landed = len(list(table.timeline.load().write_timeline().completed())) > 1
+    want = expected_rows(rows(keys(0, 60)), *([WRITE] if landed else []))
+    assert_converged(table, want)
+    outcome = "committed before the kill" if landed else "rolled back by clean"
+    MATRIX.append(("writer", f"#{n} before {writer_points[slot]}", outcome))
+
+
+# --- the marker server ---------------------------------------------------------------------------
+
+
+def start_marker_server(folder: Path, failpoint: str) -> tuple[subprocess.Popen[str], str]:
+    env = {k: v for k, v in os.environ.items() if k != "AIX_FAILPOINT"}
+    env["AIX_FAILPOINT"] = failpoint
+    server = subprocess.Popen(
+        [sys.executable, "-m", "timeline", "marker-server", str(folder / "t"), *conf_args(folder)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert server.stdout is not None
+    url = server.stdout.readline().strip().split()[-1]
+    assert url.startswith("http://"), url
+    return server, url
+
+
+def through_server(url: str) -> WriteOptions:
+    return WriteOptions(
+        markers="timeline_server_based", marker_server_url=url, max_records_per_file=8
+    )
+
+
+@pytest.fixture(scope="module")
+def marker_server_points(
+    writer_template: Path, tmp_path_factory: pytest.TempPathFactory
+) -> list[str]:
+    folder, table = fresh(writer_template, tmp_path_factory.mktemp("marker-trace"))
+    server, url = start_marker_server(folder, "storage.write:trace")
+    try:
+        WriteClient(table, through_server(url)).upsert(WRITE)
+    finally:
+        server.terminate()
+        _, err = server.communicate(timeout=30)
+    return mutations(err)
+
+
+@pytest.mark.parametrize("n", range(1, 41))
+def test_marker_server_crash_point(
+    n: int, marker_server_points: list[str], writer_template: Path, tmp_path: Path
+) -> None:
+    """The server dies right before its n-th storage write while a writer sends it markers. The
+    writer fails (or finishes, if the kill came after its last marker) and rolls back; every file
+    it wrote is named by an acknowledged marker, so nothing partial stays."""
+    if n > len(marker_server_points):
+        pytest.skip(f"the server makes {len(marker_server_points)} storage writes per write")
+    if not sampled(n, len(marker_server_points), dense_until=6):
+        pytest.skip("sampled out (AIX_SOAK=1 runs every point)")
+    folder, table = fresh(writer_template, tmp_path)
+    server, url = start_marker_server(folder, f"storage.write@{n}:kill")
+    try:
+        outcome = "write committed"
+        try:
+            WriteClient(table, through_server(url)).upsert(WRITE)
+        except Exception as e:
+            outcome = f"write failed ({type(e).__name__}), rolled back"
+        server.wait(timeout=30) if outcome != "write committed" else None
+    finally:
+        if server.poll() is None:
+            server.kill()
+        _, err = server.communicate()
+    fired = FIRED.search(err)
+    assert fired, f"the server never reached its write #{n}: {err[-2000:]}"
+    time.sleep(3 * HEARTBEAT_MS / 1000)
+    clean_failed_writes(table)
+    landed = outcome == "write committed"
+    assert_converged(table, expected_rows(rows(keys(0, 60)), *([WRITE] if landed else [])))
+    # a new server on the same table serves the next write
+    with MarkerServer(table) as fresh_server:
+        again = WriteOptions(markers="timeline_server_based", marker_server_url=fresh_server.url)
+        WriteClient(table, again).upsert(rows(keys(0, 5), ts=9))
+    MATRIX.append(("marker server", f"#{n} before {fired.group(2)}", outcome))
