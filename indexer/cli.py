@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from indexer.indexer import DEFAULT_TIMEOUT_SECONDS, AsyncIndexer, IndexerOptions
 from timeline.cli import (
     EXIT_OK,
+    Parser,
     add_common_options,
     add_spark_options,
     config_from_args,
@@ -195,7 +196,7 @@ def _request(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="indexer",
         description="Build metadata-table indexes (files, column_stats, bloom_filters) of a Hudi "
         "0.x table while writers keep writing. Exit 0 on success, 1 with a message otherwise.",

@@ -56,6 +56,7 @@ from timeline.errors import (
     IndexerError,
 )
 from timeline.failpoints import failpoint
+from timeline.fs_view import FileSystemView, read_parquet_schema
 from timeline.instant import Action, Instant, State, normalize_timestamp
 from timeline.locks import LockHandle
 from timeline.markers import marker_folder
@@ -134,17 +135,11 @@ class AsyncIndexer:
     # --- schedule --------------------------------------------------------------------------------
 
     def _table_columns(self) -> set[str] | None:
-        from timeline.fs_view import FileSystemView
-
         view = FileSystemView(self.table.timeline, self.table.timeline.load())
         latest = view.latest_base_files()
         if not latest:
             return None
-        import io
-
-        import pyarrow.parquet as pq
-
-        return set(pq.read_schema(io.BytesIO(self.table.storage.read(latest[-1].path))).names)
+        return set(read_parquet_schema(self.table.storage, latest[-1].path).names)
 
     def validate(self, index_types: Sequence[str], columns: Sequence[str]) -> list[str]:
         if not index_types:
@@ -177,7 +172,7 @@ class AsyncIndexer:
             todo = [p for p in types if p not in skipped]
             if not todo:
                 return ScheduleResult(None, [], skipped, time.monotonic() - started)
-            timeline = self.table.timeline.load()
+            timeline = self.table.timeline.load().require_valid()
             last = timeline.last_contiguous_completed_write()
             upto = last.timestamp if last else NOTHING
             newest = timeline.last()
@@ -234,6 +229,7 @@ class AsyncIndexer:
 
     def execute(self, instant_time: str | None = None) -> Instant:
         """Execute (or resume) a pending plan: the given one, else the earliest pending."""
+        self.table.timeline.load().require_valid()
         pending = self.pending()
         if instant_time is not None:
             pending = [i for i in pending if i.timestamp == instant_time]

@@ -15,7 +15,7 @@ from metadata_table.layout import PARTITIONS, check_partition
 from metadata_table.reads import IndexedSnapshot
 from metadata_table.records import python_value
 from metadata_table.table import MetadataTable, initialize
-from timeline.cli import EXIT_OK, add_common_options, config_from_args, run_subcommands
+from timeline.cli import EXIT_OK, Parser, add_common_options, config_from_args, run_subcommands
 from timeline.table import Table
 
 
@@ -103,7 +103,7 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="python -m metadata_table",
         description="Inspect the metadata table of a table, and try data skipping against it.",
     )

@@ -36,18 +36,11 @@ from metadata_table.layout import (
     column_stats_key,
     file_key,
 )
-from timeline.errors import IndexerError
+from timeline.errors import NotParquetError
 from timeline.storage import Storage
 
 RECORD_KEY = "_hoodie_record_key"
 _TAIL = 64 * 1024
-
-
-class NotParquetError(IndexerError):
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"{path} is not a readable Parquet file: {reason}")
-        self.path = path
-        self.reason = reason
 
 
 @dataclass

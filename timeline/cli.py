@@ -22,6 +22,15 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 
 
+class Parser(argparse.ArgumentParser):
+    """An argument parser that takes no abbreviated options (``--conf`` is never ``--config``);
+    its subcommand parsers are of the same class."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--conf",
@@ -213,7 +222,7 @@ def _marker_server(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="python -m timeline",
         description="Create a Hudi 0.x table (table version 6) and inspect its timeline.",
     )

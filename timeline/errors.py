@@ -70,6 +70,16 @@ class UnsupportedStorageError(StorageError):
 # --- timeline ------------------------------------------------------------------------------------
 
 
+class NotParquetError(IndexerError):
+    """A data or metadata file that should be Parquet cannot be read as Parquet (truncated,
+    zero bytes, another format)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path} is not a readable Parquet file: {reason}")
+        self.path = path
+        self.reason = reason
+
+
 class InvalidInstantError(IndexerError, ValueError):
     """A string is not a well-formed instant file name or instant time."""
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from timeline.commit_metadata import CommitMetadata
+from timeline.errors import NotParquetError
 from timeline.instant import Action, normalize_timestamp
 from timeline.storage import FileInfo, Storage
 from timeline.timeline import META_FOLDER, ActiveTimeline, Timeline
@@ -141,8 +142,22 @@ class FileSystemView:
         return pa.concat_tables(tables, promote_options="default")
 
 
+def read_parquet_schema(storage: Storage, path: str) -> pa.Schema:
+    """The schema of a Parquet file; :class:`NotParquetError` names a file that is not one."""
+    data = storage.read(path)
+    try:
+        return pq.read_schema(io.BytesIO(data))
+    except (pa.ArrowInvalid, OSError) as e:
+        raise NotParquetError(path, str(e).splitlines()[0]) from e
+
+
 def read_parquet(storage: Storage, path: str, columns: list[str] | None = None) -> pa.Table:
-    return pq.read_table(io.BytesIO(storage.read(path)), columns=columns)
+    """A Parquet file as a table; :class:`NotParquetError` names a file that is not one."""
+    data = storage.read(path)
+    try:
+        return pq.read_table(io.BytesIO(data), columns=columns)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise NotParquetError(path, str(e).splitlines()[0]) from e
 
 
 def _list_data_files(storage: Storage) -> list[FileInfo]:

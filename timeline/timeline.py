@@ -7,7 +7,9 @@ Loading lists ``.hoodie/`` once (flat) and folds the state files of each instant
   are not instants and are ignored;
 * a file that starts with a digit but is not a valid instant file name (unknown action, bad time,
   bad suffix) is **skipped with a warning** and listed in :attr:`Timeline.skipped`, so one stray
-  file cannot stop every reader and writer of the table;
+  file cannot stop readers; writers and table services call :meth:`Timeline.require_valid` and
+  refuse to act on a timeline they cannot fully read (an unknown action may mutate data in ways
+  they cannot check for conflicts);
 * two different actions at the same instant time break invariant 1; both are kept, with a warning;
 * content is read lazily; unparsable content raises :class:`CorruptInstantError` naming the file.
 
@@ -68,6 +70,18 @@ class Timeline:
 
     def __iter__(self) -> Iterator[Instant]:
         return iter(self.instants)
+
+    def require_valid(self) -> Timeline:
+        """This timeline, or :class:`CorruptInstantError` naming the first file that looked like
+        an instant but is not one (for writers and table services; readers only warn)."""
+        if self.skipped:
+            bad = self.skipped[0]
+            raise CorruptInstantError(
+                f"{META_FOLDER}/{bad.name}",
+                f"{bad.reason}; writes and table services stop at a timeline they cannot fully "
+                "read (move the file out of .hoodie/ if it is not an instant)",
+            )
+        return self
 
     def __len__(self) -> int:
         return len(self.instants)

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from timeline.cli import (
     EXIT_OK,
+    Parser,
     add_common_options,
     add_spark_options,
     config_from_args,
@@ -105,7 +106,7 @@ def _arrow_frame(spark: Any, data: pa.Table) -> Any:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="python -m writer",
         description=(
             "Write the records of a file to a table as one commit (insert, upsert or delete) and "

@@ -58,7 +58,7 @@ from timeline.errors import (
     IndexerError,
 )
 from timeline.failpoints import failpoint
-from timeline.fs_view import BaseFile, FileSystemView, read_parquet
+from timeline.fs_view import BaseFile, FileSystemView, read_parquet, read_parquet_schema
 from timeline.hashing import buckets_of_keys
 from timeline.instant import Action, Instant, State
 from timeline.locks import LockHandle
@@ -232,7 +232,9 @@ class WriteTransaction:
         self.options = client.options
         self.operation = operation
         timeline = self.table.timeline
-        snapshot = timeline.load()
+        # a misconfigured or unreachable lock fails the write now, before it writes anything
+        self.table.lock_provider.holder(self.table.lock_name)
+        snapshot = timeline.load().require_valid()
         newest = snapshot.last()
         instant_time = timeline.generator.next(after=newest.timestamp if newest else None)
         self.heartbeat = self.table.heartbeat(instant_time).start()
@@ -335,6 +337,7 @@ class WriteTransaction:
         self._schema = self._check_schema(incoming)
 
     def _check_schema(self, incoming: pa.Schema) -> pa.Schema:
+        _check_parquet_types(incoming)
         existing = self._table_schema()
         if existing is None:
             return incoming
@@ -366,7 +369,7 @@ class WriteTransaction:
         if not latest:
             return None
         sample = latest[-1]
-        schema = pq.read_schema(io.BytesIO(self.table.storage.read(sample.path)))
+        schema = read_parquet_schema(self.table.storage, sample.path)
         return pa.schema([f for f in schema if f.name not in META_COLUMNS])
 
     def _dedupe(self, data: pa.Table, keys: list[str], parts: list[str]) -> list[int]:
@@ -376,7 +379,8 @@ class WriteTransaction:
             if precombine not in data.column_names:
                 raise BadRecordsError(precombine, "the precombine field is missing")
             values = data.column(precombine).to_pylist()
-        return dedupe(list(zip(parts, keys, strict=True)), values)
+        deleting = self.operation is Operation.DELETE
+        return dedupe(list(zip(parts, keys, strict=True)), values, allow_duplicates=deleting)
 
     def _plan_partition(
         self, partition: str, rows: pa.Table, keys: list[str]
@@ -587,3 +591,17 @@ class WriteTransaction:
         finally:
             self.heartbeat.stop()
         logger.info("write %s aborted", self.instant)
+
+
+def _check_parquet_types(schema: pa.Schema) -> None:
+    """:class:`BadRecordsError` naming the first column Parquet cannot store."""
+    try:
+        pq.write_table(schema.empty_table(), io.BytesIO())
+        return
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+        pass
+    for f in schema:
+        try:
+            pq.write_table(pa.schema([f]).empty_table(), io.BytesIO())
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid) as e:
+            raise BadRecordsError(f.name, f"type {f.type} cannot be stored in Parquet: {e}") from e

@@ -201,13 +201,22 @@ def _drop_stale(existing: pa.Table, incoming: pa.Table, precombine: str | None) 
 
 
 def dedupe(
-    keys: Sequence[tuple[str, str]], precombine_values: Sequence[object] | None
+    keys: Sequence[tuple[str, str]],
+    precombine_values: Sequence[object] | None,
+    allow_duplicates: bool = False,
 ) -> list[int]:
     """Row indices to keep: one per (partition, key), the largest precombine value (the last one
-    on ties, and the last one when there is no precombine field)."""
+    on ties). Without a precombine field nothing says which duplicate wins, so duplicates are an
+    error unless ``allow_duplicates`` (deletes: any copy names the same record)."""
     best: dict[tuple[str, str], int] = {}
     for i, key in enumerate(keys):
         j = best.get(key)
+        if j is not None and precombine_values is None and not allow_duplicates:
+            raise BadRecordsError(
+                None,
+                f"record key {key[1]!r} appears more than once in the batch and the table has "
+                "no precombine field to choose between the copies",
+            )
         if (
             j is None
             or precombine_values is None

@@ -400,7 +400,7 @@ class _WriteTask:
         values = None
         if self.precombine and not deleting:
             values = data.column(self.precombine).to_pylist()
-        keep = dedupe([(partition, k) for k in keys], values)
+        keep = dedupe([(partition, k) for k in keys], values, allow_duplicates=deleting)
         if len(keep) != len(keys):
             data = data.take(pa.array(keep, pa.int64()))
             keys = [keys[i] for i in keep]
