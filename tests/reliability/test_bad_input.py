@@ -577,7 +577,7 @@ def test_a_column_type_parquet_cannot_store(template: Path, tmp_path: Path) -> N
     odd = batch(0, 2).append_column(
         "gap", pa.array([(1, 2, 3), (4, 5, 6)], pa.month_day_nano_interval())
     )
-    with pytest.raises(BadRecordsError, match="'gap'.*month_day_nano_interval"):
+    with pytest.raises(BadRecordsError, match=r"'gap'.*month_day_nano_interval"):
         WriteClient(table).upsert(odd)
     assert_intact(ctx.base, before, set())
 
