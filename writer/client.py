@@ -529,6 +529,7 @@ class WriteTransaction:
         this = ConcurrentOperation(inflight, frozenset(metadata.mutated_file_groups()))
         strategy = self.client.strategy
         with self.table.lock(f"commit {self.instant_time}") as lock:
+            failpoint("writer.commit.locked")
             self.heartbeat.ensure_alive()
             fresh = timeline.load()
             for candidate in strategy.candidates(fresh, self.start_state, timeline.completion_time):
