@@ -10,7 +10,10 @@ import os
 from typing import Any
 
 SOAK = os.environ.get("AIX_SOAK") == "1"
-CONCURRENCY_SECONDS = float(os.environ.get("AIX_SOAK_SECONDS", "300")) if SOAK else 60.0
+CONCURRENCY_SECONDS = float(
+    os.environ.get("AIX_CONCURRENCY_SECONDS")
+    or (os.environ.get("AIX_SOAK_SECONDS", "300") if SOAK else 60)
+)
 
 #: (component, point, outcome) of every crash the matrix ran, in order
 MATRIX: list[tuple[str, str, str]] = []
