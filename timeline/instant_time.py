@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 
 from timeline.errors import FileAlreadyExistsError, IndexerError
@@ -67,7 +70,8 @@ class InstantTimeGenerator:
         for _ in range(_MAX_CLAIM_ATTEMPTS):
             timestamp = _millis_to_time(ms)
             try:
-                self.storage.create(f"{CLAIM_FOLDER}/{timestamp}")
+                # unique content: a retried create that finds it knows whether it is its own
+                self.storage.create(f"{CLAIM_FOLDER}/{timestamp}", _claim_body())
             except FileAlreadyExistsError:
                 ms = self._next_local(at_least_ms=ms + 1)
                 continue
@@ -88,3 +92,7 @@ class InstantTimeGenerator:
         if deleted:
             logger.info("pruned %d instant-time claims older than %s", deleted, cutoff)
         return deleted
+
+
+def _claim_body() -> bytes:
+    return f"{socket.gethostname()} {os.getpid()} {uuid.uuid4().hex}\n".encode()

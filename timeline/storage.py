@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import posixpath
 import random
@@ -54,6 +55,7 @@ _MEMORY_CREATE_LOCK = threading.Lock()
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
 _FILE_MODE = 0o666 & ~_UMASK
+logger = logging.getLogger(__name__)
 _CONDITIONAL_CONFLICT_RETRIES = 8
 
 
@@ -286,6 +288,13 @@ class _FsspecBackend(_Backend):
             except OSError as e:
                 code = _boto_error_code(e)
                 if code == "PreconditionFailed":
+                    if self._holds(path, data):
+                        # botocore retried a create whose first answer was lost (a reset, a
+                        # timeout): the object is ours. Creates that can race for a name carry
+                        # unique content (instant-time claims, lock files), so equal bytes mean
+                        # our own earlier attempt.
+                        logger.debug("create %s: an earlier attempt of ours landed", path)
+                        return
                     raise FileExistsError(path) from e
                 if (
                     code != "ConditionalRequestConflict"
@@ -294,6 +303,12 @@ class _FsspecBackend(_Backend):
                     raise
                 # S3 answers 409 while another conditional write to the key is in flight.
                 time.sleep(min(1.0, 0.02 * 2**attempt) * random.uniform(0.5, 1.5))
+
+    def _holds(self, path: str, data: bytes) -> bool:
+        try:
+            return bool(self.fs.cat_file(path) == data)
+        except FileNotFoundError:
+            return False
 
     def overwrite(self, path: str, data: bytes) -> None:
         self.fs.pipe_file(path, data)
