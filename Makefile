@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: demo test lint bench bench-markers system-deps clean
+.PHONY: demo test soak lint bench bench-markers system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ demo: $(VENV)/.installed system-deps
 test: $(VENV)/.installed-test system-deps
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
+
+# The reliability suites at full length: every crash point, 5-minute concurrency runs per backend
+# (AIX_SOAK_SECONDS to change), storage faults at 20%. About 45 minutes on 2 cores.
+soak: $(VENV)/.installed-test system-deps
+	AIX_SOAK=1 AIX_FAULT_RATE=$${AIX_FAULT_RATE:-0.2} $(PY) -m pytest tests/reliability -rA $(PYTEST_ARGS)
 
 # Benchmarks print ratios measured side by side in one run (this machine is shared and noisy).
 bench-markers: $(VENV)/.installed-test
