@@ -166,6 +166,7 @@ class WriteClient:
         self.options = options or WriteOptions.from_config(table.config)
         self.strategy = strategy_for(self.options.conflict_strategy)
         self._server: MarkerServer | None = None
+        self._lock_checked = False
 
     def marker_server_url(self) -> str:
         """The marker server to use: the configured one, or one embedded in this client."""
@@ -200,6 +201,10 @@ class WriteClient:
         self.close()
 
     def start(self, operation: Operation) -> WriteTransaction:
+        if not self._lock_checked:
+            # a misconfigured or unreachable lock fails the first write before it writes anything
+            self.table.lock_provider.holder(self.table.lock_name)
+            self._lock_checked = True
         return WriteTransaction(self, Operation(operation))
 
     def write(self, operation: Operation, data: pa.Table) -> Instant:
@@ -232,8 +237,6 @@ class WriteTransaction:
         self.options = client.options
         self.operation = operation
         timeline = self.table.timeline
-        # a misconfigured or unreachable lock fails the write now, before it writes anything
-        self.table.lock_provider.holder(self.table.lock_name)
         snapshot = timeline.load().require_valid()
         newest = snapshot.last()
         instant_time = timeline.generator.next(after=newest.timestamp if newest else None)
