@@ -17,9 +17,15 @@ CONCURRENCY_SECONDS = float(
 
 #: (component, point, outcome) of every crash the matrix ran, in order
 MATRIX: list[tuple[str, str, str]] = []
+#: one line per suite run worth reporting (operations replayed, faults injected)
+SUMMARY: list[str] = []
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if SUMMARY:
+        terminalreporter.section("reliability: counts")
+        for line in SUMMARY:
+            terminalreporter.write_line(line)
     if not MATRIX:
         return
     width = max(len(point) for _, point, _ in MATRIX)

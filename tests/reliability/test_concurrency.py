@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import os
 import random
 import signal
 import subprocess
@@ -38,7 +37,7 @@ from writer.client import WriteClient
 from ..conftest import BUCKET
 from ..indexer.test_indexer import assert_exact
 from ..writer.test_failed_writes import hudi_rs, ours
-from .conftest import CONCURRENCY_SECONDS
+from .conftest import CONCURRENCY_SECONDS, SUMMARY
 
 WRITERS = 4
 KEYSPACE = 80
@@ -223,7 +222,7 @@ def test_writers_daemon_and_cleaner(
     assert not list(timeline.pending())
     assert_exact(table)
     conflicts = sum(log["conflicts"] for log in logs)
-    print(
-        f"\n{backend}: {len(logged)} commits replayed in commit order, {conflicts} conflicts "
-        f"detected, {sum(cleaned)} failed writes cleaned, {os.cpu_count()} cores"
+    SUMMARY.append(
+        f"concurrency {backend}, {CONCURRENCY_SECONDS:.0f} s: {len(logged)} commits replayed in "
+        f"commit order, {conflicts} conflicts detected, {sum(cleaned)} failed writes cleaned"
     )

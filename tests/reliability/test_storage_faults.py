@@ -27,6 +27,7 @@ from ..conftest import BUCKET
 from ..indexer.test_indexer import assert_exact
 from ..metadata_table.test_metadata_table import keys, rows
 from ..writer.test_failed_writes import hudi_rs, ours
+from .conftest import SUMMARY
 from .s3_faults import FaultyS3
 
 RATE = float(os.environ.get("AIX_FAULT_RATE", "0.1"))
@@ -81,7 +82,9 @@ def test_transient_faults_are_retried_and_nothing_is_corrupt(
     client.upsert(rows(keys(80, 100), ts=3))
     proxy.rate = 0.0
     assert sum(proxy.injected.values()) >= 10, proxy.injected
-    print(f"\n{proxy.requests} requests, faults injected: {dict(proxy.injected)}")
+    SUMMARY.append(
+        f"storage faults at rate {RATE}: {proxy.requests} requests, injected {dict(proxy.injected)}"
+    )
 
     clean = open_table(base, s3_options, tmp_path)  # straight to moto: what is really there
     want = {k: (1, float(int(k[1:]))) for k in keys(10, 30)}

@@ -191,6 +191,7 @@ def test_a_retried_task_leaves_no_partial_file(
     instant_time, log = spark_write(base, data, "insert", spark_cluster, failpoint=point)
     deleted = FINALIZED.findall(log)
     assert len(deleted) == 1, log[-3000:]  # the first attempt's half-written file
+    print(f"retry ({mode}): finalize deleted the partial file {deleted[0]}")
     metadata = check_commit(base, instant_time)
     partial = deleted[0].rsplit("/", 1)[1]
     assert int(TOKEN.match(partial).group(3)) not in {  # type: ignore[union-attr]
@@ -217,6 +218,7 @@ def test_speculative_duplicates_are_deleted(tmp_path: Path, spark_cluster: Spark
     )
     deleted = FINALIZED.findall(log)
     assert deleted, log[-3000:]  # the slow first attempt's files, written again by its copy
+    print(f"speculation: finalize deleted {len(deleted)} duplicate file(s): {deleted}")
     metadata = check_commit(base, instant_time)
     committed = {s.file_id for s in metadata.write_stats}
     assert {d.rsplit("/", 1)[1].split("_")[0] for d in deleted} <= committed
