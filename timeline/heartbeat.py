@@ -85,15 +85,17 @@ class Heartbeat:
     def path(self) -> str:
         return heartbeat_path(self.instant_time)
 
-    def beat(self) -> None:
-        """Touch the heartbeat file now."""
-        self.storage.overwrite(self.path, str(int(self._clock() * 1000)).encode())
+    def beat(self, periodic: bool = False) -> None:
+        """Touch the heartbeat file now (``periodic``: from the background thread)."""
+        self.storage.overwrite(
+            self.path, str(int(self._clock() * 1000)).encode(), periodic=periodic
+        )
         self.beats += 1
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                self.beat()
+                self.beat(periodic=True)
             except Exception as e:  # keep beating; the writer learns of expiry in ensure_alive()
                 logger.warning("heartbeat of %s failed: %s", self.instant_time, e)
 

@@ -70,7 +70,7 @@ class InstantTimeGenerator:
         for _ in range(_MAX_CLAIM_ATTEMPTS):
             timestamp = _millis_to_time(ms)
             try:
-                # unique content: a retried create that finds it knows whether it is its own
+                # who claimed it, for whoever looks at the folder
                 self.storage.create(f"{CLAIM_FOLDER}/{timestamp}", _claim_body())
             except FileAlreadyExistsError:
                 ms = self._next_local(at_least_ms=ms + 1)

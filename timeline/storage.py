@@ -33,6 +33,7 @@ import shutil
 import tempfile
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ _UMASK = os.umask(0o022)
 os.umask(_UMASK)
 _FILE_MODE = 0o666 & ~_UMASK
 logger = logging.getLogger(__name__)
+_CREATE_TOKEN = "aix-create"  # user metadata on objects made by create(): a per-call token
 _CONDITIONAL_CONFLICT_RETRIES = 8
 
 
@@ -281,19 +283,18 @@ class _FsspecBackend(_Backend):
                 path=path,
                 operation="create",
             )
+        # A token in the object's metadata tells our own object from someone else's when a
+        # retried request (botocore's or s3fs's, after a lost answer) finds the key taken.
+        token = uuid.uuid4().hex
         for attempt in range(_CONDITIONAL_CONFLICT_RETRIES):
             try:
-                self.fs.pipe_file(path, data, mode="create")
+                self.fs.pipe_file(path, data, mode="create", Metadata={_CREATE_TOKEN: token})
                 return
             except OSError as e:
                 code = _boto_error_code(e)
                 if code == "PreconditionFailed":
-                    if self._holds(path, data):
-                        # botocore retried a create whose first answer was lost (a reset, a
-                        # timeout): the object is ours. Creates that can race for a name carry
-                        # unique content (instant-time claims, lock files), so equal bytes mean
-                        # our own earlier attempt.
-                        logger.debug("create %s: an earlier attempt of ours landed", path)
+                    if self._created_by(path, token):
+                        logger.debug("create %s: our earlier attempt landed", path)
                         return
                     raise FileExistsError(path) from e
                 if (
@@ -304,9 +305,9 @@ class _FsspecBackend(_Backend):
                 # S3 answers 409 while another conditional write to the key is in flight.
                 time.sleep(min(1.0, 0.02 * 2**attempt) * random.uniform(0.5, 1.5))
 
-    def _holds(self, path: str, data: bytes) -> bool:
+    def _created_by(self, path: str, token: str) -> bool:
         try:
-            return bool(self.fs.cat_file(path) == data)
+            return bool(self.fs.metadata(path).get(_CREATE_TOKEN) == token)
         except FileNotFoundError:
             return False
 
@@ -474,11 +475,16 @@ class Storage:
         with self._translate("create", path):
             self._backend.create(full, data)
 
-    def overwrite(self, path: str, data: bytes) -> None:
-        """Replace the content of ``path`` atomically: readers see the old or the new bytes."""
+    def overwrite(self, path: str, data: bytes, periodic: bool = False) -> None:
+        """Replace the content of ``path`` atomically: readers see the old or the new bytes.
+
+        ``periodic`` marks writes a background thread repeats on a clock (heartbeats, lease
+        renewals): they are no ordered step of a protocol, so crash tests count them apart
+        (failpoint ``storage.periodic``, not ``storage.write``)."""
         full = self.uri(path)
         self._count("overwrite")
-        failpoint("storage.write", detail=f"overwrite {path}")
+        point = "storage.periodic" if periodic else "storage.write"
+        failpoint(point, detail=f"overwrite {path}")
         with self._translate("overwrite", path):
             self._backend.overwrite(full, data)
 

@@ -136,7 +136,9 @@ class StorageLockProvider(LockProvider):
             return False
         expires_at = self._clock() + self.lease_seconds
         self.storage.overwrite(
-            self._path(lease.name, lease.fence), self._body(lease.owner, lease.token, expires_at)
+            self._path(lease.name, lease.fence),
+            self._body(lease.owner, lease.token, expires_at),
+            periodic=True,
         )
         return True
 
