@@ -73,11 +73,11 @@ def test_failed_beats_do_not_stop_the_thread(
     calls = {"n": 0}
     real = storage.overwrite
 
-    def flaky(path: str, data: bytes) -> None:
+    def flaky(path: str, data: bytes, periodic: bool = False) -> None:
         calls["n"] += 1
         if calls["n"] <= 2:
             raise OSError("throttled")
-        real(path, data)
+        real(path, data, periodic)
 
     monkeypatch.setattr(storage, "overwrite", flaky)
     time.sleep(0.6)
