@@ -39,7 +39,7 @@ from ..metadata_table.test_metadata_table import keys, rows
 from ..writer.test_failed_writes import hudi_rs
 from .conftest import MATRIX, SOAK
 
-HEARTBEAT_MS = 200
+HEARTBEAT_MS = 500  # short, so dead writers expire fast; not so short that a busy CI starves it
 LEASE_MS = 2000
 ALL = list(PARTITIONS)
 FIRED = re.compile(r"failpoint storage\.write#(\d+) (?:kill|trace): (.*)")
