@@ -31,7 +31,8 @@ test: $(VENV)/.installed-test system-deps
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
 # The reliability suites at full length: every crash point, 5-minute concurrency runs per backend
-# (AIX_SOAK_SECONDS to change), storage faults at 20%. About 45 minutes on 2 cores.
+# (AIX_SOAK_SECONDS to change), storage faults at 20%. About 22 minutes on 2 cores (16 with
+# AIX_SOAK_SECONDS=120).
 soak: $(VENV)/.installed-test system-deps
 	AIX_SOAK=1 AIX_FAULT_RATE=$${AIX_FAULT_RATE:-0.2} $(PY) -m pytest tests/reliability -rA $(PYTEST_ARGS)
 
