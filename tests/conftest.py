@@ -3,6 +3,9 @@
 * ``s3_endpoint``: moto's S3 server over HTTP on 127.0.0.1 (a free port), with a bucket.
 * ``postgres_url``: a throwaway PostgreSQL server (initdb + pg_ctl) on a free loopback port.
 * ``storage``: a fresh :class:`Storage` on each backend (local, memory, s3).
+* ``hudi``: Apache Hudi 0.15 itself (its Spark writer, readers, table services and async indexer),
+  driven in its own environment as a subprocess (tests/hudi_peer/). Tests that use it are marked
+  ``hudi``; if the environment cannot be built, they fail with the reason, never skip.
 """
 
 from __future__ import annotations
@@ -128,3 +131,23 @@ def spark() -> Iterator[Any]:
     session = spark_session("local[2]", {"spark.default.parallelism": "4"})
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def hudi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Apache Hudi as a peer: one driver process (one JVM) for the whole run, built on first use."""
+    from tests.hudi_peer.peer import HudiPeerError, start_peer
+
+    try:
+        peer = start_peer(tmp_path_factory.mktemp("hudi-peer"))
+    except HudiPeerError as e:
+        pytest.fail(f"Apache Hudi's peer environment is unavailable: {e}", pytrace=False)
+    yield peer
+    peer.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that uses Apache Hudi is marked ``hudi`` (``make test-hudi`` runs them alone)."""
+    for item in items:
+        if "hudi" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.hudi)
