@@ -123,6 +123,20 @@ def _drop(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _migrate(args: argparse.Namespace) -> int:
+    result = _indexer(args).migrate()
+    if not result.migrated:
+        print("nothing to migrate: no index of an earlier version in .hoodie/metadata")
+    else:
+        assert result.state is not None
+        print(
+            f"migrated the index to .hoodie/.async-indexer ({result.files_copied} files; "
+            f"completed: {','.join(result.state.completed) or '-'}, "
+            f"inflight: {','.join(result.state.inflight) or '-'})"
+        )
+    return EXIT_OK
+
+
 def _status(args: argparse.Namespace) -> int:
     status = _indexer(args).status()
     if args.json:
@@ -133,6 +147,11 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  {partition:<14} {state}")
     if not status["partitions"]:
         print("  no metadata partitions")
+    if status["legacy_index"]:
+        print(
+            "  an index built by an earlier version is in .hoodie/metadata: `indexer migrate`"
+            " (or the next run) moves it to .hoodie/.async-indexer"
+        )
     for item in status["indexing"]:
         print(
             f"  indexing {item['timestamp']} {item['state']:<10} {','.join(item['partitions'])} "
@@ -240,12 +259,18 @@ def build_parser() -> argparse.ArgumentParser:
     common(drop)
     drop.add_argument("--index-types", required=True, help="comma-separated partitions to drop")
     drop.set_defaults(func=_drop)
+    migrate = sub.add_parser(
+        "migrate",
+        help="move an index built by an earlier version out of .hoodie/metadata (Hudi's folder)",
+    )
+    common(migrate)
+    migrate.set_defaults(func=_migrate)
     status = sub.add_parser("status", help="metadata partitions and indexing instants")
     common(status)
     status.add_argument(
         "--json",
         action="store_true",
-        help="{partitions: {name: completed|inflight}, indexing: [...]}",
+        help="{partitions: {name: completed|inflight}, indexing: [...], legacy_index: bool}",
     )
     status.set_defaults(func=_status)
 

@@ -26,7 +26,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -45,8 +45,9 @@ from metadata_table.layout import (
     log_file_name,
     write_records,
 )
+from metadata_table.migrate import MigrationResult, has_legacy_index, migrate
 from metadata_table.records import info_from_storage, records_for
-from metadata_table.table import COLUMNS_PROPERTY, MetadataTable, configured_file_groups
+from metadata_table.table import MetadataTable, check_indexable, configured_file_groups
 from timeline.commit_metadata import CommitMetadata
 from timeline.errors import (
     CatchUpTimeoutError,
@@ -57,12 +58,12 @@ from timeline.errors import (
 )
 from timeline.failpoints import failpoint
 from timeline.fs_view import FileSystemView, read_parquet_schema
+from timeline.index_state import IndexState
 from timeline.instant import Action, Instant, State, normalize_timestamp
 from timeline.locks import LockHandle
 from timeline.markers import marker_folder
 from timeline.spark import spark_session
 from timeline.table import Table
-from timeline.table_config import TableConfig
 
 logger = logging.getLogger(__name__)
 
@@ -145,6 +146,7 @@ class AsyncIndexer:
         if not index_types:
             raise ConfigError("--index-types", "name at least one of " + ", ".join(PARTITIONS))
         types = [check_partition(t) for t in dict.fromkeys(index_types)]
+        check_indexable(self.table)
         if columns:
             known = self._table_columns()
             if known is not None:
@@ -156,19 +158,19 @@ class AsyncIndexer:
         self.table.lock_provider  # noqa: B018 - a misconfigured lock URL fails here, before anything
         return types
 
+    def migrate(self) -> MigrationResult:
+        """Move an index an earlier version built in ``.hoodie/metadata`` to its own folder (every
+        command that writes the index does this first; nothing happens on other tables)."""
+        return migrate(self.table)
+
     def schedule(self, index_types: Sequence[str], columns: Sequence[str] = ()) -> ScheduleResult:
         types = self.validate(index_types, columns)
+        self.migrate()
         with self._lock("schedule indexing") as lock:
             started = time.monotonic()
-            config = self.table.reload_table_config()
-            skipped = {p: "already completed" for p in types if p in config.metadata_partitions}
-            skipped.update(
-                {
-                    p: "already being built"
-                    for p in types
-                    if p in config.metadata_partitions_inflight
-                }
-            )
+            state = self.table.reload_index_state()
+            skipped = {p: "already completed" for p in types if p in state.completed}
+            skipped.update({p: "already being built" for p in types if p in state.inflight})
             todo = [p for p in types if p not in skipped]
             if not todo:
                 return ScheduleResult(None, [], skipped, time.monotonic() - started)
@@ -209,13 +211,13 @@ class AsyncIndexer:
     def _mark_inflight(self, lock: LockHandle, plan: IndexPlan) -> None:
         columns = next((p.columns for p in plan.partitions if p.partition == COLUMN_STATS), ())
 
-        def change(config: TableConfig) -> TableConfig:
-            updated = config.with_metadata_partitions(add_inflight=plan.names)
+        def change(state: IndexState) -> IndexState:
+            updated = state.with_partitions(add_inflight=plan.names)
             if COLUMN_STATS in plan.names:
-                updated = TableConfig({**updated.props, COLUMNS_PROPERTY: ",".join(columns)})
+                updated = replace(updated, column_stats_columns=tuple(columns))
             return updated
 
-        self.table.update_table_config(lock, change)
+        self.table.update_index_state(lock, change)
 
     # --- execute ---------------------------------------------------------------------------------
 
@@ -229,6 +231,7 @@ class AsyncIndexer:
 
     def execute(self, instant_time: str | None = None) -> Instant:
         """Execute (or resume) a pending plan: the given one, else the earliest pending."""
+        self.migrate()
         self.table.timeline.load().require_valid()
         pending = self.pending()
         if instant_time is not None:
@@ -254,8 +257,8 @@ class AsyncIndexer:
 
     def _execute(self, instant: Instant, plan: IndexPlan, deadline: float) -> Instant:
         with self._lock(f"start indexing {instant.timestamp}") as lock:
-            config = self.table.reload_table_config()
-            if all(p in config.metadata_partitions for p in plan.names):
+            state = self.table.reload_index_state()
+            if all(p in state.completed for p in plan.names):
                 return self._complete_instant(lock, instant, plan)  # crashed after the move
             self._mark_inflight(lock, plan)
             if instant.is_requested:
@@ -274,13 +277,8 @@ class AsyncIndexer:
             current = self.table.timeline.load().get(instant.timestamp, Action.INDEXING)
             if current is None or current.is_completed:
                 raise IndexerError(f"{instant} was aborted or dropped while it ran")
-            config = self.table.reload_table_config()
-            dropped = [
-                p
-                for p in plan.names
-                if p not in config.metadata_partitions_inflight
-                and p not in config.metadata_partitions
-            ]
+            state = self.table.reload_index_state()
+            dropped = [p for p in plan.names if p not in state.partitions]
             if dropped:
                 raise IndexerError(f"partitions {dropped} were dropped while {instant} ran")
             caught = max(
@@ -302,7 +300,7 @@ class AsyncIndexer:
         return done
 
     def _build(self, instant: Instant, plan: IndexPlan) -> None:
-        config = self.table.reload_table_config()
+        state = self.table.reload_index_state()
         targets = []
         inflight = []
         for p in plan.partitions:
@@ -320,7 +318,7 @@ class AsyncIndexer:
             plan.index_upto,
             self.spark,
             self.options.parallelism,
-            use_files_index=FILES in config.metadata_partitions,
+            use_files_index=FILES in state.completed,
             progress=self.options.progress,
         )
         for started, target in zip(inflight, targets, strict=True):
@@ -421,9 +419,9 @@ class AsyncIndexer:
             current = self.table.timeline.load().get(instant.timestamp, Action.INDEXING)
             if current is None or current.is_completed:
                 return
-            config = self.table.reload_table_config()
+            state = self.table.reload_index_state()
             names = plan.names if plan is not None else []
-            doomed = [p for p in names if p not in config.metadata_partitions]
+            doomed = [p for p in names if p not in state.completed]
             self.table.update_metadata_partitions(lock, remove=doomed)
             failpoint("abort.mid")
             self._delete_partitions(doomed)
@@ -450,12 +448,9 @@ class AsyncIndexer:
         """Remove indexes while writers run: pending plans for them are aborted; writers that
         commit afterwards do not write to them. Returns the partitions dropped."""
         types = [check_partition(t) for t in index_types]
-        config = self.table.reload_table_config()
-        present = [
-            p
-            for p in types
-            if p in config.metadata_partitions or p in config.metadata_partitions_inflight
-        ]
+        self.migrate()
+        state = self.table.reload_index_state()
+        present = [p for p in types if p in state.partitions]
         for pending in self.pending():
             plan = self._readable_plan(pending)
             if plan is None or set(plan.names) & set(types):
@@ -498,9 +493,9 @@ class AsyncIndexer:
     # --- status ----------------------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
-        config = self.table.reload_table_config()
-        partitions = {p: "completed" for p in config.metadata_partitions}
-        partitions.update({p: "inflight" for p in config.metadata_partitions_inflight})
+        state = self.table.reload_index_state()
+        partitions = {p: "completed" for p in state.completed}
+        partitions.update({p: "inflight" for p in state.inflight})
         indexing = []
         for instant in self.table.timeline.load().with_actions(Action.INDEXING):
             try:
@@ -522,4 +517,9 @@ class AsyncIndexer:
                     "index_upto_instant": upto,
                 }
             )
-        return {"table": self.table.base_uri, "partitions": partitions, "indexing": indexing}
+        return {
+            "table": self.table.base_uri,
+            "partitions": partitions,
+            "indexing": indexing,
+            "legacy_index": has_legacy_index(self.table),
+        }

@@ -212,7 +212,7 @@ class IndexerService:
                 and now - state.last_compaction >= self.config.compaction_interval
             ):
                 state.last_compaction = now
-                for partition in state.table.reload_table_config().metadata_partitions:
+                for partition in state.table.reload_index_state().completed:
                     if compact(state.table, partition) is not None:
                         self.metrics.add(compactions=1)
         except Exception:
@@ -224,8 +224,7 @@ class IndexerService:
 
     def _reconcile(self, state: _TableState, base: str) -> None:
         """Desired-but-missing indexes and plans left by a crash become requests."""
-        config = state.table.reload_table_config()
-        present = set(config.metadata_partitions) | set(config.metadata_partitions_inflight)
+        present = set(state.table.reload_index_state().partitions)
         active = self.store.list(base, ACTIVE)
         covered = {t for r in active for t in r.index_types}
         missing = [t for t in state.spec.index_types if t not in present and t not in covered]

@@ -48,14 +48,11 @@ def _dump(args: argparse.Namespace) -> int:
         for row in rows:
             print(json.dumps(render(partition, row), sort_keys=True))
     else:
+        index_state = table.reload_index_state()
         state = (
             "completed"
-            if partition in table.table_config.metadata_partitions
-            else (
-                "inflight"
-                if partition in table.table_config.metadata_partitions_inflight
-                else "absent"
-            )
+            if partition in index_state.completed
+            else ("inflight" if partition in index_state.inflight else "absent")
         )
         print(f"{partition} ({state}): {len(rows)} records")
         for row in rows[: args.limit]:

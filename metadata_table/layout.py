@@ -1,14 +1,17 @@
 """The metadata table's on-disk layout (our format; REFERENCE §8 for what Hudi does).
 
-::
+It lives in a folder of its own, ``.hoodie/.async-indexer`` (see :mod:`timeline.index_state` for
+why not Hudi's ``.hoodie/metadata``)::
 
-    <base>/.hoodie/metadata/.hoodie/                 its own timeline (deltacommits, compactions)
-    <base>/.hoodie/metadata/<partition>/<fg>_<T>.parquet     base file of file group fg, made by
-                                                     MDT instant T (initialisation, compaction,
-                                                     index build); sorted by key
-    <base>/.hoodie/metadata/<partition>/.<fg>.log.<D>        log file: the records data instant D
-                                                     wrote to file group fg (one per deltacommit
-                                                     and file group), sorted by key
+    <base>/.hoodie/.async-indexer/partitions.json           the partitions' states
+    <base>/.hoodie/.async-indexer/.hoodie/                  its own timeline (deltacommits,
+                                                            compactions)
+    <base>/.hoodie/.async-indexer/<partition>/<fg>_<T>.parquet  base file of file group fg, made
+                                                            by MDT instant T (initialisation,
+                                                            compaction, index build); sorted by key
+    <base>/.hoodie/.async-indexer/<partition>/.<fg>.log.<D>     log file: the records data instant
+                                                            D wrote to file group fg (one per
+                                                            deltacommit and file group), sorted
 
 Partitions are ``files``, ``column_stats`` and ``bloom_filters``; file group ids are
 ``files-0000-0``, ``col-stats-0001-0``, ``bloom-filters-0003-0`` (defaults 1 / 2 / 4 groups). A
@@ -36,9 +39,10 @@ import pyarrow.parquet as pq
 
 from timeline.errors import IndexerError
 from timeline.hashing import stable_hash
+from timeline.index_state import INDEX_FOLDER
 from timeline.storage import Storage
 
-METADATA_FOLDER = ".hoodie/metadata"
+METADATA_FOLDER = INDEX_FOLDER
 FILES = "files"
 COLUMN_STATS = "column_stats"
 BLOOM_FILTERS = "bloom_filters"

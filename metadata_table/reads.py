@@ -53,7 +53,7 @@ class IndexedSnapshot:
     def __init__(self, table: Table, timeline: Timeline | None = None) -> None:
         self.table = table
         self.timeline = timeline if timeline is not None else table.timeline.load()
-        self.completed = set(table.reload_table_config().metadata_partitions)
+        self.completed = set(table.reload_index_state().completed)
         self._view: FileSystemView | None = None
 
     @cached_property

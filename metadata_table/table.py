@@ -22,6 +22,7 @@ import json
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -52,24 +53,36 @@ from timeline.config import (
     FILES_FILE_GROUPS,
     Config,
 )
-from timeline.errors import FileAlreadyExistsError
+from timeline.errors import FileAlreadyExistsError, TableConfigError
 from timeline.fs_view import FileSystemView
+from timeline.index_state import IndexState
 from timeline.instant import Action, Instant, State, normalize_timestamp
 from timeline.locks import LockHandle
 from timeline.markers import IOType, Marker, MarkerWriter
 from timeline.storage import Storage
 from timeline.table import Table
-from timeline.table_config import PROPERTIES_FILE, TableConfig, TableType
+from timeline.table_config import PROPERTIES_FILE, TYPE, TableConfig, TableType
 from timeline.timeline import META_FOLDER, ActiveTimeline, Timeline
 
 logger = logging.getLogger(__name__)
 
-#: hoodie.properties key: the columns the column_stats partition indexes (empty: all columns).
-COLUMNS_PROPERTY = "indexer.metadata.column_stats.columns"
-
 
 def _after(a: str, b: str) -> bool:
     return normalize_timestamp(a) > normalize_timestamp(b)
+
+
+def check_indexable(table: Table) -> None:
+    """Refuse, by name, a table whose index would be wrong. A merge-on-read file slice's log files
+    change its rows, and column stats and bloom filters built from its base file alone would let
+    data skipping drop a slice that holds a matching row: such tables are not indexed (yet)."""
+    config = table.table_config
+    if config.table_type is TableType.MERGE_ON_READ:
+        raise TableConfigError(
+            table.storage.uri(PROPERTIES_FILE),
+            f"{TYPE}=MERGE_ON_READ: merge-on-read tables are not indexed, since stats of base "
+            "files alone could make data skipping drop file slices whose log files hold matching "
+            "rows (copy-on-write tables are)",
+        )
 
 
 def configured_file_groups(config: Config, partition: str) -> int:
@@ -82,13 +95,8 @@ def configured_file_groups(config: Config, partition: str) -> int:
     return config.get(key[check_partition(partition)])
 
 
-def indexed_columns(config: TableConfig) -> list[str] | None:
-    value = config.props.get(COLUMNS_PROPERTY, "")
-    return [c for c in value.split(",") if c] or None
-
-
 class MetadataTable:
-    """The metadata table of ``table`` (at ``<base>/.hoodie/metadata``)."""
+    """The metadata table of ``table`` (at ``<base>/.hoodie/.async-indexer``)."""
 
     def __init__(self, table: Table) -> None:
         self.table = table
@@ -201,9 +209,9 @@ class MetadataTable:
         self.timeline.complete(inflight, {"logFiles": written})
 
     def records_of(
-        self, partitions: Iterable[str], infos: list[DataFileInfo], config: TableConfig
+        self, partitions: Iterable[str], infos: list[DataFileInfo], state: IndexState
     ) -> dict[str, pa.Table]:
-        columns = indexed_columns(config)
+        columns = list(state.column_stats_columns) or None
         return {
             p: records_for(p, infos, columns if p == COLUMN_STATS else None) for p in partitions
         }
@@ -398,20 +406,16 @@ def initialize(
     """Build ``partitions`` synchronously and mark them completed, holding the table lock
     throughout: for new or small tables (large ones use the asynchronous indexer). Returns the
     partitions built (already completed or inflight ones are skipped)."""
+    check_indexable(table)
     mdt = MetadataTable(table)
     with table.lock("initialize metadata") as lock:
-        config = table.reload_table_config()
-        todo = [
-            p
-            for p in partitions
-            if check_partition(p) not in config.metadata_partitions
-            and p not in config.metadata_partitions_inflight
-        ]
+        state = table.reload_index_state()
+        todo = [p for p in partitions if check_partition(p) not in state.partitions]
         if not todo:
             return []
         if columns and COLUMN_STATS in todo:
-            table.update_table_config(
-                lock, lambda c: TableConfig({**c.props, COLUMNS_PROPERTY: ",".join(columns)})
+            table.update_index_state(
+                lock, lambda s: replace(s, column_stats_columns=tuple(columns))
             )
         timeline = table.timeline.load()
         last = timeline.last_contiguous_completed_write()
@@ -496,11 +500,11 @@ def _restricted_reader(mdt: MetadataTable, timeline: Timeline, upto: str) -> Met
 
 
 __all__ = [
-    "COLUMNS_PROPERTY",
     "PARTITIONS",
     "MetadataReader",
     "MetadataTable",
     "build_records",
+    "check_indexable",
     "committed_data_files",
     "compact",
     "initialize",

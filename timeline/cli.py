@@ -146,15 +146,15 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
-    cfg = table.table_config
+    cfg, state = table.table_config, table.reload_index_state()
     print(f"table {cfg.name} ({cfg.table_type.value}) at {table.base_uri}")
     print(
         f"record key: {','.join(cfg.record_key_fields)}  partition fields: "
         f"{','.join(cfg.partition_fields) or '(none)'}"
     )
     print(
-        f"metadata partitions: completed={','.join(cfg.metadata_partitions) or '-'} "
-        f"inflight={','.join(cfg.metadata_partitions_inflight) or '-'}"
+        f"metadata partitions: completed={','.join(state.completed) or '-'} "
+        f"inflight={','.join(state.inflight) or '-'}"
     )
     if not rows:
         print("timeline: empty")

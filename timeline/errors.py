@@ -144,6 +144,16 @@ class TableConfigError(IndexerError):
         self.reason = reason
 
 
+class IndexStateError(IndexerError):
+    """Our index's state file (``.hoodie/.async-indexer/partitions.json``) is unreadable or
+    inconsistent, or the index is in a layout this version must migrate first."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
 class ConfigError(IndexerError, ValueError):
     """A configuration value is unknown or invalid; ``key`` names it."""
 

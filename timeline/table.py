@@ -14,6 +14,7 @@ from timeline.errors import (
     TableNotFoundError,
 )
 from timeline.heartbeat import Heartbeat, is_expired
+from timeline.index_state import STATE_FILE, IndexState
 from timeline.locks import LockHandle, LockProvider, default_owner, lock_provider_for
 from timeline.storage import Storage
 from timeline.table_config import BACKUP_FILE, PROPERTIES_FILE, TableConfig, TableType
@@ -47,6 +48,7 @@ class Table:
         self.storage = storage
         self.config = config or Config.resolve()
         self._table_config = table_config
+        self._index_state: IndexState | None = None
         self.timeline = ActiveTimeline(storage)
         self._lock_provider: LockProvider | None = None
 
@@ -99,8 +101,7 @@ class Table:
 
     @property
     def table_config(self) -> TableConfig:
-        """The config as last read; call :meth:`reload_table_config` under the lock before relying
-        on the metadata partitions state."""
+        """``hoodie.properties`` as last read (see :meth:`index_state` for our index's state)."""
         return self._table_config
 
     def reload_table_config(self) -> TableConfig:
@@ -110,7 +111,8 @@ class Table:
     def update_table_config(
         self, lock: LockHandle, change: Callable[[TableConfig], TableConfig]
     ) -> TableConfig:
-        """Read, change and rewrite ``hoodie.properties`` under the table lock ``lock``."""
+        """Read, change and rewrite ``hoodie.properties`` under the table lock ``lock``, as Hudi
+        does (backup first). Only the migration of an old index layout rewrites it."""
         current = self.reload_table_config()
         updated = change(current)
         if updated == current:
@@ -122,6 +124,38 @@ class Table:
         self._table_config = updated
         return updated
 
+    # --- our index's state -----------------------------------------------------------------------
+
+    @property
+    def index_state(self) -> IndexState:
+        """The state of our index's partitions as last read; call :meth:`reload_index_state`
+        under the lock before relying on it."""
+        if self._index_state is None:
+            return self.reload_index_state()
+        return self._index_state
+
+    def reload_index_state(self) -> IndexState:
+        try:
+            data = self.storage.read(STATE_FILE)
+        except StorageFileNotFoundError:
+            self._index_state = IndexState()
+        else:
+            self._index_state = IndexState.parse(data, self.storage.uri(STATE_FILE))
+        return self._index_state
+
+    def update_index_state(
+        self, lock: LockHandle, change: Callable[[IndexState], IndexState]
+    ) -> IndexState:
+        """Read, change and rewrite the index's state file (one atomic overwrite) under ``lock``."""
+        current = self.reload_index_state()
+        updated = change(current)
+        if updated == current:
+            return current
+        lock.ensure_valid()
+        self.storage.overwrite(STATE_FILE, updated.to_bytes())
+        self._index_state = updated
+        return updated
+
     def update_metadata_partitions(
         self,
         lock: LockHandle,
@@ -129,18 +163,17 @@ class Table:
         add_inflight: Iterable[str] = (),
         complete: Iterable[str] = (),
         remove: Iterable[str] = (),
-    ) -> TableConfig:
+    ) -> IndexState:
         """Move metadata partitions between inflight / completed / absent, atomically."""
         add, done, drop = list(add_inflight), list(complete), list(remove)
-        updated = self.update_table_config(
-            lock,
-            lambda c: c.with_metadata_partitions(add_inflight=add, complete=done, remove=drop),
+        updated = self.update_index_state(
+            lock, lambda s: s.with_partitions(add_inflight=add, complete=done, remove=drop)
         )
         logger.info(
             "metadata partitions of %s: completed=%s inflight=%s",
             self.base_uri,
-            ",".join(updated.metadata_partitions) or "-",
-            ",".join(updated.metadata_partitions_inflight) or "-",
+            ",".join(updated.completed) or "-",
+            ",".join(updated.inflight) or "-",
         )
         return updated
 

@@ -1,15 +1,14 @@
-"""``hoodie.properties``: the table config and the metadata partitions state.
+"""``hoodie.properties``: the table config.
 
-The file is Java properties (see :mod:`timeline.properties`). Required keys follow Hudi 0.x table
-version 6 (REFERENCE §1). The metadata partitions state is two disjoint comma lists:
+The file is Java properties (see :mod:`timeline.properties`) in Hudi 0.x table version 6's
+vocabulary. We read tables Apache Hudi wrote, so optional keys default as Hudi defaults them (the
+table type, the base file format, meta fields, the checksum, which is checked only when present).
+We write the file only when we create a table, and never Hudi's ``hoodie.table.metadata.*`` keys:
+those describe Hudi's own metadata table (``.hoodie/metadata``); ours keeps its state in a file of
+its own (:mod:`timeline.index_state`).
 
-* ``hoodie.table.metadata.partitions``: completed partitions, which readers use;
-* ``hoodie.table.metadata.partitions.inflight``: partitions being built, which writers update and
-  readers ignore.
-
-Updates rewrite the file atomically (write ``hoodie.properties.backup``, replace
-``hoodie.properties``, delete the backup, as Hudi does); a reader that finds the main file missing
-or failing its checksum falls back to the backup.
+A reader that finds the main file missing or failing its checksum falls back to
+``hoodie.properties.backup``, which Hudi writes before it rewrites the main file.
 """
 
 from __future__ import annotations
@@ -45,12 +44,26 @@ CHECKSUM = "hoodie.table.checksum"
 TIMEZONE = "hoodie.table.timeline.timezone"
 HIVE_STYLE_PARTITIONING = "hoodie.datasource.write.hive_style_partitioning"
 ARCHIVELOG_FOLDER = "hoodie.archivelog.folder"
+# Hudi's own metadata table's partitions: Hudi's to write; read only to tell its layout apart.
 METADATA_PARTITIONS = "hoodie.table.metadata.partitions"
 METADATA_PARTITIONS_INFLIGHT = "hoodie.table.metadata.partitions.inflight"
 
-REQUIRED_KEYS = (NAME, TYPE, VERSION, LAYOUT_VERSION, RECORD_KEY_FIELDS, BASE_FILE_FORMAT, CHECKSUM)
-
-_PARTITION_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+REQUIRED_KEYS = (NAME, VERSION, LAYOUT_VERSION)
+# Optional keys and the value Hudi 0.x assumes when they are absent.
+DEFAULTS = {
+    TYPE: "COPY_ON_WRITE",
+    BASE_FILE_FORMAT: "PARQUET",
+    POPULATE_META_FIELDS: "true",
+    HIVE_STYLE_PARTITIONING: "false",
+    ARCHIVELOG_FOLDER: "archived",
+}
+# Other table versions, named in the refusal.
+_VERSION_NAMES = {
+    "8": "Apache Hudi 1.x",
+    "7": "Apache Hudi 1.0 beta",
+    "5": "Apache Hudi 0.12 and 0.13",
+    "4": "Apache Hudi 0.11",
+}
 
 
 class TableType(enum.StrEnum):
@@ -117,8 +130,6 @@ class TableConfig:
             TIMEZONE: "UTC",
             HIVE_STYLE_PARTITIONING: "false",
             ARCHIVELOG_FOLDER: "archived",
-            METADATA_PARTITIONS: "",
-            METADATA_PARTITIONS_INFLIGHT: "",
             CHECKSUM: str(table_checksum(name, database)),
         }
         if precombine_field:
@@ -145,9 +156,13 @@ class TableConfig:
         missing = [k for k in REQUIRED_KEYS if not self.props.get(k)]
         if missing:
             raise TableConfigError(path, f"missing required keys: {', '.join(missing)}")
-        if self.props[VERSION] != str(TABLE_VERSION):
+        version = self.props[VERSION]
+        if version != str(TABLE_VERSION):
+            which = f" ({_VERSION_NAMES[version]})" if version in _VERSION_NAMES else ""
             raise TableConfigError(
-                path, f"{VERSION}={self.props[VERSION]} is not supported (only {TABLE_VERSION})"
+                path,
+                f"{VERSION}={version}{which} is not supported: only table version "
+                f"{TABLE_VERSION} (Apache Hudi 0.14 and 0.15)",
             )
         if self.props[LAYOUT_VERSION] != str(TIMELINE_LAYOUT_VERSION):
             raise TableConfigError(
@@ -155,25 +170,17 @@ class TableConfig:
                 f"{LAYOUT_VERSION}={self.props[LAYOUT_VERSION]} is not supported "
                 f"(only {TIMELINE_LAYOUT_VERSION})",
             )
-        try:
-            TableType(self.props[TYPE])
-        except ValueError:
-            raise TableConfigError(
-                path, f"{TYPE}={self.props[TYPE]!r} is not a table type"
-            ) from None
-        expected = table_checksum(self.name, self.database)
-        if self.props[CHECKSUM] != str(expected):
-            raise TableConfigError(
-                path, f"checksum {self.props[CHECKSUM]} does not match the table name ({expected})"
-            )
-        completed, inflight = set(self.metadata_partitions), set(self.metadata_partitions_inflight)
-        for name in completed | inflight:
-            if not _PARTITION_NAME.match(name):
-                raise TableConfigError(path, f"invalid metadata partition name {name!r}")
-        if completed & inflight:
+        if self.get(TYPE) not in TableType.__members__:
+            raise TableConfigError(path, f"{TYPE}={self.get(TYPE)!r} is not a table type")
+        if self.get(BASE_FILE_FORMAT).upper() != "PARQUET":
             raise TableConfigError(
                 path,
-                f"metadata partitions both completed and inflight: {sorted(completed & inflight)}",
+                f"{BASE_FILE_FORMAT}={self.get(BASE_FILE_FORMAT)} is not supported (only PARQUET)",
+            )
+        expected = table_checksum(self.name, self.database)
+        if CHECKSUM in self.props and self.props[CHECKSUM] != str(expected):
+            raise TableConfigError(
+                path, f"checksum {self.props[CHECKSUM]} does not match the table name ({expected})"
             )
 
     def to_bytes(self) -> bytes:
@@ -181,6 +188,10 @@ class TableConfig:
         return properties.dumps(self.props, comment=f"Updated at {stamp}").encode("latin-1")
 
     # --- accessors -------------------------------------------------------------------------------
+
+    def get(self, key: str) -> str:
+        """The value of ``key``, or Hudi's default for an optional key that is absent."""
+        return self.props.get(key) or DEFAULTS.get(key, "")
 
     @property
     def name(self) -> str:
@@ -192,7 +203,7 @@ class TableConfig:
 
     @property
     def table_type(self) -> TableType:
-        return TableType(self.props[TYPE])
+        return TableType(self.get(TYPE))
 
     @property
     def record_key_fields(self) -> tuple[str, ...]:
@@ -207,50 +218,10 @@ class TableConfig:
         return self.props.get(PRECOMBINE_FIELD) or None
 
     @property
-    def metadata_partitions(self) -> tuple[str, ...]:
-        """Completed metadata partitions: readers may use them."""
-        return _split_list(self.props.get(METADATA_PARTITIONS))
+    def populate_meta_fields(self) -> bool:
+        return self.get(POPULATE_META_FIELDS).lower() == "true"
 
     @property
-    def metadata_partitions_inflight(self) -> tuple[str, ...]:
-        """Metadata partitions being built: writers update them, readers do not use them."""
-        return _split_list(self.props.get(METADATA_PARTITIONS_INFLIGHT))
-
-    # --- updates ---------------------------------------------------------------------------------
-
-    def with_metadata_partitions(
-        self,
-        *,
-        add_inflight: Iterable[str] = (),
-        complete: Iterable[str] = (),
-        remove: Iterable[str] = (),
-    ) -> TableConfig:
-        """The config after moving metadata partitions between states.
-
-        ``add_inflight`` skips partitions already completed or inflight; ``complete`` requires the
-        partition to be inflight (or already completed: idempotent); ``remove`` drops it from both.
-        """
-        completed = list(self.metadata_partitions)
-        inflight = list(self.metadata_partitions_inflight)
-        for name in add_inflight:
-            if name not in completed and name not in inflight:
-                inflight.append(name)
-        for name in complete:
-            if name in completed:
-                continue
-            if name not in inflight:
-                raise TableConfigError(
-                    PROPERTIES_FILE,
-                    f"metadata partition {name!r} is not inflight, cannot complete it",
-                )
-            inflight.remove(name)
-            completed.append(name)
-        dropped = set(remove)
-        props = dict(self.props)
-        props[METADATA_PARTITIONS] = ",".join(sorted(p for p in completed if p not in dropped))
-        props[METADATA_PARTITIONS_INFLIGHT] = ",".join(
-            sorted(p for p in inflight if p not in dropped)
-        )
-        updated = TableConfig(props)
-        updated.validate()
-        return updated
+    def hudi_metadata_partitions(self) -> tuple[str, ...]:
+        """The partitions of Hudi's own metadata table (Hudi's key, read only)."""
+        return _split_list(self.props.get(METADATA_PARTITIONS))

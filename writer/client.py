@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from metadata_table.migrate import LEGACY_FOLDER, has_legacy_index
 from metadata_table.reads import IndexedSnapshot
 from metadata_table.records import DataFileInfo
 from metadata_table.table import MetadataTable
@@ -54,9 +55,7 @@ from timeline.config import (
     marker_type,
 )
 from timeline.conflict import ConcurrentOperation, TxnStart, operation_of, strategy_for
-from timeline.errors import (
-    IndexerError,
-)
+from timeline.errors import IndexerError, IndexStateError, TableConfigError
 from timeline.failpoints import failpoint
 from timeline.fs_view import BaseFile, FileSystemView, read_parquet, read_parquet_schema
 from timeline.hashing import buckets_of_keys
@@ -67,6 +66,7 @@ from timeline.markers.client import MarkerServerError, TimelineServerMarkers
 from timeline.markers.server import MarkerServer, MarkerServerConfig
 from timeline.rollback import rollback
 from timeline.table import Table
+from timeline.table_config import PROPERTIES_FILE, RECORD_KEY_FIELDS
 from writer.avro import avro_schema
 from writer.early_conflict import EarlyConflictDetector
 from writer.files import (
@@ -204,6 +204,18 @@ class WriteClient:
         if not self._lock_checked:
             # a misconfigured or unreachable lock fails the first write before it writes anything
             self.table.lock_provider.holder(self.table.lock_name)
+            if not self.table.table_config.record_key_fields:
+                raise TableConfigError(
+                    self.table.storage.uri(PROPERTIES_FILE),
+                    f"{RECORD_KEY_FIELDS} is not set: a keyless table (Hudi generates its keys), "
+                    "which this writer does not write",
+                )
+            if has_legacy_index(self.table):
+                raise IndexStateError(
+                    self.table.storage.uri(LEGACY_FOLDER),
+                    "this table's index was built by an earlier version in Hudi's metadata folder; "
+                    "run `indexer migrate <base>` before writing (a write now would leave it stale)",
+                )
             self._lock_checked = True
         return WriteTransaction(self, Operation(operation))
 
@@ -556,14 +568,13 @@ class WriteTransaction:
     def _update_metadata_table(self, lock: LockHandle) -> None:
         """Write this commit's metadata deltacommit to every completed and inflight metadata
         partition (read now, under the lock, so an index being built is never missed)."""
-        config = self.table.reload_table_config()
-        partitions = [*config.metadata_partitions, *config.metadata_partitions_inflight]
-        if not partitions:
+        state = self.table.reload_index_state()
+        if not state.partitions:
             return
         infos = [self._infos[s.path] for s in self.stats]
         mdt = MetadataTable(self.table)
         mdt.write_deltacommit(
-            self.instant_time, mdt.records_of(partitions, infos, config), self.markers, lock
+            self.instant_time, mdt.records_of(state.partitions, infos, state), self.markers, lock
         )
 
     def _finalize(self) -> None:

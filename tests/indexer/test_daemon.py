@@ -108,7 +108,7 @@ def _wait(predicate: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def _completed(table: Table, partitions: list[str]) -> Callable[[], bool]:
-    return lambda: all(p in table.reload_table_config().metadata_partitions for p in partitions)
+    return lambda: all(p in table.reload_index_state().completed for p in partitions)
 
 
 def test_desired_and_requested_indexes_are_built(tmp_path: Path, daemons: list[Daemon]) -> None:
@@ -173,7 +173,7 @@ def test_bad_requests_are_rejected_and_schedule_nothing(
     )
     assert bad_cli.returncode == 1 and "unknown metadata partition" in bad_cli.stderr
     assert daemon.stop() == 0
-    assert table.reload_table_config().metadata_partitions == ()
+    assert table.reload_index_state().completed == ()
 
 
 def test_an_aborted_build_is_retried_then_completes(tmp_path: Path, daemons: list[Daemon]) -> None:
@@ -226,10 +226,8 @@ def test_sigterm_mid_build_then_restart_completes(tmp_path: Path, daemons: list[
         "the build to start",
     )
     assert daemon.stop() == 0
-    state = table.reload_table_config()
-    assert state.metadata_partitions == () and state.metadata_partitions_inflight == (), (
-        "aborted cleanly"
-    )
+    state = table.reload_index_state()
+    assert state.completed == () and state.inflight == (), "aborted cleanly"
     assert not table.timeline.load().with_actions(Action.INDEXING).pending()
     restarted = Daemon(config)
     daemons.append(restarted)

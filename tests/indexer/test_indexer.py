@@ -41,10 +41,10 @@ def make_table(base: Path, heartbeat_ms: int = 60_000) -> Table:
 
 def assert_exact(table: Table, partitions: list[str] = ALL) -> None:
     timeline = table.timeline.load()
-    config = table.reload_table_config()
+    state = table.reload_index_state()
     reader = MetadataTable(table).reader(timeline)
     for partition in partitions:
-        assert partition in config.metadata_partitions, f"{partition} is not completed"
+        assert partition in state.completed, f"{partition} is not completed"
         ours = reader.read(partition).to_pylist()
         assert ours == build_records(table, timeline, partition).to_pylist(), partition
     assert not timeline.with_actions(Action.INDEXING).pending(), (
@@ -54,10 +54,10 @@ def assert_exact(table: Table, partitions: list[str] = ALL) -> None:
 
 def assert_untouched(table: Table, partitions: list[str] = ALL) -> None:
     """As if the build never ran: no partition state, no metadata files, no pending instant."""
-    config = table.reload_table_config()
+    state = table.reload_index_state()
     for partition in partitions:
-        assert partition not in config.metadata_partitions
-        assert partition not in config.metadata_partitions_inflight
+        assert partition not in state.completed
+        assert partition not in state.inflight
         assert MetadataTable(table).storage.list(partition) == []
     assert not table.timeline.load().with_actions(Action.INDEXING).pending()
 
@@ -86,8 +86,7 @@ def test_schedule_writes_the_plan_and_marks_partitions_inflight(tmp_path: Path, 
             },
         ],
     }
-    config = table.reload_table_config()
-    assert config.metadata_partitions_inflight == ("bloom_filters", "column_stats")
+    assert table.reload_index_state().inflight == ("bloom_filters", "column_stats")
     assert MetadataTable(table).file_groups(BLOOM_FILTERS) == [
         f"bloom-filters-{i:04d}-0" for i in range(4)
     ]
@@ -263,8 +262,8 @@ def test_drop_while_writers_run(tmp_path: Path, spark: Any) -> None:
     stop.set()
     thread.join()
     assert errors == []
-    config = table.reload_table_config()
-    assert COLUMN_STATS not in config.metadata_partitions and FILES in config.metadata_partitions
+    state = table.reload_index_state()
+    assert COLUMN_STATS not in state.completed and FILES in state.completed
     assert MetadataTable(table).storage.list(COLUMN_STATS) == [], "writers did not recreate it"
     assert_exact(table, [FILES])
 
@@ -276,7 +275,12 @@ def test_drop_aborts_a_pending_plan(tmp_path: Path, spark: Any) -> None:
     assert indexer.drop([BLOOM_FILTERS]) == [BLOOM_FILTERS]
     assert_untouched(table)  # the whole plan was aborted
     status = indexer.status()
-    assert status == {"table": table.base_uri, "partitions": {}, "indexing": []}
+    assert status == {
+        "table": table.base_uri,
+        "partitions": {},
+        "indexing": [],
+        "legacy_index": False,
+    }
 
 
 def test_status(tmp_path: Path, spark: Any) -> None:

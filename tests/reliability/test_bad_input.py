@@ -147,9 +147,8 @@ def assert_intact(base: Path, before: list[dict[str, Any]], planted: set[str]) -
         if b.instant_time not in committed and b.path not in planted
     ]
     assert not stray, f"uncommitted data files: {stray}"
-    props = table.reload_table_config()
     reader = MetadataTable(table).reader(timeline)
-    for partition in props.metadata_partitions:
+    for partition in table.reload_index_state().completed:
         assert (
             reader.read(partition).to_pylist()
             == build_records(table, timeline, partition).to_pylist()

@@ -188,7 +188,7 @@ def test_writers_daemon_and_cleaner(
             p.join(timeout=CONCURRENCY_SECONDS + 300)
             assert p.exitcode == 0, f"a writer died or hung (exit {p.exitcode})"
         deadline = time.monotonic() + 300
-        while set(table.reload_table_config().metadata_partitions) != set(PARTITIONS):
+        while set(table.reload_index_state().completed) != set(PARTITIONS):
             assert service.poll() is None, (tmp_path / "daemon.log").read_text()[-3000:]
             assert time.monotonic() < deadline, (tmp_path / "daemon.log").read_text()[-3000:]
             time.sleep(1)

@@ -118,7 +118,7 @@ def assert_converged(table: Table, want: dict[str, tuple[Any, ...]]) -> None:
     stray = [b.path for b in view.all_base_files if b.instant_time not in committed]
     assert not stray, f"files of no completed commit: {stray}"
     reader = mdt.reader(timeline)
-    for partition in table.reload_table_config().metadata_partitions:
+    for partition in table.reload_index_state().completed:
         assert (
             reader.read(partition).to_pylist()
             == build_records(table, timeline, partition).to_pylist()

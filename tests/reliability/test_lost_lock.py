@@ -103,5 +103,5 @@ def test_a_paused_indexer_does_not_write_its_plan_under_a_lost_lock(
     assert paused.returncode == 1, err
     assert "lock" in err, err
     assert not list(table.timeline.load().with_actions(Action.INDEXING)), "a plan was written"
-    config = table.reload_table_config()
-    assert not config.metadata_partitions_inflight and not config.metadata_partitions
+    state = table.reload_index_state()
+    assert not state.inflight and not state.completed

@@ -105,13 +105,13 @@ def test_permanent_errors_abort_the_build_cleanly(
     WriteClient(table).insert(rows(keys(0, 40)))
     # metadata base files cannot be written: every build attempt fails the same way
     proxy.deny = lambda method, path: (
-        method == "PUT" and "/.hoodie/metadata/" in path and (path.endswith(".parquet"))
+        method == "PUT" and "/.hoodie/.async-indexer/" in path and (path.endswith(".parquet"))
     )
     indexer = AsyncIndexer(table, IndexerOptions(retries=1, backoff=0.1), spark=spark)
     with pytest.raises((IndexBuildAbortedError, StorageError), match="Access Denied"):
         indexer.run(ALL)  # the schedule's empty base files, or the build's, are refused
-    config = table.reload_table_config()
-    assert not config.metadata_partitions and not config.metadata_partitions_inflight
+    state = table.reload_index_state()
+    assert not state.completed and not state.inflight
     assert not list(table.timeline.load().pending())
     proxy.deny = None
     indexer.run(ALL)

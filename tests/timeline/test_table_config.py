@@ -11,11 +11,13 @@ from hypothesis import strategies as st
 from timeline import properties
 from timeline.config import Config
 from timeline.errors import (
+    IndexStateError,
     LockLostError,
     TableAlreadyExistsError,
     TableConfigError,
     TableNotFoundError,
 )
+from timeline.index_state import IndexState
 from timeline.storage import Storage
 from timeline.table import Table, read_table_config
 from timeline.table_config import (
@@ -70,7 +72,11 @@ def test_round_trip_through_bytes() -> None:
         (lambda p: p.pop("hoodie.table.name"), "missing required keys: hoodie.table.name"),
         (
             lambda p: p.update({"hoodie.table.version": "8"}),
-            "hoodie.table.version=8 is not supported",
+            r"hoodie.table.version=8 \(Apache Hudi 1.x\) is not supported",
+        ),
+        (
+            lambda p: p.update({"hoodie.table.base.file.format": "ORC"}),
+            "hoodie.table.base.file.format=ORC is not supported",
         ),
         (
             lambda p: p.update({"hoodie.timeline.layout.version": "2"}),
@@ -78,19 +84,6 @@ def test_round_trip_through_bytes() -> None:
         ),
         (lambda p: p.update({"hoodie.table.type": "HEAP"}), "is not a table type"),
         (lambda p: p.update({"hoodie.table.checksum": "1"}), "checksum 1 does not match"),
-        (
-            lambda p: p.update(
-                {
-                    "hoodie.table.metadata.partitions": "files",
-                    "hoodie.table.metadata.partitions.inflight": "files",
-                }
-            ),
-            "both completed and inflight",
-        ),
-        (
-            lambda p: p.update({"hoodie.table.metadata.partitions": "../x"}),
-            "invalid metadata partition name",
-        ),
     ],
 )
 def test_invalid_properties_name_the_problem(edit: Any, message: str) -> None:
@@ -102,20 +95,63 @@ def test_invalid_properties_name_the_problem(edit: Any, message: str) -> None:
     assert err.value.path == "/t/.hoodie/hoodie.properties"
 
 
+def test_optional_keys_default_as_hudi_defaults_them() -> None:
+    """A table Apache Hudi wrote may lack keys Hudi treats as optional (hudi-rs's sample tables
+    have no base file format, for example): they take Hudi's defaults."""
+    props = dict(TableConfig.new("trips", ["uuid"]).props)
+    for key in (
+        "hoodie.table.type",
+        "hoodie.table.base.file.format",
+        "hoodie.populate.meta.fields",
+        "hoodie.table.checksum",
+        "hoodie.table.recordkey.fields",
+    ):
+        props.pop(key)
+    config = TableConfig.parse(properties.dumps(props).encode())
+    assert config.table_type is TableType.COPY_ON_WRITE
+    assert config.get("hoodie.table.base.file.format") == "PARQUET"
+    assert config.populate_meta_fields is True
+    assert config.record_key_fields == ()
+
+
+def test_new_tables_carry_none_of_hudis_metadata_keys() -> None:
+    assert not [k for k in TableConfig.new("trips", ["uuid"]).props if "table.metadata" in k]
+
+
 def test_metadata_partition_transitions() -> None:
-    config = TableConfig.new("trips", ["uuid"])
-    step = config.with_metadata_partitions(add_inflight=["column_stats", "files"])
-    assert step.metadata_partitions_inflight == ("column_stats", "files")
-    step = step.with_metadata_partitions(complete=["files"])
-    assert step.metadata_partitions == ("files",)
-    assert step.metadata_partitions_inflight == ("column_stats",)
+    step = IndexState().with_partitions(add_inflight=["column_stats", "files"])
+    assert step.inflight == ("column_stats", "files")
+    step = step.with_partitions(complete=["files"])
+    assert step.completed == ("files",)
+    assert step.inflight == ("column_stats",)
     # idempotent: adding a completed partition as inflight is skipped; completing twice is a no-op
-    again = step.with_metadata_partitions(add_inflight=["files"], complete=["files"])
+    again = step.with_partitions(add_inflight=["files"], complete=["files"])
     assert again == step
-    with pytest.raises(TableConfigError, match="is not inflight"):
-        step.with_metadata_partitions(complete=["bloom_filters"])
-    dropped = step.with_metadata_partitions(remove=["files", "column_stats"])
-    assert dropped.metadata_partitions == () and dropped.metadata_partitions_inflight == ()
+    with pytest.raises(IndexStateError, match="is not inflight"):
+        step.with_partitions(complete=["bloom_filters"])
+    dropped = step.with_partitions(remove=["files", "column_stats"])
+    assert dropped.completed == () and dropped.inflight == ()
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        (b"{not json", "not a valid index state file"),
+        (b'{"version": 2}', "format version 2"),
+        (b'{"version": 1, "completed": "files"}', "completed must be a list"),
+        (
+            b'{"version": 1, "completed": ["files"], "inflight": ["files"]}',
+            "both completed and inflight",
+        ),
+        (b'{"version": 1, "completed": ["../x"]}', "invalid metadata partition name"),
+    ],
+)
+def test_invalid_index_state_names_the_problem(document: bytes, message: str) -> None:
+    with pytest.raises(IndexStateError, match=message) as err:
+        IndexState.parse(document, "/t/.hoodie/.async-indexer/partitions.json")
+    assert err.value.path == "/t/.hoodie/.async-indexer/partitions.json"
+    state = IndexState(("files",), ("column_stats",), ("fare",))
+    assert IndexState.parse(state.to_bytes()) == state
 
 
 _text = st.text(
@@ -159,12 +195,14 @@ def test_open_missing_table(tmp_path: Any) -> None:
 
 def test_update_metadata_partitions_under_the_lock(storage: Storage) -> None:
     table = Table.create(storage.base_uri, "trips", ["uuid"], config=_cfg(storage))
+    properties_before = storage.read(PROPERTIES_FILE)
     with table.lock("test") as lock:
         table.update_metadata_partitions(lock, add_inflight=["files", "column_stats"])
         table.update_metadata_partitions(lock, complete=["files"])
-    reread = Table.open(storage.base_uri, _cfg(storage)).table_config
-    assert reread.metadata_partitions == ("files",)
-    assert reread.metadata_partitions_inflight == ("column_stats",)
+    reread = Table.open(storage.base_uri, _cfg(storage)).reload_index_state()
+    assert reread.completed == ("files",)
+    assert reread.inflight == ("column_stats",)
+    assert storage.read(PROPERTIES_FILE) == properties_before, "hoodie.properties is Hudi's"
     assert not storage.exists(BACKUP_FILE)
 
 
@@ -174,7 +212,7 @@ def test_update_refuses_to_write_under_a_lost_lock(tmp_path: Any) -> None:
     lock.release()
     with pytest.raises(LockLostError):
         table.update_metadata_partitions(lock, add_inflight=["files"])
-    assert Table.open(str(tmp_path), INPROCESS).table_config.metadata_partitions_inflight == ()
+    assert Table.open(str(tmp_path), INPROCESS).reload_index_state().inflight == ()
 
 
 def test_backup_is_used_when_the_main_file_is_bad(tmp_path: Any) -> None:

@@ -289,4 +289,4 @@ def test_a_table_without_indexes_never_reads_metadata(
 
     monkeypatch.setattr(Storage, "list", recording_list)
     WriteClient(table).insert(rows(("a", "sf", 1, 1.0)))
-    assert touched and not [p for p in touched if "/.hoodie/metadata" in p]
+    assert touched and not [p for p in touched if "/.hoodie/.async-indexer" in p]
