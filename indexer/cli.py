@@ -16,7 +16,9 @@ import time
 from collections.abc import Sequence
 
 from indexer.indexer import DEFAULT_TIMEOUT_SECONDS, AsyncIndexer, IndexerOptions
+from metadata_table.validate import validate
 from timeline.cli import (
+    EXIT_ERROR,
     EXIT_OK,
     Parser,
     add_common_options,
@@ -123,6 +125,47 @@ def _drop(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _sync(args: argparse.Namespace) -> int:
+    applied = _indexer(args).sync()
+    if args.json:
+        print(json.dumps({"applied": applied}, indent=2))
+    elif not applied:
+        print("in sync: every completed partition reflects every completed instant")
+    else:
+        for instant, partitions in applied.items():
+            print(f"applied {instant} to {', '.join(partitions)}")
+    return EXIT_OK
+
+
+def _validate(args: argparse.Namespace) -> int:
+    table = _indexer(args).table
+    reports = validate(table)
+    ok = all(r.ok for r in reports)
+    if args.json:
+        print(json.dumps({"ok": ok, "partitions": [r.to_json() for r in reports]}, indent=2))
+        return EXIT_OK if ok else EXIT_ERROR
+    if not reports:
+        print("no completed metadata partition to validate")
+    for report in reports:
+        if report.ok:
+            print(f"{report.partition}: ok")
+            continue
+        print(f"{report.partition}: differs from a rebuild from the data files")
+        if report.unapplied:
+            print(
+                f"  {len(report.unapplied)} completed instant(s) not applied "
+                f"(`indexer sync` applies them): {', '.join(report.unapplied)}"
+            )
+        for kind in ("missing", "stale", "wrong"):
+            keys = getattr(report, kind)
+            if keys:
+                shown = ", ".join(keys[:5]) + (
+                    f" and {len(keys) - 5} more" if len(keys) > 5 else ""
+                )
+                print(f"  {len(keys)} {kind} record(s): {shown}")
+    return EXIT_OK if ok else EXIT_ERROR
+
+
 def _migrate(args: argparse.Namespace) -> int:
     result = _indexer(args).migrate()
     if not result.migrated:
@@ -144,7 +187,9 @@ def _status(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"table {status['table']}")
     for partition, state in sorted(status["partitions"].items()):
-        print(f"  {partition:<14} {state}")
+        behind = status["unapplied"].get(partition, [])
+        lag = f" ({len(behind)} completed instant(s) not applied: `indexer sync`)" if behind else ""
+        print(f"  {partition:<14} {state}{lag}")
     if not status["partitions"]:
         print("  no metadata partitions")
     if status["legacy_index"]:
@@ -153,6 +198,9 @@ def _status(args: argparse.Namespace) -> int:
             " (or the next run) moves it to .hoodie/.async-indexer"
         )
     for item in status["indexing"]:
+        if item["owner"] != "async-indexer":
+            print(f"  indexing {item['timestamp']} {item['state']:<10} Apache Hudi's own (ignored)")
+            continue
         print(
             f"  indexing {item['timestamp']} {item['state']:<10} {','.join(item['partitions'])} "
             f"up to {item['index_upto_instant']}"
@@ -259,6 +307,25 @@ def build_parser() -> argparse.ArgumentParser:
     common(drop)
     drop.add_argument("--index-types", required=True, help="comma-separated partitions to drop")
     drop.set_defaults(func=_drop)
+    sync = sub.add_parser(
+        "sync",
+        help="apply completed instants the index does not reflect (e.g. Apache Hudi's own commits)",
+    )
+    common(sync)
+    sync.add_argument("--json", action="store_true", help='{"applied": {instant: [partitions]}}')
+    sync.set_defaults(func=_sync)
+    check = sub.add_parser(
+        "validate",
+        help="compare every completed partition with a rebuild from the data files (read-only; "
+        "exit 1 when they differ)",
+    )
+    common(check)
+    check.add_argument(
+        "--json",
+        action="store_true",
+        help='{"ok": bool, "partitions": [{partition, ok, unapplied, missing, stale, wrong}]}',
+    )
+    check.set_defaults(func=_validate)
     migrate = sub.add_parser(
         "migrate",
         help="move an index built by an earlier version out of .hoodie/metadata (Hudi's folder)",
@@ -270,7 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument(
         "--json",
         action="store_true",
-        help="{partitions: {name: completed|inflight}, indexing: [...], legacy_index: bool}",
+        help="{partitions: {name: completed|inflight}, indexing: [...], legacy_index: bool, "
+        "unapplied: {partition: [instants]}}",
     )
     status.set_defaults(func=_status)
 

@@ -29,10 +29,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import pyarrow as pa
-
 from indexer.build import BuildTarget, cleanup_failed_attempts, run_build
-from indexer.plan import IndexPlan, PartitionPlan
+from indexer.plan import IndexPlan, PartitionPlan, is_hudi_plan
 from metadata_table.layout import (
     COLUMN_STATS,
     FILES,
@@ -40,13 +38,9 @@ from metadata_table.layout import (
     PARTITIONS,
     SCHEMAS,
     check_partition,
-    file_group_id,
-    file_group_of,
-    log_file_name,
-    write_records,
 )
 from metadata_table.migrate import MigrationResult, has_legacy_index, migrate
-from metadata_table.records import info_from_storage, records_for
+from metadata_table.records import DataFileInfo, info_from_storage, records_for
 from metadata_table.table import MetadataTable, check_indexable, configured_file_groups
 from timeline.commit_metadata import CommitMetadata
 from timeline.errors import (
@@ -55,6 +49,7 @@ from timeline.errors import (
     CorruptInstantError,
     IndexBuildAbortedError,
     IndexerError,
+    StorageFileNotFoundError,
 )
 from timeline.failpoints import failpoint
 from timeline.fs_view import FileSystemView, read_parquet_schema
@@ -110,7 +105,11 @@ class AsyncIndexer:
         self.options = options or IndexerOptions()
         self._spark = spark
         self.mdt = MetadataTable(table)
-        self.stats: dict[str, float] = {"catch_up_instants": 0, "lock_wait_seconds": 0.0}
+        self.stats: dict[str, float] = {
+            "catch_up_instants": 0,
+            "synced_instants": 0,
+            "lock_wait_seconds": 0.0,
+        }
         #: set by a daemon shutting down: the build stops at its next safe point and aborts;
         #: once completion has started it finishes instead.
         self.cancel = threading.Event()
@@ -222,7 +221,23 @@ class AsyncIndexer:
     # --- execute ---------------------------------------------------------------------------------
 
     def pending(self) -> list[Instant]:
-        return list(self.table.timeline.load().with_actions(Action.INDEXING).pending())
+        return [
+            i
+            for i in self.table.timeline.load().with_actions(Action.INDEXING).pending()
+            if self._is_ours(i)
+        ]
+
+    def _is_ours(self, instant: Instant) -> bool:
+        """Whether an indexing instant is one of ours, not Apache Hudi's own (HoodieIndexer's),
+        which this indexer never executes, aborts or reads as a plan."""
+        try:
+            content = self.table.timeline.read_content(instant.with_state(State.REQUESTED))
+        except StorageFileNotFoundError:
+            return True  # no plan to tell by: treated as ours, and reported unreadable if so
+        if is_hudi_plan(content):
+            logger.info("%s is Apache Hudi's own indexing instant: left to Hudi", instant)
+            return False
+        return True
 
     def plan_of(self, instant: Instant) -> IndexPlan:
         requested = instant.with_state(State.REQUESTED)
@@ -384,8 +399,16 @@ class AsyncIndexer:
             logged = self.mdt.timeline.read_json(delta).get("logFiles", {})
             if all(p in logged for p in plan.names):
                 return
+        infos = self._infos_of(instant)
+        for p in plan.partitions:
+            columns = list(p.columns) or None if p.partition == COLUMN_STATS else None
+            rows = records_for(p.partition, infos, columns)
+            self.mdt.write_logs(p.partition, instant.timestamp, rows, lock)
+
+    def _infos_of(self, instant: Instant) -> list[DataFileInfo]:
+        """What the index needs of the data files a completed instant wrote (its footers)."""
         metadata = CommitMetadata.from_bytes(self.table.timeline.read_content(instant))
-        infos = [
+        return [
             info_from_storage(
                 self.table.storage,
                 s.partition_path,
@@ -395,19 +418,40 @@ class AsyncIndexer:
             )
             for s in metadata.write_stats
         ]
-        for p in plan.partitions:
-            columns = list(p.columns) or None if p.partition == COLUMN_STATS else None
-            rows = records_for(p.partition, infos, columns)
-            groups: dict[int, list[int]] = {}
-            for i, key in enumerate(rows.column("key").to_pylist()):
-                groups.setdefault(file_group_of(key, p.file_groups), []).append(i)
-            for group, indices in groups.items():
-                path = f"{p.partition}/{log_file_name(file_group_id(p.partition, group), instant.timestamp)}"
-                if self.mdt.storage.exists(path):
-                    continue
-                lock.ensure_valid()
-                write_records(self.mdt.storage, path, rows.take(pa.array(indices, pa.int64())))
-                logger.info("catch-up wrote %s", path)
+
+    # --- sync ------------------------------------------------------------------------------------
+
+    def sync(self) -> dict[str, list[str]]:
+        """Apply, under the table lock, every completed data instant that a completed partition
+        does not reflect: commits that did not go through this kernel (Apache Hudi's own
+        writer, hudi-rs, a backfill tool). Until then readers treat those instants' files as
+        not pruned. Returns each instant applied with the partitions it was applied to."""
+        self.migrate()
+        if not self.unapplied():  # the common case: nothing behind, no lock taken
+            return {}
+        with self._lock("sync index") as lock:
+            state = self.table.reload_index_state()
+            behind = self.unapplied()
+            for timestamp, (instant, partitions) in behind.items():
+                infos = self._infos_of(instant)
+                records = self.mdt.records_of(partitions, infos, state)
+                self.mdt.apply_completed(timestamp, records, lock)
+                logger.info("sync applied %s to %s", timestamp, ",".join(partitions))
+        self.stats["synced_instants"] += len(behind)
+        return {timestamp: partitions for timestamp, (_, partitions) in behind.items()}
+
+    def unapplied(self) -> dict[str, tuple[Instant, list[str]]]:
+        """Completed data instants that completed partitions do not reflect, oldest first, each
+        with those partitions."""
+        state = self.table.reload_index_state()
+        if not state.completed:
+            return {}
+        reader = self.mdt.reader(self.table.timeline.load())
+        found: dict[str, tuple[Instant, list[str]]] = {}
+        for partition in state.completed:
+            for instant in reader.unapplied(partition):
+                found.setdefault(instant.timestamp, (instant, []))[1].append(partition)
+        return dict(sorted(found.items(), key=lambda item: normalize_timestamp(item[0])))
 
     # --- abort, drop, run ------------------------------------------------------------------------
 
@@ -494,10 +538,22 @@ class AsyncIndexer:
 
     def status(self) -> dict[str, Any]:
         state = self.table.reload_index_state()
+        behind = self.unapplied()
         partitions = {p: "completed" for p in state.completed}
         partitions.update({p: "inflight" for p in state.inflight})
-        indexing = []
+        indexing: list[dict[str, Any]] = []
         for instant in self.table.timeline.load().with_actions(Action.INDEXING):
+            if not self._is_ours(instant):
+                indexing.append(
+                    {
+                        "timestamp": instant.timestamp,
+                        "state": instant.state.name,
+                        "partitions": [],
+                        "index_upto_instant": None,
+                        "owner": "apache-hudi",
+                    }
+                )
+                continue
             try:
                 plan = (
                     IndexPlan.from_json(
@@ -515,6 +571,7 @@ class AsyncIndexer:
                     "state": instant.state.name,
                     "partitions": names,
                     "index_upto_instant": upto,
+                    "owner": "async-indexer",
                 }
             )
         return {
@@ -522,4 +579,9 @@ class AsyncIndexer:
             "partitions": partitions,
             "indexing": indexing,
             "legacy_index": has_legacy_index(self.table),
+            "unapplied": {
+                p: [t for t, (_, ps) in behind.items() if p in ps]
+                for p in state.completed
+                if any(p in ps for _, ps in behind.values())
+            },
         }

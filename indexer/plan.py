@@ -10,6 +10,14 @@ from metadata_table.layout import check_partition
 from timeline.errors import CorruptInstantError
 
 PLAN_VERSION = 1
+#: Apache Hudi writes its own indexing plans (HoodieIndexer's) as Avro container files; ours are
+#: JSON. The two share the ``indexing`` action on the data timeline.
+AVRO_MAGIC = b"Obj\x01"
+
+
+def is_hudi_plan(content: bytes) -> bool:
+    """Whether an indexing instant's content is Apache Hudi's (Avro), not one of our plans."""
+    return content.startswith(AVRO_MAGIC)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ class Metrics:
     lock_wait_seconds: float = 0.0
     rollbacks: int = 0
     compactions: int = 0
+    synced_instants: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, **deltas: float) -> None:
@@ -86,6 +87,12 @@ class Metrics:
                 self.rollbacks,
             ),
             ("compactions_total", "counter", "Metadata table compactions", self.compactions),
+            (
+                "synced_instants_total",
+                "counter",
+                "Completed instants of other writers (e.g. Apache Hudi's) applied to the index",
+                self.synced_instants,
+            ),
         ]
         out = []
         for name, kind, doc, value in rows:
@@ -204,6 +211,8 @@ class IndexerService:
                 state.last_clean = now
                 rolled = clean_failed_writes(state.table)
                 self.metrics.add(rollbacks=len(rolled))
+            synced = AsyncIndexer(state.table).sync()
+            self.metrics.add(synced_instants=len(synced))
             self._reconcile(state, base)
             if not self.stopping.is_set():
                 self._run_one(state, base)

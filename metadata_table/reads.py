@@ -5,10 +5,16 @@
 index instead of storage; with ``column_stats`` completed, :meth:`prune` skips files whose stats
 prove that no row matches; with ``bloom_filters`` completed, :meth:`lookup_keys` narrows record
 keys to the files that may hold them. A file that has no entry in the index is never pruned.
+
+A completed data instant that a partition does not reflect (a commit that did not go through this
+kernel: Apache Hudi's own writer, hudi-rs, a backfill tool) never makes an answer stale: its files
+are treated as not pruned and a warning names it; with ``files`` behind, listings come from storage.
+``indexer sync`` (or the daemon's next tick) applies such instants.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -29,9 +35,12 @@ from metadata_table.layout import (
 from metadata_table.records import python_value
 from metadata_table.table import MetadataReader, MetadataTable
 from timeline.fs_view import BaseFile, FileSystemView
+from timeline.instant import Instant
 from timeline.storage import FileInfo
 from timeline.table import Table
 from timeline.timeline import Timeline
+
+logger = logging.getLogger(__name__)
 
 
 def _data_partition(name: str) -> str:
@@ -43,6 +52,8 @@ class PruneResult:
     candidates: list[BaseFile]
     total: int
     used_index: bool
+    #: completed data instants the index does not reflect yet; their files were kept
+    unapplied: tuple[str, ...] = ()
 
     @property
     def pruned(self) -> int:
@@ -55,6 +66,7 @@ class IndexedSnapshot:
         self.timeline = timeline if timeline is not None else table.timeline.load()
         self.completed = set(table.reload_index_state().completed)
         self._view: FileSystemView | None = None
+        self._unapplied: dict[str, list[Instant]] = {}
 
     @cached_property
     def reader(self) -> MetadataReader:
@@ -63,6 +75,25 @@ class IndexedSnapshot:
 
     def uses(self, partition: str) -> bool:
         return partition in self.completed
+
+    def unapplied(self, partition: str) -> list[Instant]:
+        """Completed data instants a completed ``partition`` does not reflect (warned once)."""
+        if partition not in self._unapplied:
+            behind = self.reader.unapplied(partition) if self.uses(partition) else []
+            if behind:
+                logger.warning(
+                    "metadata partition %s of %s does not reflect %d completed instant(s) (%s): "
+                    "their files are not pruned until `indexer sync` or the daemon applies them",
+                    partition,
+                    self.table.base_uri,
+                    len(behind),
+                    ", ".join(f"{i.timestamp}.{i.action}" for i in behind),
+                )
+            self._unapplied[partition] = behind
+        return self._unapplied[partition]
+
+    def _unapplied_times(self, partition: str) -> set[str]:
+        return {i.timestamp for i in self.unapplied(partition)}
 
     # --- listings --------------------------------------------------------------------------------
 
@@ -79,7 +110,8 @@ class IndexedSnapshot:
     @property
     def view(self) -> FileSystemView:
         if self._view is None:
-            listing = self.indexed_files if self.uses(FILES) else None
+            indexed = self.uses(FILES) and not self.unapplied(FILES)
+            listing = self.indexed_files if indexed else None
             self._view = FileSystemView(self.table.timeline, self.timeline, listing=listing)
         return self._view
 
@@ -135,9 +167,14 @@ class IndexedSnapshot:
         files = self.view.latest_base_files()
         if not self.uses(COLUMN_STATS):
             return PruneResult(files, len(files), used_index=False)
+        behind = self._unapplied_times(COLUMN_STATS)
         stats = self._stats_by_file(expr.columns())
-        kept = [f for f in files if f.path not in stats or expr.might_match(stats[f.path])]
-        return PruneResult(kept, len(files), used_index=True)
+        kept = [
+            f
+            for f in files
+            if f.instant_time in behind or f.path not in stats or expr.might_match(stats[f.path])
+        ]
+        return PruneResult(kept, len(files), used_index=True, unapplied=tuple(sorted(behind)))
 
     def spark_paths(self, expr: Expr | str) -> list[str]:
         """Full paths of the files to read, for ``spark.read.parquet(*paths)``."""
@@ -165,12 +202,14 @@ class IndexedSnapshot:
         every file when ``bloom_filters`` is not completed; files without a filter are kept."""
         if not self.uses(BLOOM_FILTERS):
             return list(files)
+        behind = self._unapplied_times(BLOOM_FILTERS)
         blooms = self.blooms(partition)
         hashes = [hash_value(k) for k in keys]
         return [
             f
             for f in files
-            if f.file_name not in blooms
+            if f.instant_time in behind
+            or f.file_name not in blooms
             or any(blooms[f.file_name].might_contain_hash(h) for h in hashes)
         ]
 
@@ -184,10 +223,11 @@ class IndexedSnapshot:
         for p in partitions:
             files = self.list_files(p)
             blooms = self.blooms(p) if self.uses(BLOOM_FILTERS) else {}
+            behind = self._unapplied_times(BLOOM_FILTERS)
             for key in wanted:
                 h = hash_value(key)
                 for f in files:
-                    bloom = blooms.get(f.file_name)
+                    bloom = None if f.instant_time in behind else blooms.get(f.file_name)
                     if bloom is None or bloom.might_contain_hash(h):
                         out[key].append(f.path)
         return out

@@ -47,13 +47,14 @@ from metadata_table.layout import (
     write_records,
 )
 from metadata_table.records import DataFileInfo, info_from_storage, python_value, records_for
+from timeline.commit_metadata import CommitMetadata
 from timeline.config import (
     BLOOM_FILTER_FILE_GROUPS,
     COLUMN_STATS_FILE_GROUPS,
     FILES_FILE_GROUPS,
     Config,
 )
-from timeline.errors import FileAlreadyExistsError, TableConfigError
+from timeline.errors import FileAlreadyExistsError, IndexerError, TableConfigError
 from timeline.fs_view import FileSystemView
 from timeline.index_state import IndexState
 from timeline.instant import Action, Instant, State, normalize_timestamp
@@ -208,6 +209,48 @@ class MetadataTable:
         mark(META_FOLDER, instant.file_name_for(State.COMPLETED))
         self.timeline.complete(inflight, {"logFiles": written})
 
+    def apply_completed(
+        self, data_instant: str, records: dict[str, pa.Table], lock: LockHandle
+    ) -> None:
+        """Apply a data instant that is already completed but that these partitions do not
+        reflect (a commit that did not go through this kernel), as metadata deltacommit
+        ``data_instant``. Readers take its log files as applied only once that deltacommit
+        completes, so they never see part of it; a pending one that an interrupted attempt left
+        is resumed."""
+        existing = self.timeline.load().get(data_instant, Action.DELTA_COMMIT)
+        if existing is not None and existing.is_completed:
+            # our own writer's deltacommit, which missed these partitions: add their logs
+            for partition, rows in records.items():
+                self.write_logs(partition, data_instant, rows, lock)
+            return
+        if existing is None:
+            self.ensure_properties()
+            existing = self.timeline.create_requested(Action.DELTA_COMMIT, timestamp=data_instant)
+        written = {p: self.write_logs(p, data_instant, rows, lock) for p, rows in records.items()}
+        if existing.is_requested:
+            existing = self.timeline.transition_to_inflight(existing)
+        lock.ensure_valid()
+        self.timeline.complete(existing, {"logFiles": written})
+
+    def write_logs(
+        self, partition: str, data_instant: str, rows: pa.Table, lock: LockHandle
+    ) -> list[str]:
+        """Log files of one data instant for one partition, without markers (used under the lock
+        for instants that are already completed); a log file that exists is kept (its records
+        are the same: they come from the same data files). Returns the partition's log names."""
+        groups = len(self.file_groups(partition))
+        names = []
+        for index, part in sorted(_split_by_group(rows, groups).items()):
+            name = log_file_name(file_group_id(partition, index), data_instant)
+            names.append(name)
+            lock.ensure_valid()
+            try:
+                write_records(self.storage, f"{partition}/{name}", part)
+            except FileAlreadyExistsError:
+                continue  # written by an earlier, interrupted attempt
+            logger.info("wrote %s/%s for data instant %s", partition, name, data_instant)
+        return names
+
     def records_of(
         self, partitions: Iterable[str], infos: list[DataFileInfo], state: IndexState
     ) -> dict[str, pa.Table]:
@@ -252,10 +295,47 @@ class MetadataReader:
         self.storage = mdt.storage
         self.data_timeline = data_timeline
         self._visible_data = {i.timestamp for i in data_timeline.write_timeline().completed()}
-        mdt_timeline = mdt.timeline.load()
+        self._mdt_timeline = mdt.timeline.load()
         self._visible_bases = {
-            i.timestamp for i in mdt_timeline.with_actions(Action.COMPACTION).completed()
+            i.timestamp for i in self._mdt_timeline.with_actions(Action.COMPACTION).completed()
         }
+        self._writes_files: dict[str, bool] = {}
+
+    def unapplied(self, partition: str) -> list[Instant]:
+        """Completed data instants that wrote data files and that ``partition`` does not reflect:
+        newer than the watermark of its base files and with no log file in it (or one that a
+        sync is still writing). These are commits that did not go through this kernel (Apache
+        Hudi's own writer, hudi-rs, a backfill tool): the partition is stale for their files
+        until they are applied (``indexer sync``, or the daemon's next tick)."""
+        slices = self.slices(partition)
+        watermark = min((self._covers(base) for base, _ in slices.values()), default=NOTHING)
+        pending = {i.timestamp for i in self._mdt_timeline.pending()}
+        logged = {log.instant for _, logs in slices.values() for log in logs} - pending
+        return [
+            i
+            for i in self.data_timeline.write_timeline().completed()
+            if _after(i.timestamp, watermark) and i.timestamp not in logged and self._wrote_files(i)
+        ]
+
+    def _covers(self, base: MetadataFile | None) -> str:
+        """The data instant a base file covers up to (recorded by the instant that wrote it)."""
+        if base is None:
+            return NOTHING
+        instant = self._mdt_timeline.get(base.instant, Action.COMPACTION)
+        if instant is None:
+            return NOTHING
+        covers: str = self.mdt.timeline.read_json(instant).get("coversUpto", NOTHING)
+        return covers
+
+    def _wrote_files(self, instant: Instant) -> bool:
+        if instant.timestamp not in self._writes_files:
+            try:
+                metadata = CommitMetadata.from_bytes(self.mdt.table.timeline.read_content(instant))
+                wrote = bool(metadata.write_stats)
+            except IndexerError:  # unreadable: assume it wrote files (never answer stale)
+                wrote = True
+            self._writes_files[instant.timestamp] = wrote
+        return self._writes_files[instant.timestamp]
 
     def slices(self, partition: str) -> dict[str, tuple[MetadataFile | None, list[MetadataFile]]]:
         """Per file group: the newest visible base file and the log files that may apply."""
@@ -439,25 +519,10 @@ def initialize(
         for instant_time, infos in sorted(by_instant.items()):
             for partition in todo:
                 rows = records_for(partition, infos, columns if partition == COLUMN_STATS else None)
-                _write_logs(mdt, partition, instant_time, rows, lock)
+                mdt.write_logs(partition, instant_time, rows, lock)
         table.update_metadata_partitions(lock, add_inflight=todo)
         table.update_metadata_partitions(lock, complete=todo)
     return todo
-
-
-def _write_logs(
-    mdt: MetadataTable, partition: str, data_instant: str, rows: pa.Table, lock: LockHandle
-) -> None:
-    """Log files of one data instant for one partition, without a deltacommit or markers (used
-    under the lock for instants that are already completed)."""
-    groups = len(mdt.file_groups(partition))
-    for index, part in _split_by_group(rows, groups).items():
-        lock.ensure_valid()
-        write_records(
-            mdt.storage,
-            f"{partition}/{log_file_name(file_group_id(partition, index), data_instant)}",
-            part,
-        )
 
 
 def compact(table: Table, partition: str) -> Instant | None:

@@ -330,3 +330,25 @@ def test_mutating_endpoints_need_the_token_off_loopback(tmp_path: Path) -> None:
     finally:
         server.stop()
         service.store.close()
+
+
+def test_the_daemon_applies_foreign_commits_on_its_next_tick(
+    tmp_path: Path, daemons: list[Daemon], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit that wrote nothing to the index (Apache Hudi's own writer, say) is applied by
+    the daemon within a tick or two, and counted."""
+    from metadata_table.validate import validate
+
+    from ..metadata_table.test_metadata_table import keys, rows
+    from .test_foreign_commits import foreign_write
+
+    table, config = _setup(tmp_path, [FILES, COLUMN_STATS])
+    daemon = Daemon(config)
+    daemons.append(daemon)
+    _wait(_completed(table, [FILES, COLUMN_STATS]), 90, "the desired indexes")
+    foreign = foreign_write(table, rows(keys(1000, 1005), city="tokyo"), monkeypatch)
+    _wait(lambda: all(r.ok for r in validate(table)), 30, f"the daemon to apply {foreign}")
+    metrics = HTTP.request("GET", daemon.url + "/metrics").data.decode()
+    assert "async_indexer_synced_instants_total 1" in metrics
+    assert_exact(table, [FILES, COLUMN_STATS])
+    assert daemon.stop() == 0

@@ -1,0 +1,144 @@
+"""Commits that do not go through this kernel's index update (Apache Hudi's own writer, hudi-rs, a
+backfill tool) never make a read path answer from a stale index: the files of such an instant are
+not pruned and a warning names it; ``indexer validate`` reports the lag (exit 1) until ``indexer
+sync`` applies it (exit 0 after). Here a foreign writer is our own writer with its index update
+switched off; tests/indexer/test_hudi_interop.py does the same with Apache Hudi itself."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES, PARTITIONS
+from metadata_table.reads import IndexedSnapshot
+from metadata_table.table import initialize
+from timeline import Table
+from timeline.config import LOCK_URL
+from timeline.fs_view import FileSystemView
+from writer.client import WriteClient, WriteTransaction
+
+from ..metadata_table.test_metadata_table import assert_exact, keys, rows
+from .test_indexer import make_table
+
+
+def foreign_write(table: Table, data: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A commit that writes data files and completes, but writes nothing to our index."""
+    with monkeypatch.context() as patch:
+        patch.setattr(WriteTransaction, "_update_metadata_table", lambda self, lock: None)
+        return WriteClient(table).upsert(data).timestamp
+
+
+def indexer_cli(table: Table, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "indexer", *args, table.base_uri]
+    command += ["--lock-url", table.config.get(LOCK_URL)]
+    return subprocess.run(command, capture_output=True, text=True)
+
+
+def assert_reads_are_current(table: Table) -> None:
+    """Every read path agrees with storage: the listings, and for every live row, pruning on its
+    fare and the bloom lookup of its key keep the file that holds it."""
+    timeline = table.timeline.load()
+    truth = FileSystemView(table.timeline, timeline)
+    snapshot = IndexedSnapshot(table, timeline)
+    assert snapshot.list_partitions() == truth.partitions()
+    assert snapshot.view.latest_base_files() == truth.latest_base_files()
+    meta = ["_hoodie_record_key", "_hoodie_partition_path", "_hoodie_file_name", "fare"]
+    for row in truth.read_snapshot(meta).to_pylist():
+        holder = f"{row['_hoodie_partition_path']}/{row['_hoodie_file_name']}"
+        kept = {f.path for f in snapshot.prune(f"fare = {row['fare']}").candidates}
+        key = row["_hoodie_record_key"]
+        assert holder in kept, row
+        assert holder in snapshot.lookup_keys([key], row["_hoodie_partition_path"])[key], row
+
+
+def test_a_foreign_commit_is_never_answered_from_a_stale_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    table = make_table(tmp_path / "t")
+    initialize(table, list(PARTITIONS))
+    # A new partition and a new file group in an old one, as in the reported reproduction.
+    foreign = foreign_write(table, rows(keys(1000, 1010), city="tokyo"), monkeypatch)
+    foreign_write(table, rows(keys(2000, 2003), city="sf"), monkeypatch)
+
+    with caplog.at_level(logging.WARNING, logger="metadata_table.reads"):
+        snapshot = IndexedSnapshot(table)
+        assert "tokyo" in snapshot.list_partitions()
+        kept = snapshot.prune("fare >= 1000 AND fare < 1010").candidates
+        assert {f.partition_path for f in kept} >= {"tokyo"}
+        assert snapshot.prune("fare >= 1000 AND fare < 1010").unapplied
+    assert foreign in caplog.text
+    assert_reads_are_current(table)
+
+    validated = indexer_cli(table, "validate", "--json")
+    assert validated.returncode == 1, validated.stderr
+    report = json.loads(validated.stdout)
+    behind = {p["partition"]: p for p in report["partitions"]}
+    assert set(behind) == {FILES, COLUMN_STATS, BLOOM_FILTERS}
+    assert all(f"{foreign}.commit" in p["unapplied"] and p["missing"] for p in behind.values())
+    status = indexer_cli(table, "status")
+    assert "2 completed instant(s) not applied" in status.stdout
+
+    synced = indexer_cli(table, "sync")
+    assert synced.returncode == 0, synced.stderr
+    assert f"applied {foreign} to bloom_filters, column_stats, files" in synced.stdout
+    assert indexer_cli(table, "validate").returncode == 0
+    assert indexer_cli(table, "sync").stdout.startswith("in sync")
+    assert_exact(table)
+    assert_reads_are_current(table)
+    assert not IndexedSnapshot(table).prune("fare >= 1000").unapplied
+
+
+def test_an_interrupted_sync_is_never_read_half_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Readers take a sync's log files as applied only once its deltacommit completes."""
+    from indexer.indexer import AsyncIndexer
+    from metadata_table.table import MetadataTable
+
+    table = make_table(tmp_path / "t")
+    initialize(table, list(PARTITIONS))
+    foreign = foreign_write(table, rows(keys(1000, 1010), city="tokyo"), monkeypatch)
+    with monkeypatch.context() as patch:
+        real = MetadataTable.write_logs
+        calls = []
+
+        def write_then_die(self: MetadataTable, *args: Any, **kwargs: Any) -> list[str]:
+            calls.append(args[0])
+            if len(calls) == 2:
+                raise RuntimeError("killed mid-sync")
+            return real(self, *args, **kwargs)
+
+        patch.setattr(MetadataTable, "write_logs", write_then_die)
+        with pytest.raises(RuntimeError, match="mid-sync"):
+            AsyncIndexer(table).sync()
+    snapshot = IndexedSnapshot(table)
+    assert [i.timestamp for i in snapshot.unapplied(calls[0])] == [foreign]
+    assert "tokyo" in snapshot.list_partitions()
+    assert AsyncIndexer(table).sync() == {foreign: sorted(PARTITIONS)}
+    assert_exact(table)
+
+
+def test_apache_hudis_own_indexing_instants_are_left_alone(tmp_path: Path, spark: Any) -> None:
+    """A pending ``indexing`` instant of Apache Hudi's HoodieIndexer (an Avro plan) is neither
+    executed, aborted nor read as one of our plans."""
+    from indexer.indexer import AsyncIndexer
+
+    table = make_table(tmp_path / "t")
+    hudis = Path(table.base_uri, ".hoodie", "20200101000000000.indexing.requested")
+    hudis.write_bytes(b"Obj\x01" + bytes(40))  # an Avro container file, as Hudi writes its plans
+    indexer = AsyncIndexer(table, spark=spark)
+    assert indexer.pending() == []
+    done = indexer.run([FILES])
+    assert done is not None and done.timestamp != "20200101000000000"
+    assert hudis.read_bytes().startswith(b"Obj\x01")
+    assert [(i["timestamp"], i["owner"]) for i in indexer.status()["indexing"]] == [
+        ("20200101000000000", "apache-hudi"),
+        (done.timestamp, "async-indexer"),
+    ]
+    assert_exact(table, (FILES,))
