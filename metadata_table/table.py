@@ -314,8 +314,19 @@ class MetadataReader:
         return [
             i
             for i in self.data_timeline.write_timeline().completed()
-            if _after(i.timestamp, watermark) and i.timestamp not in logged and self._wrote_files(i)
+            if _after(i.timestamp, watermark)
+            and i.timestamp not in logged
+            and self._wrote_files(i)
+            and not self._deltacommit_names(i.timestamp, partition)
         ]
+
+    def _deltacommit_names(self, data_instant: str, partition: str) -> bool:
+        """Whether a completed metadata deltacommit of ``data_instant`` lists ``partition``: it
+        was applied there with no records to write (say, a file without the indexed columns)."""
+        delta = self._mdt_timeline.get(data_instant, Action.DELTA_COMMIT)
+        if delta is None or not delta.is_completed:
+            return False
+        return partition in self.mdt.timeline.read_json(delta).get("logFiles", {})
 
     def _covers(self, base: MetadataFile | None) -> str:
         """The data instant a base file covers up to (recorded by the instant that wrote it)."""

@@ -48,7 +48,6 @@ class Table:
         self.storage = storage
         self.config = config or Config.resolve()
         self._table_config = table_config
-        self._index_state: IndexState | None = None
         self.timeline = ActiveTimeline(storage)
         self._lock_provider: LockProvider | None = None
 
@@ -101,7 +100,8 @@ class Table:
 
     @property
     def table_config(self) -> TableConfig:
-        """``hoodie.properties`` as last read (see :meth:`index_state` for our index's state)."""
+        """``hoodie.properties`` as last read (see :meth:`reload_index_state` for our index's
+        state)."""
         return self._table_config
 
     def reload_table_config(self) -> TableConfig:
@@ -126,22 +126,14 @@ class Table:
 
     # --- our index's state -----------------------------------------------------------------------
 
-    @property
-    def index_state(self) -> IndexState:
-        """The state of our index's partitions as last read; call :meth:`reload_index_state`
-        under the lock before relying on it."""
-        if self._index_state is None:
-            return self.reload_index_state()
-        return self._index_state
-
     def reload_index_state(self) -> IndexState:
+        """The state of our index's partitions, read now (read it under the lock before acting
+        on it); a table without the file has no index."""
         try:
             data = self.storage.read(STATE_FILE)
         except StorageFileNotFoundError:
-            self._index_state = IndexState()
-        else:
-            self._index_state = IndexState.parse(data, self.storage.uri(STATE_FILE))
-        return self._index_state
+            return IndexState()
+        return IndexState.parse(data, self.storage.uri(STATE_FILE))
 
     def update_index_state(
         self, lock: LockHandle, change: Callable[[IndexState], IndexState]
@@ -153,7 +145,6 @@ class Table:
             return current
         lock.ensure_valid()
         self.storage.overwrite(STATE_FILE, updated.to_bytes())
-        self._index_state = updated
         return updated
 
     def update_metadata_partitions(

@@ -313,13 +313,18 @@ def _compact(peer: Peer, request: dict[str, Any]) -> Any:
     return {"instant": instant.get()}
 
 
+def _instant_or_latest(peer: Peer, request: dict[str, Any]) -> str:
+    """The request's instant, else the latest completed write of the table."""
+    if request.get("instant"):
+        return str(request["instant"])
+    last = peer.last_completed(request["path"], {"commit", "deltacommit", "replacecommit"})
+    if last is None:
+        raise RequestError(f"{request['service']}: the table has no completed commit")
+    return last["timestamp"]
+
+
 def _savepoint(peer: Peer, request: dict[str, Any]) -> Any:
-    instant = request.get("instant")
-    if not instant:
-        last = peer.last_completed(request["path"], {"commit", "deltacommit", "replacecommit"})
-        if last is None:
-            raise RequestError("savepoint: the table has no completed commit")
-        instant = last["timestamp"]
+    instant = _instant_or_latest(peer, request)
     request["client"].savepoint(instant, "hudi-peer", "savepoint for a test")
     return {"instant": instant}
 
@@ -331,12 +336,7 @@ def _restore(peer: Peer, request: dict[str, Any]) -> Any:
 
 
 def _rollback(peer: Peer, request: dict[str, Any]) -> Any:
-    instant = request.get("instant")
-    if not instant:
-        last = peer.last_completed(request["path"], {"commit", "deltacommit", "replacecommit"})
-        if last is None:
-            raise RequestError("rollback: the table has no completed commit")
-        instant = last["timestamp"]
+    instant = _instant_or_latest(peer, request)
     if not request["client"].rollback(instant):
         raise RequestError(f"rollback: Hudi did not roll back {instant}")
     return {"instant": instant}

@@ -142,3 +142,22 @@ def test_apache_hudis_own_indexing_instants_are_left_alone(tmp_path: Path, spark
         (done.timestamp, "async-indexer"),
     ]
     assert_exact(table, (FILES,))
+
+
+def test_an_instant_with_no_records_for_a_partition_counts_as_applied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit whose files give a partition no records (here: none of the indexed columns)
+    writes no log file there; its completed metadata deltacommit still says it was applied, so
+    it is not reported behind forever, and sync does not retake the lock for it every tick."""
+    from indexer.indexer import AsyncIndexer
+
+    table = make_table(tmp_path / "t")
+    initialize(table, [COLUMN_STATS], columns=["no_such_column"])
+    WriteClient(table).insert(rows(keys(500, 505)))
+    indexer = AsyncIndexer(table)
+    assert indexer.unapplied() == {}
+    foreign = foreign_write(table, rows(keys(600, 605)), monkeypatch)
+    assert list(indexer.unapplied()) == [foreign]
+    assert indexer.sync() == {foreign: [COLUMN_STATS]}
+    assert indexer.unapplied() == {} and indexer.sync() == {}
