@@ -151,6 +151,8 @@ def _validate(args: argparse.Namespace) -> int:
             print(f"{report.partition}: ok")
             continue
         print(f"{report.partition}: differs from a rebuild from the data files")
+        if report.lost:
+            print(f"  lost: {report.lost} (the daemon, or `indexer drop` and `run`, rebuilds it)")
         if report.unapplied:
             print(
                 f"  {len(report.unapplied)} completed instant(s) not applied "
@@ -189,6 +191,8 @@ def _status(args: argparse.Namespace) -> int:
     for partition, state in sorted(status["partitions"].items()):
         behind = status["unapplied"].get(partition, [])
         lag = f" ({len(behind)} completed instant(s) not applied: `indexer sync`)" if behind else ""
+        if partition in status["lost"]:
+            lag = f": {status['lost'][partition]}"
         print(f"  {partition:<14} {state}{lag}")
     if not status["partitions"]:
         print("  no metadata partitions")
@@ -323,7 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--json",
         action="store_true",
-        help='{"ok": bool, "partitions": [{partition, ok, unapplied, missing, stale, wrong}]}',
+        help='{"ok": bool, "partitions": [{partition, ok, lost, unapplied, missing, stale, '
+        "wrong}]}",
     )
     check.set_defaults(func=_validate)
     migrate = sub.add_parser(
@@ -338,7 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--json",
         action="store_true",
         help="{partitions: {name: completed|inflight}, indexing: [...], legacy_index: bool, "
-        "unapplied: {partition: [instants]}}",
+        "unapplied: {partition: [instants]}, lost: {partition: reason}}",
     )
     status.set_defaults(func=_status)
 

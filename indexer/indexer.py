@@ -440,6 +440,12 @@ class AsyncIndexer:
         self.stats["synced_instants"] += len(behind)
         return {timestamp: partitions for timestamp, (_, partitions) in behind.items()}
 
+    def lost(self) -> dict[str, str]:
+        """Completed partitions whose files vanished or were replaced, with the reason."""
+        reader = self.mdt.reader(self.table.timeline.load())
+        found = {p: reader.lost(p) for p in self.table.reload_index_state().completed}
+        return {p: reason for p, reason in found.items() if reason}
+
     def unapplied(self) -> dict[str, tuple[Instant, list[str]]]:
         """Completed data instants that completed partitions do not reflect, oldest first, each
         with those partitions."""
@@ -449,6 +455,8 @@ class AsyncIndexer:
         reader = self.mdt.reader(self.table.timeline.load())
         found: dict[str, tuple[Instant, list[str]]] = {}
         for partition in state.completed:
+            if reader.lost(partition):
+                continue  # not read, not synced: the daemon rebuilds it
             for instant in reader.unapplied(partition):
                 found.setdefault(instant.timestamp, (instant, []))[1].append(partition)
         return dict(sorted(found.items(), key=lambda item: normalize_timestamp(item[0])))
@@ -539,7 +547,8 @@ class AsyncIndexer:
     def status(self) -> dict[str, Any]:
         state = self.table.reload_index_state()
         behind = self.unapplied()
-        partitions = {p: "completed" for p in state.completed}
+        lost = self.lost()
+        partitions = {p: "lost" if p in lost else "completed" for p in state.completed}
         partitions.update({p: "inflight" for p in state.inflight})
         indexing: list[dict[str, Any]] = []
         for instant in self.table.timeline.load().with_actions(Action.INDEXING):
@@ -579,6 +588,7 @@ class AsyncIndexer:
             "partitions": partitions,
             "indexing": indexing,
             "legacy_index": has_legacy_index(self.table),
+            "lost": lost,
             "unapplied": {
                 p: [t for t, (_, ps) in behind.items() if p in ps]
                 for p in state.completed

@@ -50,6 +50,7 @@ class Metrics:
     rollbacks: int = 0
     compactions: int = 0
     synced_instants: int = 0
+    lost_partitions: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, **deltas: float) -> None:
@@ -92,6 +93,12 @@ class Metrics:
                 "counter",
                 "Completed instants of other writers (e.g. Apache Hudi's) applied to the index",
                 self.synced_instants,
+            ),
+            (
+                "lost_partitions_total",
+                "counter",
+                "Metadata partitions found lost (their files deleted or replaced) and rebuilt",
+                self.lost_partitions,
             ),
         ]
         out = []
@@ -211,8 +218,10 @@ class IndexerService:
                 state.last_clean = now
                 rolled = clean_failed_writes(state.table)
                 self.metrics.add(rollbacks=len(rolled))
-            synced = AsyncIndexer(state.table).sync()
+            indexer = AsyncIndexer(state.table)
+            synced = indexer.sync()
             self.metrics.add(synced_instants=len(synced))
+            self._rebuild_lost(indexer, state, base)
             self._reconcile(state, base)
             if not self.stopping.is_set():
                 self._run_one(state, base)
@@ -230,6 +239,18 @@ class IndexerService:
                 base,
                 self.config.reconcile_interval,
             )
+
+    def _rebuild_lost(self, indexer: AsyncIndexer, state: _TableState, base: str) -> None:
+        """Partitions whose files vanished are dropped and requested again."""
+        lost = indexer.lost()
+        if not lost:
+            return
+        for partition, reason in lost.items():
+            logger.warning("%s of %s is lost (%s): rebuilding it", partition, base, reason)
+        indexer.drop(list(lost))
+        columns = list(state.table.reload_index_state().column_stats_columns)
+        self.store.create(base, sorted(lost), columns, source="lost")
+        self.metrics.add(lost_partitions=len(lost))
 
     def _reconcile(self, state: _TableState, base: str) -> None:
         """Desired-but-missing indexes and plans left by a crash become requests."""

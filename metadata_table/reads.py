@@ -34,6 +34,7 @@ from metadata_table.layout import (
 )
 from metadata_table.records import python_value
 from metadata_table.table import MetadataReader, MetadataTable
+from timeline.errors import IndexStateError
 from timeline.fs_view import BaseFile, FileSystemView
 from timeline.instant import Instant
 from timeline.storage import FileInfo
@@ -64,9 +65,14 @@ class IndexedSnapshot:
     def __init__(self, table: Table, timeline: Timeline | None = None) -> None:
         self.table = table
         self.timeline = timeline if timeline is not None else table.timeline.load()
-        self.completed = set(table.reload_index_state().completed)
+        try:
+            self.completed = set(table.reload_index_state().completed)
+        except IndexStateError as e:
+            logger.warning("the index of %s is not used: %s", table.base_uri, e)
+            self.completed = set()
         self._view: FileSystemView | None = None
         self._unapplied: dict[str, list[Instant]] = {}
+        self._lost: dict[str, str | None] = {}
 
     @cached_property
     def reader(self) -> MetadataReader:
@@ -74,7 +80,22 @@ class IndexedSnapshot:
         return MetadataTable(self.table).reader(self.timeline)
 
     def uses(self, partition: str) -> bool:
-        return partition in self.completed
+        """Whether reads use ``partition``: completed, and its files are there."""
+        return partition in self.completed and self.lost(partition) is None
+
+    def lost(self, partition: str) -> str | None:
+        """Why a completed partition cannot be used (warned once), or None."""
+        if partition not in self._lost:
+            reason = self.reader.lost(partition) if partition in self.completed else None
+            if reason:
+                logger.warning(
+                    "metadata partition %s of %s is lost, reads use the data instead: %s",
+                    partition,
+                    self.table.base_uri,
+                    reason,
+                )
+            self._lost[partition] = reason
+        return self._lost[partition]
 
     def unapplied(self, partition: str) -> list[Instant]:
         """Completed data instants a completed ``partition`` does not reflect (warned once)."""

@@ -195,8 +195,14 @@ class MetadataTable:
         written: dict[str, list[str]] = {partition: [] for partition in records}
         for partition, rows in records.items():
             groups = len(self.file_groups(partition))
-            if groups == 0:
-                raise FileNotFoundError(f"metadata partition {partition} has no file groups")
+            if groups == 0:  # lost: readers do not use it, and the daemon rebuilds it
+                logger.warning(
+                    "metadata partition %s has no file groups (its folder was deleted): data "
+                    "instant %s is not written to it",
+                    partition,
+                    data_instant,
+                )
+                continue
             for index, part in sorted(_split_by_group(rows, groups).items()):
                 name = log_file_name(file_group_id(partition, index), data_instant)
                 mark(partition, name)
@@ -300,6 +306,19 @@ class MetadataReader:
             i.timestamp for i in self._mdt_timeline.with_actions(Action.COMPACTION).completed()
         }
         self._writes_files: dict[str, bool] = {}
+
+    def lost(self, partition: str) -> str | None:
+        """Why a completed partition's files cannot be read, or None. Every file group of a
+        completed partition has a base file of ours; none at all, or a group with log files but
+        no base file, means its folder was deleted or replaced by something we did not write."""
+        slices = self.slices(partition)
+        where = self.storage.uri(partition)
+        if not any(base is not None for base, _ in slices.values()):
+            return f"no base file of ours in {where} (deleted or replaced)"
+        orphans = sorted(fg for fg, (base, _) in slices.items() if base is None)
+        if orphans:
+            return f"file group(s) {', '.join(orphans)} in {where} have no base file"
+        return None
 
     def unapplied(self, partition: str) -> list[Instant]:
         """Completed data instants that wrote data files and that ``partition`` does not reflect:

@@ -17,6 +17,7 @@ class PartitionReport:
     """How one completed partition differs from its rebuild (keys are the index's keys)."""
 
     partition: str
+    lost: str | None = None  # why its files cannot be read
     unapplied: list[str] = field(default_factory=list)  # completed instants it does not reflect
     missing: list[str] = field(default_factory=list)  # in the rebuild, not in the index
     stale: list[str] = field(default_factory=list)  # in the index, not in the rebuild
@@ -24,12 +25,13 @@ class PartitionReport:
 
     @property
     def ok(self) -> bool:
-        return not (self.unapplied or self.missing or self.stale or self.wrong)
+        return not (self.lost or self.unapplied or self.missing or self.stale or self.wrong)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "partition": self.partition,
             "ok": self.ok,
+            "lost": self.lost,
             "unapplied": self.unapplied,
             "missing": self.missing,
             "stale": self.stale,
@@ -49,10 +51,13 @@ def validate(table: Table) -> list[PartitionReport]:
         rebuilt = {
             r["key"]: r for r in build_records(table, timeline, partition, columns).to_pylist()
         }
+        lost = reader.lost(partition)
+        behind = [] if lost else reader.unapplied(partition)
         reports.append(
             PartitionReport(
                 partition,
-                unapplied=[f"{i.timestamp}.{i.action}" for i in reader.unapplied(partition)],
+                lost=lost,
+                unapplied=[f"{i.timestamp}.{i.action}" for i in behind],
                 missing=sorted(rebuilt.keys() - ours.keys()),
                 stale=sorted(ours.keys() - rebuilt.keys()),
                 wrong=sorted(k for k in ours.keys() & rebuilt.keys() if ours[k] != rebuilt[k]),

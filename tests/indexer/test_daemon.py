@@ -352,3 +352,25 @@ def test_the_daemon_applies_foreign_commits_on_its_next_tick(
     assert "async_indexer_synced_instants_total 1" in metrics
     assert_exact(table, [FILES, COLUMN_STATS])
     assert daemon.stop() == 0
+
+
+def test_the_daemon_rebuilds_a_lost_partition(tmp_path: Path, daemons: list[Daemon]) -> None:
+    import shutil
+
+    from metadata_table.validate import validate
+    from timeline.index_state import INDEX_FOLDER
+
+    table, config = _setup(tmp_path, [FILES, COLUMN_STATS])
+    daemon = Daemon(config)
+    daemons.append(daemon)
+    _wait(_completed(table, [FILES, COLUMN_STATS]), 90, "the desired indexes")
+    shutil.rmtree(Path(table.base_uri, INDEX_FOLDER, COLUMN_STATS))
+    _wait(
+        lambda: [r.partition for r in validate(table) if r.ok] == [COLUMN_STATS, FILES],
+        120,
+        "the daemon to rebuild column_stats",
+    )
+    metrics = HTTP.request("GET", daemon.url + "/metrics").data.decode()
+    assert "async_indexer_lost_partitions_total 1" in metrics
+    assert_exact(table, [FILES, COLUMN_STATS])
+    assert daemon.stop() == 0

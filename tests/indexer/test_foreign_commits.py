@@ -161,3 +161,44 @@ def test_an_instant_with_no_records_for_a_partition_counts_as_applied(
     assert list(indexer.unapplied()) == [foreign]
     assert indexer.sync() == {foreign: [COLUMN_STATS]}
     assert indexer.unapplied() == {} and indexer.sync() == {}
+
+
+def test_a_deleted_or_replaced_index_folder_is_never_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A completed partition whose folder vanished is lost: reads use the data (with a warning
+    naming the cause), status and validate say so, sync leaves it alone. An index folder replaced
+    by files we did not write is not read either."""
+    import shutil
+
+    from indexer.indexer import AsyncIndexer
+    from timeline.index_state import INDEX_FOLDER, STATE_FILE
+
+    table = make_table(tmp_path / "t")
+    initialize(table, list(PARTITIONS))
+    shutil.rmtree(Path(table.base_uri, INDEX_FOLDER, COLUMN_STATS))
+    WriteClient(table).insert(rows(keys(900, 905), city="oslo"))  # writers keep committing
+
+    with caplog.at_level(logging.WARNING, logger="metadata_table.reads"):
+        result = IndexedSnapshot(table).prune("fare > 100000")
+    assert not result.used_index and result.pruned == 0
+    assert "column_stats" in caplog.text and "is lost" in caplog.text
+    assert_reads_are_current(table)
+    status = indexer_cli(table, "status", "--json")
+    assert json.loads(status.stdout)["partitions"][COLUMN_STATS] == "lost"
+    validated = indexer_cli(table, "validate")
+    assert validated.returncode == 1 and "lost: no base file of ours" in validated.stdout
+    assert AsyncIndexer(table).sync() == {}
+
+    folder = Path(table.base_uri, INDEX_FOLDER)
+    shutil.rmtree(folder)
+    folder.mkdir()
+    (folder / "partitions.json").write_text("<html>not ours</html>")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="metadata_table.reads"):
+        snapshot = IndexedSnapshot(table)
+        assert not snapshot.prune("fare > 100000").used_index
+    assert "not a valid index state file" in caplog.text
+    assert_reads_are_current(table)
+    broken = indexer_cli(table, "status")
+    assert broken.returncode == 1 and STATE_FILE.rsplit("/", 1)[-1] in broken.stderr

@@ -280,6 +280,7 @@ def test_drop_aborts_a_pending_plan(tmp_path: Path, spark: Any) -> None:
         "partitions": {},
         "indexing": [],
         "legacy_index": False,
+        "lost": {},
         "unapplied": {},
     }
 
