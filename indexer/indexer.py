@@ -235,7 +235,7 @@ class AsyncIndexer:
         except StorageFileNotFoundError:
             return True  # no plan to tell by: treated as ours, and reported unreadable if so
         if is_hudi_plan(content):
-            logger.info("%s is Apache Hudi's own indexing instant: left to Hudi", instant)
+            logger.debug("%s is Apache Hudi's own indexing instant: left to Hudi", instant)
             return False
         return True
 
