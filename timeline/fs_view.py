@@ -22,7 +22,7 @@ from timeline.commit_metadata import CommitMetadata
 from timeline.errors import NotParquetError
 from timeline.instant import Action, normalize_timestamp
 from timeline.storage import FileInfo, Storage
-from timeline.timeline import META_FOLDER, ActiveTimeline, Timeline
+from timeline.timeline import META_FOLDER, ActiveTimeline, CommittedWrites, Timeline
 
 PARTITION_METADATA_FILE = ".hoodie_partition_metadata"
 _BASE_FILE = re.compile(
@@ -76,12 +76,13 @@ class FileSystemView:
         self._listing = listing
 
     @cached_property
-    def _committed(self) -> set[str]:
-        done = self.timeline.write_timeline().completed()
-        if self.as_of is not None:
-            limit = normalize_timestamp(self.as_of)
-            done = done.filter(lambda i: normalize_timestamp(i.timestamp) <= limit)
-        return {i.timestamp for i in done}
+    def _committed(self) -> CommittedWrites:
+        return CommittedWrites(self.timeline, self.as_of)
+
+    def is_committed(self, instant_time: str) -> bool:
+        """Whether a data file written at ``instant_time`` is part of this snapshot (completed,
+        or archived by Hudi)."""
+        return instant_time in self._committed
 
     @cached_property
     def _replaced(self) -> set[tuple[str, str]]:

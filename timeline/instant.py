@@ -60,6 +60,9 @@ class Action(enum.StrEnum):
     COMPACTION = "compaction"
     LOG_COMPACTION = "logcompaction"
     INDEXING = "indexing"
+    #: Hudi's savepoint (``T.savepoint.inflight`` → ``T.savepoint``): pins file slices against
+    #: cleaning and archival; it writes no data files
+    SAVEPOINT = "savepoint"
 
     @property
     def completed_action(self) -> Action:

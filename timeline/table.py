@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
+from timeline.archived import ArchivedInstant, read_archived
 from timeline.config import HEARTBEAT_TOLERABLE_MISSES, LOCK_URL, Config
 from timeline.errors import (
     FileAlreadyExistsError,
@@ -17,8 +18,14 @@ from timeline.heartbeat import Heartbeat, is_expired
 from timeline.index_state import STATE_FILE, IndexState
 from timeline.locks import LockHandle, LockProvider, default_owner, lock_provider_for
 from timeline.storage import Storage
-from timeline.table_config import BACKUP_FILE, PROPERTIES_FILE, TableConfig, TableType
-from timeline.timeline import ActiveTimeline
+from timeline.table_config import (
+    ARCHIVELOG_FOLDER,
+    BACKUP_FILE,
+    PROPERTIES_FILE,
+    TableConfig,
+    TableType,
+)
+from timeline.timeline import META_FOLDER, ActiveTimeline
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +130,12 @@ class Table:
         self.storage.delete(BACKUP_FILE)
         self._table_config = updated
         return updated
+
+    def archived_timeline(self) -> list[ArchivedInstant]:
+        """The completed instants Apache Hudi archived (``hoodie.archivelog.folder`` under
+        ``.hoodie/``), oldest first; read on demand, as it may be large."""
+        folder = self._table_config.get(ARCHIVELOG_FOLDER).strip("/") or "archived"
+        return read_archived(self.storage, f"{META_FOLDER}/{folder}")
 
     # --- our index's state -----------------------------------------------------------------------
 

@@ -146,6 +146,44 @@ class Timeline:
         return completed.last()
 
 
+class CommittedWrites:
+    """Which data-writing instant times are committed in a timeline snapshot (optionally only up
+    to ``as_of``): the completed write instants, and every instant time older than where the
+    active timeline starts that the snapshot does not hold at all. Apache Hudi archives old
+    instants out of ``.hoodie/`` (into ``archived/``); only completed ones are archived, and a
+    rollback deletes a failed write's files before its instant, so the data files of an archived
+    instant are committed (Hudi's file-system view decides the same way). The start is the first
+    write instant that is not a savepoint's: archival may keep a savepointed commit behind and
+    archive the ones after it."""
+
+    def __init__(self, timeline: Timeline, as_of: str | None = None) -> None:
+        completed = timeline.write_timeline().completed()
+        if as_of is not None:
+            completed = completed.filter(lambda i: not _is_after(i.timestamp, as_of))
+        self._completed = {i.timestamp for i in completed}
+        self._known = {i.timestamp for i in timeline}
+        savepoints = {i.timestamp for i in timeline.with_actions(Action.SAVEPOINT)}
+        first = next((i for i in timeline.write_timeline() if i.timestamp not in savepoints), None)
+        self.start = first.timestamp if first is not None else None
+
+    def is_archived(self, timestamp: str) -> bool:
+        """Older than the active timeline's start and not in it: an archived (completed) one."""
+        return (
+            self.start is not None
+            and timestamp not in self._known
+            and normalize_timestamp(timestamp) < normalize_timestamp(self.start)
+        )
+
+    def __contains__(self, timestamp: object) -> bool:
+        return isinstance(timestamp, str) and (
+            timestamp in self._completed or self.is_archived(timestamp)
+        )
+
+
+def _is_after(a: str, b: str) -> bool:
+    return normalize_timestamp(a) > normalize_timestamp(b)
+
+
 def _fold(entries: Iterable[str]) -> Timeline:
     """Fold state files into instants in their latest state."""
     by_time: dict[str, list[Instant]] = defaultdict(list)

@@ -1,0 +1,114 @@
+"""What a completed clean, rollback or restore removed from the table's data files.
+
+Apache Hudi's table services delete data files outside any commit: a **clean** deletes file slices
+older than its retention (and the file groups an insert_overwrite or clustering replaced), a
+**rollback** deletes the files of a failed or undone write, a **restore** rolls back every write
+after a savepoint. Their completed instants say which files went, in Avro
+(``HoodieCleanMetadata``, ``HoodieRollbackMetadata``, ``HoodieRestoreMetadata``, each an Avro
+object container file with its schema inside). This kernel's own rollbacks write JSON with a
+``deletedFiles`` list. An index that listed those files must drop them, or its listing and
+validation go stale once Hudi archives the instants that made them invisible.
+
+The Avro container format is read with ``fastavro`` (a maintained, widely used Avro
+implementation) rather than a hand-written decoder.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import posixpath
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import fastavro
+
+from timeline.errors import CorruptInstantError
+from timeline.instant import Action, Instant
+
+#: Actions that delete data files without writing any.
+REMOVAL_ACTIONS = frozenset({Action.CLEAN, Action.ROLLBACK, Action.RESTORE})
+
+AVRO_MAGIC = b"Obj\x01"
+
+
+@dataclass(frozen=True)
+class Removal:
+    """The data files one completed removal instant deleted, per partition path ('' when the
+    table is not partitioned), and the partitions it deleted whole."""
+
+    instant: Instant
+    deleted: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    whole_partitions: frozenset[str] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.whole_partitions) or any(self.deleted.values())
+
+    def removes(self, partition: str, file_name: str) -> bool:
+        return partition in self.whole_partitions or file_name in self.deleted.get(
+            partition, frozenset()
+        )
+
+
+def read_avro_records(data: bytes) -> list[dict[str, Any]]:
+    """Every record of an Avro object container file."""
+    return [r for r in fastavro.reader(io.BytesIO(data)) if isinstance(r, dict)]
+
+
+def parse_removal(instant: Instant, data: bytes, path: str) -> Removal:
+    """The files a completed clean, rollback or restore instant deleted. An empty file deleted
+    nothing; content that is neither Hudi's Avro nor our JSON raises CorruptInstantError."""
+    if instant.action not in REMOVAL_ACTIONS:
+        raise ValueError(f"{instant} is not a clean, rollback or restore")
+    if not data.strip():
+        return Removal(instant)
+    if data.startswith(AVRO_MAGIC):
+        try:
+            records = read_avro_records(data)
+        except Exception as e:  # fastavro raises several types for truncated or bad files
+            raise CorruptInstantError(path, f"unreadable Avro: {e}") from e
+        if len(records) != 1:
+            raise CorruptInstantError(path, f"expected one Avro record, found {len(records)}")
+        return removal_from_record(instant, records[0])
+    try:
+        content = json.loads(data)
+    except ValueError as e:
+        raise CorruptInstantError(path, f"neither Avro nor JSON: {e}") from e
+    deleted: dict[str, set[str]] = {}
+    for file_path in content.get("deletedFiles") or []:
+        partition, _, name = str(file_path).rpartition("/")
+        deleted.setdefault(partition, set()).add(name)
+    return Removal(instant, {p: frozenset(n) for p, n in deleted.items()})
+
+
+def removal_from_record(instant: Instant, record: Mapping[str, Any]) -> Removal:
+    """The files deleted, from Hudi's clean, rollback or restore metadata record (as found in a
+    completed instant file or in the archived timeline)."""
+    if instant.action is Action.RESTORE:
+        batches = (record.get("hoodieRestoreMetadata") or {}).values()
+        return _from_partition_metadata(instant, [r for batch in batches for r in batch])
+    return _from_partition_metadata(instant, [record])
+
+
+def _from_partition_metadata(instant: Instant, records: Iterable[Mapping[str, Any]]) -> Removal:
+    deleted: dict[str, set[str]] = {}
+    whole: set[str] = set()
+    for record in records:
+        for key, meta in (record.get("partitionMetadata") or {}).items():
+            partition = meta.get("partitionPath", key) or ""
+            names = deleted.setdefault(partition, set())
+            # a clean names files; a rollback gives full paths
+            names.update(posixpath.basename(p) for p in meta.get("successDeleteFiles") or [])
+            if meta.get("isPartitionDeleted"):
+                whole.add(partition)
+    return Removal(instant, {p: frozenset(n) for p, n in deleted.items()}, frozenset(whole))
+
+
+__all__ = [
+    "REMOVAL_ACTIONS",
+    "Removal",
+    "parse_removal",
+    "read_avro_records",
+    "removal_from_record",
+]
