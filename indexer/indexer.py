@@ -57,13 +57,14 @@ from timeline.index_state import IndexState
 from timeline.instant import Action, Instant, State, normalize_timestamp
 from timeline.locks import LockHandle
 from timeline.markers import marker_folder
+from timeline.removals import REMOVAL_ACTIONS
 from timeline.spark import spark_session
 from timeline.table import Table
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_SECONDS = 900.0
-_WAIT_ACTIONS = frozenset({Action.CLEAN, Action.ROLLBACK})
+_WAIT_ACTIONS = REMOVAL_ACTIONS
 
 
 def _after(a: str, b: str) -> bool:
@@ -405,19 +406,29 @@ class AsyncIndexer:
             rows = records_for(p.partition, infos, columns)
             self.mdt.write_logs(p.partition, instant.timestamp, rows, lock)
 
-    def _infos_of(self, instant: Instant) -> list[DataFileInfo]:
-        """What the index needs of the data files a completed instant wrote (its footers)."""
-        metadata = CommitMetadata.from_bytes(self.table.timeline.read_content(instant))
-        return [
-            info_from_storage(
-                self.table.storage,
-                s.partition_path,
-                s.file_name,
-                s.file_size_in_bytes,
-                instant.timestamp,
-            )
-            for s in metadata.write_stats
-        ]
+    def _infos_of(
+        self, instant: Instant, metadata: CommitMetadata | None = None
+    ) -> list[DataFileInfo]:
+        """What the index needs of the data files a completed instant wrote (their footers). A
+        file a later clean or restore already deleted is left out: it is no longer live, and
+        that removal's own tombstones account for it."""
+        if metadata is None:
+            metadata = CommitMetadata.from_bytes(self.table.timeline.read_content(instant))
+        infos = []
+        for s in metadata.write_stats:
+            try:
+                infos.append(
+                    info_from_storage(
+                        self.table.storage,
+                        s.partition_path,
+                        s.file_name,
+                        s.file_size_in_bytes,
+                        instant.timestamp,
+                    )
+                )
+            except StorageFileNotFoundError:
+                logger.warning("%s of %s is no longer on storage: not indexed", s.path, instant)
+        return infos
 
     # --- sync ------------------------------------------------------------------------------------
 
@@ -433,8 +444,13 @@ class AsyncIndexer:
             state = self.table.reload_index_state()
             behind = self.unapplied()
             for timestamp, (instant, partitions) in behind.items():
-                infos = self._infos_of(instant)
-                records = self.mdt.records_of(partitions, infos, state)
+                reader = self.mdt.reader(self.table.timeline.load())
+                if instant.action in REMOVAL_ACTIONS:
+                    removal = reader.removal(instant)
+                    records = {p: self.mdt.tombstones(reader, p, removal) for p in partitions}
+                else:
+                    infos = self._infos_of(instant, reader.commit_metadata(instant))
+                    records = self.mdt.records_of(partitions, infos, state)
                 self.mdt.apply_completed(timestamp, records, lock)
                 logger.info("sync applied %s to %s", timestamp, ",".join(partitions))
         self.stats["synced_instants"] += len(behind)

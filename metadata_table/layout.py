@@ -51,6 +51,12 @@ COVERS_UPTO = b"aix.covers_upto"
 NOTHING = "00000000000000000"  # covers no data instant
 NON_PARTITIONED = "."
 
+
+def data_partition(name: str) -> str:
+    """The data table's partition path of a record's ``partition`` value."""
+    return "" if name == NON_PARTITIONED else name
+
+
 _FG_PREFIX = {FILES: "files", COLUMN_STATS: "col-stats", BLOOM_FILTERS: "bloom-filters"}
 DEFAULT_FILE_GROUPS = {FILES: 1, COLUMN_STATS: 2, BLOOM_FILTERS: 4}
 _BASE = re.compile(r"^(?P<fg>[a-z-]+-\d{4}-0)_(?P<t>\d{17})\.parquet$")

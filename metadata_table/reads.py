@@ -30,6 +30,7 @@ from metadata_table.layout import (
     FILES,
     NON_PARTITIONED,
     column_prefix,
+    data_partition,
     enc,
 )
 from metadata_table.records import python_value
@@ -42,10 +43,6 @@ from timeline.table import Table
 from timeline.timeline import Timeline
 
 logger = logging.getLogger(__name__)
-
-
-def _data_partition(name: str) -> str:
-    return "" if name == NON_PARTITIONED else name
 
 
 @dataclass(frozen=True)
@@ -123,7 +120,7 @@ class IndexedSnapshot:
         rows = self.reader.read(FILES, columns=["partition", "file_name", "size"]).to_pylist()
         out = []
         for row in rows:
-            partition = _data_partition(row["partition"])
+            partition = data_partition(row["partition"])
             path = f"{partition}/{row['file_name']}" if partition else row["file_name"]
             out.append(FileInfo(path, row["size"], False))
         return out
@@ -157,7 +154,7 @@ class IndexedSnapshot:
         if files is not None:
             wanted = set(files)
             keep = [
-                (f"{_data_partition(p)}/{n}" if _data_partition(p) else n) in wanted
+                (f"{data_partition(p)}/{n}" if data_partition(p) else n) in wanted
                 for p, n in zip(
                     stats.column("partition").to_pylist(),
                     stats.column("file_name").to_pylist(),
@@ -170,7 +167,7 @@ class IndexedSnapshot:
     def _stats_by_file(self, columns: set[str]) -> dict[str, dict[str, ColumnStats]]:
         by_file: dict[str, dict[str, ColumnStats]] = defaultdict(dict)
         for row in self.column_stats(sorted(columns)).to_pylist():
-            partition = _data_partition(row["partition"])
+            partition = data_partition(row["partition"])
             path = f"{partition}/{row['file_name']}" if partition else row["file_name"]
             kind = row["value_type"]
             by_file[path][row["column_name"]] = ColumnStats(

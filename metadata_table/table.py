@@ -21,8 +21,9 @@ import contextlib
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
@@ -40,6 +41,7 @@ from metadata_table.layout import (
     MetadataFile,
     base_file_name,
     check_partition,
+    data_partition,
     file_group_id,
     file_group_of,
     log_file_name,
@@ -55,15 +57,16 @@ from timeline.config import (
     Config,
 )
 from timeline.errors import FileAlreadyExistsError, IndexerError, TableConfigError
-from timeline.fs_view import FileSystemView
+from timeline.fs_view import BaseFile, FileSystemView
 from timeline.index_state import IndexState
-from timeline.instant import Action, Instant, State, normalize_timestamp
+from timeline.instant import WRITE_ACTIONS, Action, Instant, State, normalize_timestamp
 from timeline.locks import LockHandle
 from timeline.markers import IOType, Marker, MarkerWriter
+from timeline.removals import REMOVAL_ACTIONS, Removal, parse_removal, removal_from_record
 from timeline.storage import Storage
 from timeline.table import Table
 from timeline.table_config import PROPERTIES_FILE, TYPE, TableConfig, TableType
-from timeline.timeline import META_FOLDER, ActiveTimeline, Timeline
+from timeline.timeline import META_FOLDER, ActiveTimeline, CommittedWrites, Timeline
 
 logger = logging.getLogger(__name__)
 
@@ -265,6 +268,22 @@ class MetadataTable:
             p: records_for(p, infos, columns if p == COLUMN_STATS else None) for p in partitions
         }
 
+    def tombstones(self, reader: MetadataReader, partition: str, removal: Removal) -> pa.Table:
+        """Deletion records, at the removal's instant time, for every record of ``partition``
+        that describes a data file ``removal`` deleted."""
+        rows = reader.read(partition)
+        pairs = zip(
+            rows.column("partition").to_pylist(), rows.column("file_name").to_pylist(), strict=True
+        )
+        gone = [removal.removes(data_partition(p), f) for p, f in pairs]
+        rows = rows.filter(pa.array(gone, pa.bool_()))
+        size = rows.num_rows
+        rows = rows.set_column(
+            rows.schema.get_field_index("is_deleted"), "is_deleted", pa.array([True] * size)
+        )
+        instant = pa.array([removal.instant.timestamp] * size, pa.string())
+        return rows.set_column(rows.schema.get_field_index("instant"), "instant", instant)
+
     # --- reads -----------------------------------------------------------------------------------
 
     def reader(self, data_timeline: Timeline) -> MetadataReader:
@@ -300,12 +319,18 @@ class MetadataReader:
         self.mdt = mdt
         self.storage = mdt.storage
         self.data_timeline = data_timeline
-        self._visible_data = {i.timestamp for i in data_timeline.write_timeline().completed()}
+        # log files are named by the data instant they apply: a committed (or archived) write,
+        # or a completed clean/rollback/restore whose deletions they record
+        self._committed = CommittedWrites(data_timeline)
+        self._removals = {
+            i.timestamp for i in data_timeline.with_actions(*REMOVAL_ACTIONS).completed()
+        }
         self._mdt_timeline = mdt.timeline.load()
         self._visible_bases = {
             i.timestamp for i in self._mdt_timeline.with_actions(Action.COMPACTION).completed()
         }
-        self._writes_files: dict[str, bool] = {}
+        self._wrote: dict[str, bool] = {}
+        self._removed: dict[str, Removal] = {}
 
     def lost(self, partition: str) -> str | None:
         """Why a completed partition's files cannot be read, or None. Every file group of a
@@ -321,23 +346,58 @@ class MetadataReader:
         return None
 
     def unapplied(self, partition: str) -> list[Instant]:
-        """Completed data instants that wrote data files and that ``partition`` does not reflect:
-        newer than the watermark of its base files and with no log file in it (or one that a
-        sync is still writing). These are commits that did not go through this kernel (Apache
-        Hudi's own writer, hudi-rs, a backfill tool): the partition is stale for their files
-        until they are applied (``indexer sync``, or the daemon's next tick)."""
+        """Completed data instants that changed data files and that ``partition`` does not
+        reflect: newer than the watermark of its base files and with no log file in it (or one
+        that a sync is still writing). These are commits and table services that did not go
+        through this kernel (Apache Hudi's own writer and cleaner, hudi-rs, a backfill tool): the
+        partition is stale for their files until they are applied (``indexer sync``, or the
+        daemon's next tick)."""
         slices = self.slices(partition)
         watermark = min((self._covers(base) for base, _ in slices.values()), default=NOTHING)
         pending = {i.timestamp for i in self._mdt_timeline.pending()}
         logged = {log.instant for _, logs in slices.values() for log in logs} - pending
+        changes = list(
+            self.data_timeline.filter(
+                lambda i: i.action in WRITE_ACTIONS or i.action in REMOVAL_ACTIONS
+            ).completed()
+        )
+        start = self._committed.start
+        if start is not None and _after(start, watermark):
+            # Hudi archived instants this partition may not reflect: read its archive
+            archived = [i for i in self._archived if _after(i.timestamp, watermark)]
+            changes = archived + changes
         return [
             i
-            for i in self.data_timeline.write_timeline().completed()
+            for i in changes
             if _after(i.timestamp, watermark)
             and i.timestamp not in logged
-            and self._wrote_files(i)
+            and self._changed_files(i, watermark)
             and not self._deltacommit_names(i.timestamp, partition)
         ]
+
+    @cached_property
+    def _archived(self) -> dict[Instant, Mapping[str, Any] | None]:
+        """Completed data and removal instants of Hudi's archived timeline, with their metadata
+        (read once, and only when a partition lags behind the start of the active timeline)."""
+        return {
+            a.instant: a.metadata
+            for a in self.mdt.table.archived_timeline()
+            if a.instant.action in WRITE_ACTIONS or a.instant.action in REMOVAL_ACTIONS
+        }
+
+    def commit_metadata(self, instant: Instant) -> CommitMetadata:
+        """The metadata of a completed data instant, active or archived."""
+        if self._committed.is_archived(instant.timestamp) and instant in self._archived:
+            return CommitMetadata.from_json(self._archived[instant] or {}, f"archived {instant}")
+        timeline = self.mdt.table.timeline
+        return CommitMetadata.from_bytes(timeline.read_content(instant), timeline.path(instant))
+
+    def removal(self, instant: Instant) -> Removal:
+        """The data files a completed clean, rollback or restore deleted (active or archived)."""
+        if self._committed.is_archived(instant.timestamp) and instant in self._archived:
+            return removal_from_record(instant, self._archived[instant] or {})
+        timeline = self.mdt.table.timeline
+        return parse_removal(instant, timeline.read_content(instant), timeline.path(instant))
 
     def _deltacommit_names(self, data_instant: str, partition: str) -> bool:
         """Whether a completed metadata deltacommit of ``data_instant`` lists ``partition``: it
@@ -357,15 +417,27 @@ class MetadataReader:
         covers: str = self.mdt.timeline.read_json(instant).get("coversUpto", NOTHING)
         return covers
 
-    def _wrote_files(self, instant: Instant) -> bool:
-        if instant.timestamp not in self._writes_files:
-            try:
-                metadata = CommitMetadata.from_bytes(self.mdt.table.timeline.read_content(instant))
-                wrote = bool(metadata.write_stats)
-            except IndexerError:  # unreadable: assume it wrote files (never answer stale)
-                wrote = True
-            self._writes_files[instant.timestamp] = wrote
-        return self._writes_files[instant.timestamp]
+    def _changed_files(self, instant: Instant, watermark: str) -> bool:
+        """Whether a completed instant wrote data files, or deleted files an index partition with
+        base files covering up to ``watermark`` may list: committed ones (a clean), or ones as
+        old as the watermark (a rollback or restore of commits the base files had covered)."""
+        try:
+            if instant.action not in REMOVAL_ACTIONS:
+                if instant.timestamp not in self._wrote:
+                    wrote = bool(self.commit_metadata(instant).write_stats)
+                    self._wrote[instant.timestamp] = wrote
+                return self._wrote[instant.timestamp]
+            if instant.timestamp not in self._removed:
+                self._removed[instant.timestamp] = self.removal(instant)
+            removal = self._removed[instant.timestamp]
+        except IndexerError:  # unreadable: assume it changed files (never answer stale)
+            return True
+        return bool(removal.whole_partitions) or any(
+            base is not None
+            and (base.instant_time in self._committed or not _after(base.instant_time, watermark))
+            for partition, names in removal.deleted.items()
+            for base in (BaseFile.parse(partition, n) for n in names)
+        )
 
     def slices(self, partition: str) -> dict[str, tuple[MetadataFile | None, list[MetadataFile]]]:
         """Per file group: the newest visible base file and the log files that may apply."""
@@ -376,7 +448,7 @@ class MetadataReader:
             if parsed is None:
                 continue
             if parsed.is_log:
-                if parsed.instant in self._visible_data:
+                if parsed.instant in self._committed or parsed.instant in self._removals:
                     logs[parsed.file_group].append(parsed)
             elif parsed.instant in self._visible_bases:
                 current = bases.get(parsed.file_group)
@@ -480,11 +552,10 @@ def committed_data_files(
     """Footers of every committed base file (every version still on storage), optionally only
     of instants up to ``upto``."""
     view = FileSystemView(table.timeline, timeline)
-    committed = {i.timestamp for i in timeline.write_timeline().completed()}
     files = [
         b
         for b in view.all_base_files
-        if b.instant_time in committed and (upto is None or not _after(b.instant_time, upto))
+        if view.is_committed(b.instant_time) and (upto is None or not _after(b.instant_time, upto))
     ]
     return [
         info_from_storage(table.storage, b.partition_path, b.file_name, b.size, b.instant_time)
@@ -559,7 +630,8 @@ def compact(table: Table, partition: str) -> Instant | None:
     """Merge each file group's base file and applicable logs into a new base file covering the
     last contiguous completed data instant W (so no data instant before W is pending). Readers
     see the same records before and after. Returns the compaction instant, or None if no file
-    group had logs to merge."""
+    group had logs to merge or the partition does not reflect every completed instant yet (the
+    daemon's sync applies them first)."""
     mdt = MetadataTable(table)
     timeline = table.timeline.load()
     last = timeline.last_contiguous_completed_write()
@@ -567,6 +639,16 @@ def compact(table: Table, partition: str) -> Instant | None:
         return None
     upto = last.timestamp
     reader = mdt.reader(timeline)
+    behind = reader.unapplied(partition)
+    if behind:
+        # a base covering W would record these as applied without their records: sync first
+        logger.info(
+            "compaction of %s waits: %d completed instant(s) not applied yet (%s)",
+            partition,
+            len(behind),
+            behind[0].timestamp,
+        )
+        return None
     slices = reader.slices(partition)
     base_marks = {}
     for fg, (base, _logs) in slices.items():

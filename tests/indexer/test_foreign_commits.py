@@ -17,7 +17,7 @@ import pytest
 
 from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES, PARTITIONS
 from metadata_table.reads import IndexedSnapshot
-from metadata_table.table import initialize
+from metadata_table.table import compact, initialize
 from timeline import Table
 from timeline.config import LOCK_URL
 from timeline.fs_view import FileSystemView
@@ -202,3 +202,23 @@ def test_a_deleted_or_replaced_index_folder_is_never_read(
     assert_reads_are_current(table)
     broken = indexer_cli(table, "status")
     assert broken.returncode == 1 and STATE_FILE.rsplit("/", 1)[-1] in broken.stderr
+
+
+def test_compaction_never_covers_an_instant_it_did_not_apply(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A foreign commit that completed after the daemon's sync and before its compaction: a
+    compaction up to the last completed write would record it as covered without its records.
+    Compaction waits until the partition is caught up."""
+    table = make_table(tmp_path / "t")
+    initialize(table, list(PARTITIONS))
+    WriteClient(table).upsert(rows(keys(0, 5), city="sf"))  # a log file to compact
+    foreign = foreign_write(table, rows(keys(1000, 1005), city="tokyo"), monkeypatch)
+    for partition in PARTITIONS:
+        assert compact(table, partition) is None
+        assert [i.timestamp for i in IndexedSnapshot(table).unapplied(partition)] == [foreign]
+    assert_reads_are_current(table)
+    assert indexer_cli(table, "sync").returncode == 0
+    assert all(compact(table, partition) is not None for partition in PARTITIONS)
+    assert_exact(table)
+    assert_reads_are_current(table)
