@@ -17,6 +17,13 @@ from timeline.properties import loads as parse_properties
 from ..writer.test_failed_writes import hudi_rs
 from .peer import MANIFEST, HudiPeer, HudiPeerError, HudiTable
 from .rows import by_key, make_rows
+from .tables import (
+    HUDI_READER_FAILS,
+    KEYGEN_PARTITIONS,
+    KEYGEN_READ_TS,
+    KEYGEN_TABLES,
+    KEYGEN_TS,
+)
 
 pytestmark = pytest.mark.hudi
 
@@ -165,52 +172,12 @@ def test_table_services(hudi: HudiPeer, tmp_path: Path) -> None:
     assert by_key(hudi.read(table)) == at_savepoint
 
 
-KEYGEN_TABLES = {
-    "simple-hive-style": dict(keygen="simple", hive_style=True),
-    "complex": dict(keygen="complex", record_key=("id", "name"), partition_fields=("part", "name")),
-    "nonpartitioned": dict(keygen="nonpartitioned", partition_fields=()),
-    "timestamp": dict(
-        keygen="timestamp",
-        partition_fields=("ts",),
-        timestamp={
-            "timestamp.type": "EPOCHMILLISECONDS",
-            "output.dateformat": "yyyy/MM/dd",
-            "timezone": "UTC",
-        },
-    ),
-    "custom-url-encoded": dict(
-        keygen="custom",
-        partition_fields=("part:SIMPLE", "ts:TIMESTAMP"),
-        url_encode=True,
-        timestamp={
-            "timestamp.type": "EPOCHMILLISECONDS",
-            "output.dateformat": "yyyy-MM-dd HH:mm",
-            "timezone": "UTC",
-        },
-    ),
-}
-# Hudi's Spark reader answers a partition column that a timestamp-based key generator formats with
-# the formatted partition value (a string), not the value stored in the data file.
-KEYGEN_READ_TS = {"timestamp": "2024/03/01"}
-HUDI_READER_FAILS = {
-    "custom-url-encoded": "Failed to cast value `2024-03-01 12%3A00` to `LongType`"
-}
-KEYGEN_PARTITIONS = {
-    "simple-hive-style": {"part=p0", "part=p1"},
-    "complex": {f"p{i % 2}/n{i}" for i in range(6)},
-    "nonpartitioned": {""},
-    "timestamp": {"2024/03/01"},
-    # Hudi's "URL encoding" is Hive's path escaping: ':' is escaped, a space is not.
-    "custom-url-encoded": {"p0/2024-03-01 12%3A00", "p1/2024-03-01 12%3A00"},
-}
-
-
 @pytest.mark.parametrize("style", sorted(KEYGEN_TABLES))
 def test_key_generators_and_partition_styles(hudi: HudiPeer, tmp_path: Path, style: str) -> None:
     table = HudiTable(str(tmp_path / style), **KEYGEN_TABLES[style])  # type: ignore[arg-type]
-    rows = make_rows(range(6), ts=1_709_294_400_000)  # 2024-03-01 12:00 UTC, in milliseconds
+    rows = make_rows(range(6), ts=KEYGEN_TS)
     hudi.write(table, "insert", rows)
-    hudi.write(table, "upsert", make_rows([1], ts=1_709_294_400_000, fare_offset=50.0))
+    hudi.write(table, "upsert", make_rows([1], ts=KEYGEN_TS, fare_offset=50.0))
 
     properties = _properties(table)
     assert (
