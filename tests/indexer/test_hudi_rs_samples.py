@@ -99,9 +99,18 @@ def test_hudi_rs_sample_tables_are_indexed_exactly(name: str, tmp_path: Path, sp
     assert_only_ours_added(before, _checksums(base))
 
 
-def test_a_merge_on_read_sample_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
-    base = unpack(DATA / "mor" / "v6_trips_8i1u.zip", tmp_path)
+@pytest.mark.parametrize(
+    ("sample", "reason"),
+    [
+        ("mor/v6_trips_8i1u", "MERGE_ON_READ: merge-on-read tables are not"),
+        ("v8/v8_nonpartitioned", r"hoodie.table.version=8 \(Apache Hudi 1.x\) is not supported"),
+    ],
+)
+def test_unsupported_samples_are_refused_by_name_and_left_as_they_were(
+    tmp_path: Path, sample: str, reason: str
+) -> None:
+    base = unpack(DATA / f"{sample}.zip", tmp_path)
     before = _checksums(base)
-    with pytest.raises(TableConfigError, match="MERGE_ON_READ"):
+    with pytest.raises(TableConfigError, match=reason):
         AsyncIndexer(_open(base, tmp_path)).run(list(PARTITIONS))
     assert _checksums(base) == before
