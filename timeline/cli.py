@@ -9,10 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from timeline import spark
 from timeline.config import STORAGE_PREFIX, Config, describe, parse_assignments
 from timeline.errors import IndexerError
 from timeline.table import Table
@@ -92,7 +94,9 @@ def run(
     parser: argparse.ArgumentParser,
     argv: Sequence[str] | None = None,
 ) -> int:
-    """Parse, set up logging, run; an :class:`IndexerError` becomes ``error: ...`` and exit 1."""
+    """Parse, set up logging, run. An :class:`IndexerError` becomes one line ``error: ...`` and
+    exit 1; so does any other error unless ``-v`` asks for its traceback. Either names Spark's
+    log file when this process started Spark quietly."""
     args = parser.parse_args(argv)
     if getattr(args, "help_config", False):
         print(help_config())
@@ -102,14 +106,29 @@ def run(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if getattr(args, "verbose", False):
+        os.environ[spark.VERBOSE_ENV] = "1"  # Spark's own log on stderr too
     try:
         return main(args)
     except IndexerError as e:
         print(f"error: {e}", file=sys.stderr)
+        _name_spark_log()
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # a Spark job or a bug: one line, the traceback with -v
+        if getattr(args, "verbose", False):
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        print(f"error: {type(e).__name__}: {first} (run with -v for details)", file=sys.stderr)
+        _name_spark_log()
+        return EXIT_ERROR
+
+
+def _name_spark_log() -> None:
+    if spark.session_log is not None:
+        print(f"Spark's log: {spark.session_log}", file=sys.stderr)
 
 
 def _init(args: argparse.Namespace) -> int:
