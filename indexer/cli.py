@@ -14,6 +14,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from indexer.indexer import DEFAULT_TIMEOUT_SECONDS, AsyncIndexer, IndexerOptions
 from metadata_table.validate import validate
@@ -182,18 +183,26 @@ def _migrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _lag_line(lag: dict[str, Any]) -> str:
+    line = f"{lag['state']:<10} reflects up to {lag['reflects_upto'] or '-'}"
+    if lag["unapplied_instants"]:
+        line += (
+            f"; {lag['unapplied_instants']} completed instant(s) not applied, oldest "
+            f"{lag['oldest_unapplied_age_seconds']:.0f} s ago (`indexer sync`)"
+        )
+    return line + f"; {lag['files']} files, {lag['bytes']} bytes"
+
+
 def _status(args: argparse.Namespace) -> int:
     status = _indexer(args).status()
     if args.json:
         print(json.dumps(status, indent=2))
         return EXIT_OK
     print(f"table {status['table']}")
-    for partition, state in sorted(status["partitions"].items()):
-        behind = status["unapplied"].get(partition, [])
-        lag = f" ({len(behind)} completed instant(s) not applied: `indexer sync`)" if behind else ""
+    for partition, lag in status["lag"].items():
+        print(f"  {partition:<14} {_lag_line(lag)}")
         if partition in status["lost"]:
-            lag = f": {status['lost'][partition]}"
-        print(f"  {partition:<14} {state}{lag}")
+            print(f"  {'':<14} lost: {status['lost'][partition]}")
     if not status["partitions"]:
         print("  no metadata partitions")
     if status["legacy_index"]:

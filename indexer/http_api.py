@@ -77,7 +77,9 @@ def make_app(service: IndexerService) -> web.Application:
 
     async def metrics(_request: web.Request) -> web.Response:
         return web.Response(
-            text=service.metrics.prometheus(), content_type="text/plain", charset="utf-8"
+            text=service.metrics.prometheus() + service.lag_metrics(),
+            content_type="text/plain",
+            charset="utf-8",
         )
 
     app = web.Application(client_max_size=64 * 1024)

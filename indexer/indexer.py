@@ -54,7 +54,7 @@ from timeline.errors import (
 from timeline.failpoints import failpoint
 from timeline.fs_view import FileSystemView, read_parquet_schema
 from timeline.index_state import IndexState
-from timeline.instant import Action, Instant, State, normalize_timestamp
+from timeline.instant import Action, Instant, State, normalize_timestamp, parse_instant_time
 from timeline.locks import LockHandle
 from timeline.markers import marker_folder
 from timeline.removals import REMOVAL_ACTIONS
@@ -560,6 +560,40 @@ class AsyncIndexer:
 
     # --- status ----------------------------------------------------------------------------------
 
+    def _lag(
+        self, partitions: dict[str, str], behind: dict[str, tuple[Instant, list[str]]]
+    ) -> dict[str, dict[str, Any]]:
+        """Per partition: its state, the newest data instant it reflects, the completed data
+        instants it does not reflect yet (count, and age in seconds of the oldest, from its
+        completion time) and its size on storage."""
+        reader = self.mdt.reader(self.table.timeline.load())
+        now = time.time()
+        out = {}
+        for partition, state in sorted(partitions.items()):
+            missing = [i for i, ps in behind.values() if partition in ps]
+            files, size = reader.size(partition)
+            oldest = None
+            if missing:
+                oldest = round(now - self._completed_at(missing[0]), 1)
+            out[partition] = {
+                "state": state,
+                "reflects_upto": reader.reflects_upto(partition) if state != "lost" else None,
+                "unapplied_instants": len(missing),
+                "oldest_unapplied_age_seconds": oldest,
+                "files": files,
+                "bytes": size,
+            }
+        return out
+
+    def _completed_at(self, instant: Instant) -> float:
+        """When a completed data instant completed (its start time when that is unknown, as
+        for an archived one), in seconds since the epoch."""
+        try:
+            completed = self.table.timeline.completion_time(instant)
+        except IndexerError:
+            completed = instant.timestamp
+        return parse_instant_time(completed).timestamp()
+
     def status(self) -> dict[str, Any]:
         state = self.table.reload_index_state()
         behind = self.unapplied()
@@ -572,7 +606,7 @@ class AsyncIndexer:
                 indexing.append(
                     {
                         "timestamp": instant.timestamp,
-                        "state": instant.state.name,
+                        "state": instant.state.value,
                         "partitions": [],
                         "index_upto_instant": None,
                         "owner": "apache-hudi",
@@ -593,7 +627,7 @@ class AsyncIndexer:
             indexing.append(
                 {
                     "timestamp": instant.timestamp,
-                    "state": instant.state.name,
+                    "state": instant.state.value,
                     "partitions": names,
                     "index_upto_instant": upto,
                     "owner": "async-indexer",
@@ -602,6 +636,7 @@ class AsyncIndexer:
         return {
             "table": self.table.base_uri,
             "partitions": partitions,
+            "lag": self._lag(partitions, behind),
             "indexing": indexing,
             "legacy_index": has_legacy_index(self.table),
             "lost": lost,

@@ -332,9 +332,36 @@ class IndexerService:
                 }
             tables[base] = {
                 "partitions": status["partitions"],
-                "pending_instants": [i for i in status["indexing"] if i["state"] != "COMPLETED"],
+                "lag": status["lag"],
+                "pending_instants": [i for i in status["indexing"] if i["state"] != "completed"],
                 "leader": state.lease is not None and state.lease.is_valid,
                 "running": running,
                 "requests": [r.to_json() for r in self.store.list(base, ACTIVE)],
             }
         return {"daemon": self.owner, "tables": tables}
+
+    def lag_metrics(self) -> str:
+        """Per table and metadata partition, how far the index is behind the data (gauges)."""
+        gauges = {
+            "partition_unapplied_instants": "Completed data instants a partition does not reflect",
+            "partition_oldest_unapplied_age_seconds": "Age of the oldest of those instants",
+            "partition_files": "Files of a metadata partition",
+            "partition_bytes": "Bytes of a metadata partition",
+        }
+        values: dict[str, list[str]] = {name: [] for name in gauges}
+        for base, state in self.tables.items():
+            try:
+                lag = AsyncIndexer(state.table).status()["lag"]
+            except Exception:  # a table that cannot be read now: no gauges for it
+                logger.exception("lag of %s not available", base)
+                continue
+            for partition, row in lag.items():
+                labels = f'{{table="{base}",partition="{partition}"}}'
+                for name in gauges:
+                    value = row[name.removeprefix("partition_")]
+                    values[name].append(f"async_indexer_{name}{labels} {value or 0}")
+        out = []
+        for name, doc in gauges.items():
+            out += [f"# HELP async_indexer_{name} {doc}", f"# TYPE async_indexer_{name} gauge"]
+            out += values[name]
+        return "\n".join(out) + "\n"

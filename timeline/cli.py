@@ -155,7 +155,7 @@ def _show(args: argparse.Namespace) -> int:
         {
             "timestamp": i.timestamp,
             "action": i.action.value,
-            "state": i.state.name,
+            "state": i.state.value,
             "completion_time": table.timeline.completion_time(i) if i.is_completed else None,
         }
         for i in timeline

@@ -350,6 +350,11 @@ def test_the_daemon_applies_foreign_commits_on_its_next_tick(
     _wait(lambda: all(r.ok for r in validate(table)), 30, f"the daemon to apply {foreign}")
     metrics = HTTP.request("GET", daemon.url + "/metrics").data.decode()
     assert "async_indexer_synced_instants_total 1" in metrics
+    gauge = f'async_indexer_partition_unapplied_instants{{table="{table.base_uri}",partition="files"}} 0'
+    assert gauge in metrics
+    assert (
+        daemon.get("/status")["tables"][table.base_uri]["lag"]["files"]["unapplied_instants"] == 0
+    )
     assert_exact(table, [FILES, COLUMN_STATS])
     assert daemon.stop() == 0
 

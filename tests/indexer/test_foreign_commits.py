@@ -83,12 +83,23 @@ def test_a_foreign_commit_is_never_answered_from_a_stale_index(
     assert all(f"{foreign}.commit" in p["unapplied"] and p["missing"] for p in behind.values())
     status = indexer_cli(table, "status")
     assert "2 completed instant(s) not applied" in status.stdout
+    applied = table.timeline.load().write_timeline().completed().timestamps[-3]  # before both
+    lag = json.loads(indexer_cli(table, "status", "--json").stdout)["lag"]
+    assert set(lag) == {FILES, COLUMN_STATS, BLOOM_FILTERS}
+    for row in lag.values():
+        assert row["state"] == "completed" and row["reflects_upto"] == applied
+        assert row["unapplied_instants"] == 2
+        assert 0 <= row["oldest_unapplied_age_seconds"] < 600
+        assert row["files"] >= 1 and row["bytes"] > 0
 
     synced = indexer_cli(table, "sync")
     assert synced.returncode == 0, synced.stderr
     assert f"applied {foreign} to bloom_filters, column_stats, files" in synced.stdout
     assert indexer_cli(table, "validate").returncode == 0
     assert indexer_cli(table, "sync").stdout.startswith("in sync")
+    lag = json.loads(indexer_cli(table, "status", "--json").stdout)["lag"]
+    newest = table.timeline.load().write_timeline().completed().timestamps[-1]
+    assert {(r["reflects_upto"], r["unapplied_instants"]) for r in lag.values()} == {(newest, 0)}
     assert_exact(table)
     assert_reads_are_current(table)
     assert not IndexedSnapshot(table).prune("fare >= 1000").unapplied

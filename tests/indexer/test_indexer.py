@@ -293,8 +293,8 @@ def test_status(tmp_path: Path, spark: Any) -> None:
     status = indexer.status()
     assert status["partitions"] == {FILES: "completed", BLOOM_FILTERS: "inflight"}
     assert [(i["timestamp"], i["state"], i["partitions"]) for i in status["indexing"]] == [
-        (done.timestamp, "COMPLETED", [FILES]),  # type: ignore[union-attr]
-        (scheduled.instant.timestamp, "REQUESTED", [BLOOM_FILTERS]),  # type: ignore[union-attr]
+        (done.timestamp, "completed", [FILES]),  # type: ignore[union-attr]
+        (scheduled.instant.timestamp, "requested", [BLOOM_FILTERS]),  # type: ignore[union-attr]
     ]
 
 

@@ -47,19 +47,19 @@ def test_init_then_show(tmp_path: Path) -> None:
         {
             "timestamp": commit.timestamp,
             "action": "commit",
-            "state": "COMPLETED",
+            "state": "completed",
             "completion_time": table.timeline.completion_time(commit),
         },
         {
             "timestamp": pending.timestamp,
             "action": "clean",
-            "state": "REQUESTED",
+            "state": "requested",
             "completion_time": None,
         },
     ]
     human = _run("show", base)
     assert human.returncode == 0
-    assert commit.timestamp in human.stdout and "REQUESTED" in human.stdout
+    assert commit.timestamp in human.stdout and "requested" in human.stdout
 
 
 def test_errors_exit_1_with_a_message(tmp_path: Path) -> None:
