@@ -101,7 +101,7 @@ def _init(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
-        prog="python -m metadata_table",
+        prog="indexer-metadata",
         description="Inspect the metadata table of a table, and try data skipping against it.",
     )
     parser.add_argument("--help-config", action="store_true", help="list configuration keys")

@@ -242,7 +242,7 @@ def _marker_server(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
-        prog="python -m timeline",
+        prog="indexer-table",
         description="Create a Hudi 0.x table (table version 6) and inspect its timeline.",
     )
     parser.add_argument("--help-config", action="store_true", help="list configuration keys")

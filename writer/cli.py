@@ -107,7 +107,7 @@ def _arrow_frame(spark: Any, data: pa.Table) -> Any:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
-        prog="python -m writer",
+        prog="indexer-write",
         description=(
             "Write the records of a file to a table as one commit (insert, upsert or delete) and "
             "print the instant time it committed. Exit 1 with a message on a write conflict or "

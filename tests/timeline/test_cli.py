@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from timeline import Action, Table
 from timeline.config import Config
 
@@ -92,3 +94,22 @@ def test_help_explains(tmp_path: Path) -> None:
     assert "--record-key" in _run("init", "--help").stdout
     keys = _run("--help-config")
     assert "indexer.lock.url" in keys.stdout and "INDEXER_LOCK_URL" in keys.stdout
+
+
+@pytest.mark.parametrize(
+    ("script", "module"),
+    [
+        ("indexer", "indexer"),
+        ("indexer-table", "timeline"),
+        ("indexer-write", "writer"),
+        ("indexer-metadata", "metadata_table"),
+    ],
+)
+def test_every_command_is_installed_and_answers_help(script: str, module: str) -> None:
+    """One command family on PATH, each also reachable as ``python -m <package>``."""
+    installed = Path(sys.executable).parent / script
+    assert installed.is_file(), f"{script} is not installed as a console script"
+    for command in ([str(installed)], [sys.executable, "-m", module]):
+        done = subprocess.run([*command, "--help"], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith(f"usage: {script} ")
