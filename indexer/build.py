@@ -142,7 +142,8 @@ def run_build(
         slices,
     )
     stop = threading.Event()
-    watcher = _watch(sc, progress, stop) if progress else None
+    tasks = slices + len(slot_targets)
+    watcher = _watch(sc, progress, stop, tasks) if progress else None
     try:
         written = (
             sc.parallelize(files, slices)
@@ -159,25 +160,30 @@ def run_build(
         stop.set()
         if watcher is not None:
             watcher.join()
+    if progress is not None:
+        progress(tasks, tasks)
     sizes: dict[str, dict[str, int]] = {t.partition: {} for t in targets}
     for partition, fg, size in written:
         sizes[partition][fg] = size
     return sizes
 
 
-def _watch(sc: Any, progress: Progress, stop: threading.Event) -> threading.Thread:
+def _watch(sc: Any, progress: Progress, stop: threading.Event, total: int) -> threading.Thread:
+    """Report the build job's finished tasks out of ``total`` (both stages) every half second:
+    a stage seen active and then gone counts as finished."""
     tracker = sc.statusTracker()
+    seen: dict[int, tuple[int, int]] = {}
 
     def loop() -> None:
         while not stop.wait(0.5):
-            done = total = 0
-            for stage_id in tracker.getActiveStageIds():
+            active = set(tracker.getActiveStageIds())
+            for stage_id in active:
                 info = tracker.getStageInfo(stage_id)
                 if info is not None:
-                    done += info.numCompletedTasks
-                    total += info.numTasks
-            if total:
-                progress(done, total)
+                    seen[stage_id] = (info.numCompletedTasks, info.numTasks)
+            done = sum(n if s not in active else d for s, (d, n) in seen.items())
+            if seen:
+                progress(min(done, total), total)
 
     thread = threading.Thread(target=loop, name="build-progress", daemon=True)
     thread.start()

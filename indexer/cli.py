@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+from tqdm import tqdm  # type: ignore[import-untyped]
 
 from indexer.indexer import DEFAULT_TIMEOUT_SECONDS, AsyncIndexer, IndexerOptions
 from metadata_table.validate import validate
@@ -36,30 +37,46 @@ def _list(value: str | None) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
 
 
-class _ProgressBar:
-    """A one-line bar on stderr when it is a terminal; silent otherwise."""
+class _Progress:
+    """Progress bars (tqdm) on stderr for long steps, one bar per step ("build" in Spark tasks;
+    "catch-up", "sync" and "validate" in instants or partitions); nothing when stderr is not a
+    terminal or the output is JSON."""
 
-    def __init__(self) -> None:
-        self.enabled = sys.stderr.isatty()
-        self.started = time.monotonic()
+    UNITS: ClassVar[dict[str, str]] = {
+        "build": "task",
+        "catch-up": "instant",
+        "sync": "instant",
+        "validate": "partition",
+    }
 
-    def __call__(self, done: int, total: int) -> None:
+    def __init__(self, enabled: bool | None = None) -> None:
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self._step: str | None = None
+        self._bar: Any = None
+
+    def __call__(self, step: str, done: int, total: int) -> None:
         if not self.enabled or not total:
             return
-        width = 30
-        filled = int(width * done / total)
-        elapsed = time.monotonic() - self.started
-        sys.stderr.write(
-            f"\rbuild [{'#' * filled}{'.' * (width - filled)}] {done}/{total} tasks {elapsed:5.1f}s"
-        )
-        sys.stderr.flush()
+        if step != self._step:
+            self.close()
+            self._step = step
+            self._bar = tqdm(
+                total=total, desc=step, unit=self.UNITS.get(step, "it"), file=sys.stderr
+            )
+        self._bar.total = total
+        self._bar.n = done
+        self._bar.refresh()
+
+    def step(self, step: str) -> Callable[[int, int], None]:
+        return lambda done, total: self(step, done, total)
 
     def close(self) -> None:
-        if self.enabled:
-            sys.stderr.write("\n")
+        if self._bar is not None:
+            self._bar.close()
+        self._bar, self._step = None, None
 
 
-def _indexer(args: argparse.Namespace, progress: _ProgressBar | None = None) -> AsyncIndexer:
+def _indexer(args: argparse.Namespace, progress: _Progress | None = None) -> AsyncIndexer:
     explicit = parse_assignments(args.conf, "--conf")
     if getattr(args, "lock_url", None):
         explicit["indexer.lock.url"] = args.lock_url
@@ -91,7 +108,7 @@ def _schedule(args: argparse.Namespace) -> int:
 
 
 def _execute(args: argparse.Namespace) -> int:
-    bar = _ProgressBar()
+    bar = _Progress()
     indexer = _indexer(args, bar)
     try:
         done = indexer.execute(args.instant)
@@ -102,7 +119,7 @@ def _execute(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    bar = _ProgressBar()
+    bar = _Progress()
     indexer = _indexer(args, bar)
     try:
         done = indexer.run(_list(args.index_types), _list(args.columns))
@@ -127,7 +144,11 @@ def _drop(args: argparse.Namespace) -> int:
 
 
 def _sync(args: argparse.Namespace) -> int:
-    applied = _indexer(args).sync()
+    bar = _Progress(enabled=False if args.json else None)
+    try:
+        applied = _indexer(args, bar).sync()
+    finally:
+        bar.close()
     if args.json:
         print(json.dumps({"applied": applied}, indent=2))
     elif not applied:
@@ -140,7 +161,11 @@ def _sync(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     table = _indexer(args).table
-    reports = validate(table)
+    bar = _Progress(enabled=False if args.json else None)
+    try:
+        reports = validate(table, bar.step("validate"))
+    finally:
+        bar.close()
     ok = all(r.ok for r in reports)
     if args.json:
         print(json.dumps({"ok": ok, "partitions": [r.to_json() for r in reports]}, indent=2))

@@ -87,7 +87,9 @@ class IndexerOptions:
     retries: int = 0
     backoff: float = 2.0
     poll_interval: float = 0.2
-    progress: Callable[[int, int], None] | None = None
+    #: called as progress(step, done, total) for "build" (Spark tasks), "catch-up" and "sync"
+    #: (instants)
+    progress: Callable[[str, int, int], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -335,10 +337,20 @@ class AsyncIndexer:
             self.spark,
             self.options.parallelism,
             use_files_index=FILES in state.completed,
-            progress=self.options.progress,
+            progress=self._reporter("build"),
         )
         for started, target in zip(inflight, targets, strict=True):
             self.mdt.complete_base_files(started, sizes[target.partition])
+
+    def _reporter(self, step: str) -> Callable[[int, int], None] | None:
+        report = self.options.progress
+        if report is None:
+            return None
+        return lambda done, total: report(step, done, total)
+
+    def _report(self, step: str, done: int, total: int) -> None:
+        if self.options.progress is not None:
+            self.options.progress(step, done, total)
 
     # --- catch-up --------------------------------------------------------------------------------
 
@@ -373,6 +385,7 @@ class AsyncIndexer:
                     done.add(ts)  # a dead writer: it cannot complete; the cleaner rolls it back
                 else:
                     waiting.append(ts)
+            self._report("catch-up", len(done), len(watch))
             if not waiting:
                 return newest
             if self.cancel.is_set():
@@ -443,7 +456,8 @@ class AsyncIndexer:
         with self._lock("sync index") as lock:
             state = self.table.reload_index_state()
             behind = self.unapplied()
-            for timestamp, (instant, partitions) in behind.items():
+            for number, (timestamp, (instant, partitions)) in enumerate(behind.items()):
+                self._report("sync", number, len(behind))
                 reader = self.mdt.reader(self.table.timeline.load())
                 if instant.action in REMOVAL_ACTIONS:
                     removal = reader.removal(instant)
@@ -453,6 +467,7 @@ class AsyncIndexer:
                     records = self.mdt.records_of(partitions, infos, state)
                 self.mdt.apply_completed(timestamp, records, lock)
                 logger.info("sync applied %s to %s", timestamp, ",".join(partitions))
+            self._report("sync", len(behind), len(behind))
         self.stats["synced_instants"] += len(behind)
         return {timestamp: partitions for timestamp, (_, partitions) in behind.items()}
 

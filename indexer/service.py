@@ -275,7 +275,7 @@ class IndexerService:
             spark_master=self.config.spark_master,
             spark_conf=self.config.spark_conf,
             timeout=self.config.timeout_seconds,
-            progress=lambda done, total: setattr(state, "progress", (done, total)),
+            progress=lambda step, done, total: setattr(state, "progress", (done, total)),
         )
         indexer = AsyncIndexer(state.table, options, spark=self.spark())
         state.indexer, state.request, state.progress = indexer, request, (0, 0)

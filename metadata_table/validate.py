@@ -4,6 +4,7 @@ data files at the same snapshot. Read-only."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,13 +40,18 @@ class PartitionReport:
         }
 
 
-def validate(table: Table) -> list[PartitionReport]:
-    """One report per completed partition, all at one snapshot of the data timeline."""
+def validate(
+    table: Table, progress: Callable[[int, int], None] | None = None
+) -> list[PartitionReport]:
+    """One report per completed partition, all at one snapshot of the data timeline;
+    ``progress(done, total)`` is called as partitions are compared."""
     state = table.reload_index_state()
     timeline = table.timeline.load()
     reader = MetadataTable(table).reader(timeline)
-    reports = []
+    reports: list[PartitionReport] = []
     for partition in state.completed:
+        if progress is not None:
+            progress(len(reports), len(state.completed))
         columns = list(state.column_stats_columns) or None if partition == COLUMN_STATS else None
         ours = {r["key"]: r for r in reader.read(partition).to_pylist()}
         rebuilt = {
@@ -63,4 +69,6 @@ def validate(table: Table) -> list[PartitionReport]:
                 wrong=sorted(k for k in ours.keys() & rebuilt.keys() if ours[k] != rebuilt[k]),
             )
         )
+    if progress is not None:
+        progress(len(reports), len(state.completed))
     return reports

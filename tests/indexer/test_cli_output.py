@@ -4,10 +4,14 @@ them back to stderr."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from timeline.config import LOCK_URL
 
@@ -59,3 +63,41 @@ def test_a_failed_spark_job_is_one_line_naming_the_log(tmp_path: Path) -> None:
     assert lines[-1] == f"Spark's log: {state / 'spark.log'}", failed.stderr
     assert "Java gateway process exited" in failed.stderr
     assert "Traceback" not in failed.stderr
+
+
+def test_long_steps_report_progress_and_bars_show_only_on_a_terminal(
+    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from indexer.cli import _Progress
+    from indexer.indexer import AsyncIndexer, IndexerOptions
+
+    from ..metadata_table.test_metadata_table import keys, rows
+    from .test_foreign_commits import foreign_write
+
+    table = make_table(tmp_path / "t")
+    calls: list[tuple[str, int, int]] = []
+    options = IndexerOptions(progress=lambda step, done, total: calls.append((step, done, total)))
+    indexer = AsyncIndexer(table, options, spark=spark)
+    indexer.run(["files", "column_stats"])
+    foreign_write(table, rows(keys(500, 505)), monkeypatch)
+    foreign_write(table, rows(keys(600, 605)), monkeypatch)
+    indexer.sync()
+    steps = {step for step, _, _ in calls}
+    assert {"build", "catch-up", "sync"} <= steps
+    assert ("sync", 2, 2) in calls and ("sync", 0, 2) in calls
+    build = [(done, total) for step, done, total in calls if step == "build"]
+    assert build and build[-1][0] == build[-1][1] > 0
+
+    shown = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", shown)
+    bar = _Progress(enabled=True)
+    for step, done, total in calls:
+        bar(step, done, total)
+    bar.close()
+    assert "build" in shown.getvalue() and "sync" in shown.getvalue()
+    assert "2/2" in shown.getvalue()
+    before = shown.getvalue()
+    quiet = _Progress()  # a StringIO is not a terminal: no bar
+    quiet("sync", 1, 2)
+    quiet.close()
+    assert shown.getvalue() == before
