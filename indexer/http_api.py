@@ -1,6 +1,7 @@
 """The daemon's HTTP API (JSON): requests, status, Prometheus metrics.
 
 =====  ====================  =====================================================================
+GET    /                     a self-contained HTML status page (refreshes itself)
 POST   /requests             ``{"table": base, "index_types": [...], "columns": [...]}`` -> 201
 GET    /requests/<id>        the request: state, attempts, last error, timestamps
 GET    /status               per table: partitions, pending instants, the running build's progress
@@ -21,6 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from indexer.service import IndexerService
+from indexer.status_page import render as render_page
 from metadata_table.layout import PARTITIONS
 from timeline.http_server import BackgroundHttpServer
 from timeline.storage import normalize_base_uri
@@ -75,6 +77,11 @@ def make_app(service: IndexerService) -> web.Application:
     async def status(_request: web.Request) -> web.Response:
         return web.json_response(service.status())
 
+    async def page(_request: web.Request) -> web.Response:
+        return web.Response(
+            text=render_page(service.status()), content_type="text/html", charset="utf-8"
+        )
+
     async def metrics(_request: web.Request) -> web.Response:
         return web.Response(
             text=service.metrics.prometheus() + service.lag_metrics(),
@@ -87,6 +94,7 @@ def make_app(service: IndexerService) -> web.Application:
         [
             web.post("/requests", create),
             web.get("/requests/{id}", get),
+            web.get("/", page),
             web.get("/status", status),
             web.get("/metrics", metrics),
         ]

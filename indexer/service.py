@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,6 +133,8 @@ class IndexerService:
         self.store = RequestStore(config.request_store)
         self.leases = SqlLockProvider(config.request_store, lease_seconds=config.lease_seconds)
         self.metrics = Metrics()
+        #: the last builds (newest last): table, request, index types, outcome, seconds
+        self.builds: deque[dict[str, Any]] = deque(maxlen=20)
         self.tables = {
             normalize_base_uri(spec.base): _TableState(spec, Table.open(spec.base, spec.config()))
             for spec in config.tables
@@ -281,11 +284,13 @@ class IndexerService:
         state.indexer, state.request, state.progress = indexer, request, (0, 0)
         started = time.monotonic()
         self.metrics.add(builds_started=1)
+        outcome = "aborted"
         try:
             done = indexer.run(request.index_types, request.columns)
         except (IndexerError, OSError) as e:
             self.metrics.add(builds_aborted=1)
             if isinstance(e.__cause__, BuildCancelledError) or isinstance(e, BuildCancelledError):
+                outcome = "interrupted"
                 self.store.requeue_running(base)  # shutdown: not the build's fault, no attempt used
                 logger.info(
                     "request %s interrupted by shutdown; it resumes after a restart", request.id
@@ -302,10 +307,21 @@ class IndexerService:
                     after.state,
                 )
         else:
+            outcome = "completed"
             self.metrics.add(builds_completed=1)
             self.store.completed(request.id, done.timestamp if done else None)
             logger.info("request %s completed (%s)", request.id, done)
         finally:
+            self.builds.append(
+                {
+                    "table": base,
+                    "request": request.id,
+                    "index_types": list(request.index_types),
+                    "outcome": outcome,
+                    "seconds": round(time.monotonic() - started, 2),
+                    "finished_at": time.time(),
+                }
+            )
             self.metrics.add(
                 build_seconds=time.monotonic() - started,
                 catch_up_instants=indexer.stats["catch_up_instants"],
@@ -338,7 +354,7 @@ class IndexerService:
                 "running": running,
                 "requests": [r.to_json() for r in self.store.list(base, ACTIVE)],
             }
-        return {"daemon": self.owner, "tables": tables}
+        return {"daemon": self.owner, "tables": tables, "builds": list(self.builds)}
 
     def lag_metrics(self) -> str:
         """Per table and metadata partition, how far the index is behind the data (gauges)."""

@@ -379,3 +379,64 @@ def test_the_daemon_rebuilds_a_lost_partition(tmp_path: Path, daemons: list[Daem
     assert "async_indexer_lost_partitions_total 1" in metrics
     assert_exact(table, [FILES, COLUMN_STATS])
     assert daemon.stop() == 0
+
+
+def _png_colours(png: bytes) -> int:
+    """Distinct byte values in a PNG's pixel data (1 for a blank, single-colour image)."""
+    import struct
+    import zlib
+
+    assert png.startswith(b"\x89PNG\r\n\x1a\n"), "not a PNG"
+    position, data = 8, b""
+    while position < len(png):
+        (length,) = struct.unpack(">I", png[position : position + 4])
+        kind = png[position + 4 : position + 8]
+        if kind == b"IDAT":
+            data += png[position + 8 : position + 8 + length]
+        position += 12 + length
+    return len(set(zlib.decompress(data)))
+
+
+def test_the_status_page_renders_in_a_real_browser(tmp_path: Path, daemons: list[Daemon]) -> None:
+    """``GET /`` is a self-contained page: Chromium (installed by scripts/ensure-system-deps.sh)
+    renders it headless; its text names the table, partitions, states and the last build, and
+    its screenshot is not blank."""
+    import shutil
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "Chromium is missing: scripts/ensure-system-deps.sh installs it"
+    table, config = _setup(tmp_path, [FILES, COLUMN_STATS])
+    daemon = Daemon(config)
+    daemons.append(daemon)
+    _wait(_completed(table, [FILES, COLUMN_STATS]), 90, "the desired indexes")
+    _wait(lambda: bool(daemon.get("/status")["builds"]), 30, "the build's record")
+
+    page = HTTP.request("GET", daemon.url + "/")
+    assert page.status == 200 and page.headers["Content-Type"].startswith("text/html")
+    html = page.data.decode()
+    assert "http://" not in html.replace(daemon.url, "") and "<script src" not in html
+    browser = [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'chromium'}",
+    ]
+    dom = subprocess.run(
+        [*browser, "--dump-dom", daemon.url + "/"], capture_output=True, text=True, timeout=120
+    )
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    for text in (table.base_uri, "files", "column_stats", "completed", "Last builds", "No build running"):
+        assert text in dom.stdout, text
+    shot = tmp_path / "status.png"
+    done = subprocess.run(
+        [*browser, f"--screenshot={shot}", "--window-size=1000,900", daemon.url + "/"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and shot.is_file(), done.stderr[-2000:]
+    assert _png_colours(shot.read_bytes()) > 20, "the screenshot is blank"
+    assert daemon.stop() == 0
