@@ -40,6 +40,9 @@ from timeline.table import Table
 logger = logging.getLogger(__name__)
 
 
+BUILD_SECONDS_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
+
+
 @dataclass
 class Metrics:
     builds_started: int = 0
@@ -52,12 +55,26 @@ class Metrics:
     compactions: int = 0
     synced_instants: int = 0
     lost_partitions: int = 0
+    builds_retried: int = 0
+    #: build durations: counts per upper bound (seconds), cumulative as Prometheus wants them
+    build_buckets: dict[float, int] = field(
+        default_factory=lambda: dict.fromkeys(BUILD_SECONDS_BUCKETS, 0)
+    )
+    build_count: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add(self, **deltas: float) -> None:
         with self.lock:
             for name, delta in deltas.items():
                 setattr(self, name, getattr(self, name) + delta)
+
+    def observe_build(self, seconds: float) -> None:
+        with self.lock:
+            self.build_count += 1
+            self.build_seconds += seconds
+            for bound in self.build_buckets:
+                if seconds <= bound:
+                    self.build_buckets[bound] += 1
 
     def prometheus(self) -> str:
         rows = [
@@ -69,7 +86,12 @@ class Metrics:
                 "Index builds aborted (and cleaned up)",
                 self.builds_aborted,
             ),
-            ("build_seconds_total", "counter", "Seconds spent in index builds", self.build_seconds),
+            (
+                "builds_retried_total",
+                "counter",
+                "Index build attempts that retried an aborted one",
+                self.builds_retried,
+            ),
             (
                 "catch_up_instants_total",
                 "counter",
@@ -109,6 +131,15 @@ class Metrics:
                 f"# TYPE async_indexer_{name} {kind}",
                 f"async_indexer_{name} {value}",
             ]
+        name = "async_indexer_build_duration_seconds"
+        out += [f"# HELP {name} Duration of index builds", f"# TYPE {name} histogram"]
+        for bound, count in self.build_buckets.items():
+            out.append(f'{name}_bucket{{le="{bound:g}"}} {count}')
+        out += [
+            f'{name}_bucket{{le="+Inf"}} {self.build_count}',
+            f"{name}_sum {self.build_seconds}",
+            f"{name}_count {self.build_count}",
+        ]
         return "\n".join(out) + "\n"
 
 
@@ -283,7 +314,7 @@ class IndexerService:
         indexer = AsyncIndexer(state.table, options, spark=self.spark())
         state.indexer, state.request, state.progress = indexer, request, (0, 0)
         started = time.monotonic()
-        self.metrics.add(builds_started=1)
+        self.metrics.add(builds_started=1, builds_retried=1 if request.attempts > 1 else 0)
         outcome = "aborted"
         try:
             done = indexer.run(request.index_types, request.columns)
@@ -322,8 +353,8 @@ class IndexerService:
                     "finished_at": time.time(),
                 }
             )
+            self.metrics.observe_build(time.monotonic() - started)
             self.metrics.add(
-                build_seconds=time.monotonic() - started,
                 catch_up_instants=indexer.stats["catch_up_instants"],
                 lock_wait_seconds=indexer.stats["lock_wait_seconds"],
             )

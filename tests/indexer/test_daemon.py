@@ -206,10 +206,12 @@ def test_an_aborted_build_is_retried_then_completes(tmp_path: Path, daemons: lis
     done = daemon.get(f"/requests/{request_id}")
     assert done["attempts"] == 2, "the first attempt was aborted, the second completed"
     assert_exact(table, [FILES, COLUMN_STATS])
-    assert (
-        "async_indexer_builds_aborted_total 1"
-        in HTTP.request("GET", daemon.url + "/metrics").data.decode()
-    )
+    metrics = HTTP.request("GET", daemon.url + "/metrics").data.decode()
+    assert "async_indexer_builds_aborted_total 1" in metrics
+    assert "async_indexer_builds_retried_total 1" in metrics
+    assert 'async_indexer_build_duration_seconds_bucket{le="+Inf"} 2' in metrics
+    assert "async_indexer_build_duration_seconds_count 2" in metrics
+    assert [b["outcome"] for b in daemon.get("/status")["builds"]] == ["aborted", "completed"]
     assert daemon.stop() == 0
 
 
@@ -428,7 +430,14 @@ def test_the_status_page_renders_in_a_real_browser(tmp_path: Path, daemons: list
         [*browser, "--dump-dom", daemon.url + "/"], capture_output=True, text=True, timeout=120
     )
     assert dom.returncode == 0, dom.stderr[-2000:]
-    for text in (table.base_uri, "files", "column_stats", "completed", "Last builds", "No build running"):
+    for text in (
+        table.base_uri,
+        "files",
+        "column_stats",
+        "completed",
+        "Last builds",
+        "No build running",
+    ):
         assert text in dom.stdout, text
     shot = tmp_path / "status.png"
     done = subprocess.run(
