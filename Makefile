@@ -2,20 +2,22 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
+# setuptools warns on every editable install of a flat layout: not the user's concern
+PIP    := PYTHONWARNINGS=ignore $(PY) -m pip
 
 .PHONY: demo test test-hudi hudi-peer soak lint bench bench-markers system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PIP) install -q --upgrade pip
 
 # Re-install when the project's metadata changes.
 $(VENV)/.installed: pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e .
+	$(PIP) install -q -e .
 	touch $@
 
 $(VENV)/.installed-test: pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e '.[test]'
+	$(PIP) install -q -e '.[test]'
 	touch $@ $(VENV)/.installed
 
 # Java for Spark, PostgreSQL server binaries for the lock tests: installed with apt when absent.
@@ -56,7 +58,7 @@ bench: $(VENV)/.installed-bench system-deps
 	$(PY) scripts/bench/schedule_lock.py
 
 $(VENV)/.installed-bench: pyproject.toml | $(PY)
-	$(PY) -m pip install -q -e '.[test,bench]'
+	$(PIP) install -q -e '.[test,bench]'
 	touch $@ $(VENV)/.installed $(VENV)/.installed-test
 
 lint: $(VENV)/.installed-test

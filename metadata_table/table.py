@@ -392,6 +392,21 @@ class MetadataReader:
         timeline = self.mdt.table.timeline
         return CommitMetadata.from_bytes(timeline.read_content(instant), timeline.path(instant))
 
+    def reflects_upto(self, partition: str) -> str | None:
+        """The newest data instant ``partition`` reflects (its base files' watermark, or a newer
+        instant applied in a log file), or None when it reflects none."""
+        slices = self.slices(partition)
+        watermark = min((self._covers(base) for base, _ in slices.values()), default=NOTHING)
+        pending = {i.timestamp for i in self._mdt_timeline.pending()}
+        logged = [log.instant for _, logs in slices.values() for log in logs]
+        newest = max([watermark, *(t for t in logged if t not in pending)], key=normalize_timestamp)
+        return None if newest == NOTHING else newest
+
+    def size(self, partition: str) -> tuple[int, int]:
+        """Files and bytes of ``partition`` on storage."""
+        entries = [e for e in self.storage.list(check_partition(partition)) if not e.is_dir]
+        return len(entries), sum(e.size for e in entries)
+
     def removal(self, instant: Instant) -> Removal:
         """The data files a completed clean, rollback or restore deleted (active or archived)."""
         if self._committed.is_archived(instant.timestamp) and instant in self._archived:
