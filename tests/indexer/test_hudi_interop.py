@@ -37,6 +37,21 @@ def _checksums(folder: Path) -> dict[str, str]:
     return found
 
 
+def _cleaned_by_hand(hudi: HudiPeer, tmp_path: Path) -> tuple[HudiTable, Table]:
+    """A table Hudi wrote (30 rows, 3 partitions, one file per write) that Hudi cleans only when
+    a test asks, keeping one commit: a clean then deletes every older slice."""
+    hudi_table = HudiTable(
+        str(tmp_path / "trips"),
+        extra={
+            "hoodie.clean.automatic": "false",
+            "hoodie.parquet.small.file.limit": "0",
+            "hoodie.cleaner.commits.retained": "1",
+        },
+    )
+    hudi.write(hudi_table, "insert", make_rows(range(30), parts=3))
+    return hudi_table, _open(hudi_table, tmp_path)
+
+
 def _open(table: HudiTable, tmp_path: Path) -> Table:
     config = Config.resolve(explicit={"indexer.lock.url": f"sqlite:///{tmp_path / 'locks.db'}"})
     return Table.open(table.path, config)
@@ -96,16 +111,7 @@ def test_beside_hudis_writer_every_read_is_current_and_sync_closes_the_lag(
     """Hudi's writer commits upserts, new partitions, deletes, an insert_overwrite, a clustering
     and a clean beside our index: after each, every read path answers from current data at once,
     ``indexer validate`` names the instant our index lacks, and ``indexer sync`` closes the gap."""
-    hudi_table = HudiTable(
-        str(tmp_path / "trips"),
-        extra={
-            "hoodie.clean.automatic": "false",
-            "hoodie.parquet.small.file.limit": "0",
-            "hoodie.cleaner.commits.retained": "1",
-        },
-    )
-    hudi.write(hudi_table, "insert", make_rows(range(30), parts=3))
-    table = _open(hudi_table, tmp_path)
+    hudi_table, table = _cleaned_by_hand(hudi, tmp_path)
     AsyncIndexer(table, spark=spark).run(list(PARTITIONS))
 
     steps = [
@@ -232,16 +238,7 @@ def test_the_daemon_builds_beside_hudis_writer_and_catches_up_each_step(
 
     from .test_daemon import Daemon, _completed, _wait
 
-    hudi_table = HudiTable(
-        str(tmp_path / "trips"),
-        extra={
-            "hoodie.clean.automatic": "false",
-            "hoodie.parquet.small.file.limit": "0",
-            "hoodie.cleaner.commits.retained": "1",
-        },
-    )
-    hudi.write(hudi_table, "insert", make_rows(range(30), parts=3))
-    table = _open(hudi_table, tmp_path)
+    hudi_table, table = _cleaned_by_hand(hudi, tmp_path)
     config = tmp_path / "service.toml"
     config.write_text(f"""
 [service]
