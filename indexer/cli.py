@@ -93,8 +93,22 @@ def _indexer(args: argparse.Namespace, progress: _Progress | None = None) -> Asy
     return AsyncIndexer(table, options)
 
 
+def _print_json(value: dict[str, Any]) -> int:
+    print(json.dumps(value, indent=2))
+    return EXIT_OK
+
+
 def _schedule(args: argparse.Namespace) -> int:
     result = _indexer(args).schedule(_list(args.index_types), _list(args.columns))
+    if args.json:
+        return _print_json(
+            {
+                "instant": result.instant.timestamp if result.instant else None,
+                "scheduled": list(result.scheduled),
+                "skipped": dict(result.skipped),
+                "lock_seconds": round(result.lock_seconds, 4),
+            }
+        )
     for partition, why in result.skipped.items():
         print(f"skipped {partition}: {why}")
     if result.instant is None:
@@ -108,37 +122,49 @@ def _schedule(args: argparse.Namespace) -> int:
 
 
 def _execute(args: argparse.Namespace) -> int:
-    bar = _Progress()
+    bar = _Progress(enabled=False if args.json else None)
     indexer = _indexer(args, bar)
     try:
         done = indexer.execute(args.instant)
     finally:
         bar.close()
-    print(f"completed {done.timestamp}: {', '.join(indexer.status()['partitions'])}")
+    partitions = indexer.status()["partitions"]
+    if args.json:
+        return _print_json({"instant": done.timestamp, "partitions": partitions})
+    print(f"completed {done.timestamp}: {', '.join(partitions)}")
     return EXIT_OK
 
 
 def _run(args: argparse.Namespace) -> int:
-    bar = _Progress()
+    bar = _Progress(enabled=False if args.json else None)
     indexer = _indexer(args, bar)
     try:
         done = indexer.run(_list(args.index_types), _list(args.columns))
     finally:
         bar.close()
+    caught_up = int(indexer.stats["catch_up_instants"])
+    if args.json:
+        return _print_json(
+            {
+                "instant": done.timestamp if done else None,
+                "catch_up_instants": caught_up,
+                "partitions": indexer.status()["partitions"],
+            }
+        )
     if done is None:
         print(
             "nothing to build: "
             + ", ".join(f"{p} {s}" for p, s in indexer.status()["partitions"].items())
         )
     else:
-        print(
-            f"completed {done.timestamp} ({int(indexer.stats['catch_up_instants'])} instants caught up)"
-        )
+        print(f"completed {done.timestamp} ({caught_up} instants caught up)")
     return EXIT_OK
 
 
 def _drop(args: argparse.Namespace) -> int:
     dropped = _indexer(args).drop(_list(args.index_types))
+    if args.json:
+        return _print_json({"dropped": list(dropped)})
     print(f"dropped {', '.join(dropped)}" if dropped else "nothing to drop")
     return EXIT_OK
 
@@ -309,8 +335,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--help-config", action="store_true", help="list configuration keys")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    def common(p: argparse.ArgumentParser, types: bool = False, spark: bool = False) -> None:
+    def common(
+        p: argparse.ArgumentParser, types: bool = False, spark: bool = False, json: bool = False
+    ) -> None:
         p.add_argument("base", help="table base path (local, file://, s3://)")
+        if json:
+            p.add_argument("--json", action="store_true", help="print the outcome as JSON")
         if types:
             p.add_argument(
                 "--index-types",
@@ -331,18 +361,18 @@ def build_parser() -> argparse.ArgumentParser:
         add_common_options(p)
 
     schedule = sub.add_parser("schedule", help="plan an index build (holds the table lock briefly)")
-    common(schedule, types=True)
+    common(schedule, types=True, json=True)
     schedule.set_defaults(func=_schedule)
     execute = sub.add_parser("execute", help="build a scheduled plan (default: earliest pending)")
-    common(execute, spark=True)
+    common(execute, spark=True, json=True)
     execute.add_argument("--instant", help="the indexing instant to execute")
     execute.set_defaults(func=_execute)
     runner = sub.add_parser("run", help="schedule and execute; resumes a pending plan first")
-    common(runner, types=True, spark=True)
+    common(runner, types=True, spark=True, json=True)
     runner.add_argument("--retry", type=int, default=0, help="retries after an aborted build")
     runner.set_defaults(func=_run)
     drop = sub.add_parser("drop", help="remove indexes (writers may keep running)")
-    common(drop)
+    common(drop, json=True)
     drop.add_argument("--index-types", required=True, help="comma-separated partitions to drop")
     drop.set_defaults(func=_drop)
     sync = sub.add_parser(

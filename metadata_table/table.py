@@ -352,10 +352,7 @@ class MetadataReader:
         through this kernel (Apache Hudi's own writer and cleaner, hudi-rs, a backfill tool): the
         partition is stale for their files until they are applied (``indexer sync``, or the
         daemon's next tick)."""
-        slices = self.slices(partition)
-        watermark = min((self._covers(base) for base, _ in slices.values()), default=NOTHING)
-        pending = {i.timestamp for i in self._mdt_timeline.pending()}
-        logged = {log.instant for _, logs in slices.values() for log in logs} - pending
+        watermark, logged = self._applied(partition)
         changes = list(
             self.data_timeline.filter(
                 lambda i: i.action in WRITE_ACTIONS or i.action in REMOVAL_ACTIONS
@@ -395,12 +392,19 @@ class MetadataReader:
     def reflects_upto(self, partition: str) -> str | None:
         """The newest data instant ``partition`` reflects (its base files' watermark, or a newer
         instant applied in a log file), or None when it reflects none."""
+        watermark, logged = self._applied(partition)
+        newest = max([watermark, *logged], key=normalize_timestamp)
+        return None if newest == NOTHING else newest
+
+    def _applied(self, partition: str) -> tuple[str, set[str]]:
+        """What ``partition`` reflects: the data instant its base files cover up to (the oldest
+        of its file groups'), and the data instants applied in its log files (those of a sync
+        still writing excluded)."""
         slices = self.slices(partition)
         watermark = min((self._covers(base) for base, _ in slices.values()), default=NOTHING)
         pending = {i.timestamp for i in self._mdt_timeline.pending()}
-        logged = [log.instant for _, logs in slices.values() for log in logs]
-        newest = max([watermark, *(t for t in logged if t not in pending)], key=normalize_timestamp)
-        return None if newest == NOTHING else newest
+        logged = {log.instant for _, logs in slices.values() for log in logs} - pending
+        return watermark, logged
 
     def size(self, partition: str) -> tuple[int, int]:
         """Files and bytes of ``partition`` on storage."""

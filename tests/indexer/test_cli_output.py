@@ -21,7 +21,9 @@ from .test_indexer import make_table
 def _indexer(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "AIX_STATE_DIR": str(state)}
     env.pop("AIX_SPARK_VERBOSE", None)
-    command = [sys.executable, "-m", "indexer", *args, "--spark-master", "local[1]"]
+    command = [sys.executable, "-m", "indexer", *args]
+    if args[0] in ("run", "execute"):
+        command += ["--spark-master", "local[1]"]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -101,3 +103,28 @@ def test_long_steps_report_progress_and_bars_show_only_on_a_terminal(
     quiet("sync", 1, 2)
     quiet.close()
     assert shown.getvalue() == before
+
+
+def test_every_command_that_changes_the_index_answers_json(tmp_path: Path) -> None:
+    import json
+
+    table = make_table(tmp_path / "t")
+    lock = ["--lock-url", table.config.get(LOCK_URL)]
+    state = tmp_path / "state"
+
+    def as_json(*args: str) -> dict[str, Any]:
+        done = _indexer(state, *args, table.base_uri, "--json", *lock)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        answer: dict[str, Any] = json.loads(done.stdout)
+        return answer
+
+    scheduled = as_json("schedule", "--index-types", "files")
+    assert scheduled["scheduled"] == ["files"] and scheduled["instant"]
+    executed = as_json("execute")
+    assert executed == {"instant": scheduled["instant"], "partitions": {"files": "completed"}}
+    ran = as_json("run", "--index-types", "files,column_stats")
+    assert ran["partitions"] == {"files": "completed", "column_stats": "completed"}
+    assert as_json("run", "--index-types", "files")["instant"] is None  # nothing to build
+    status = as_json("status")
+    assert {i["state"] for i in status["indexing"]} == {"completed"}
+    assert as_json("drop", "--index-types", "column_stats") == {"dropped": ["column_stats"]}
