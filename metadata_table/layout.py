@@ -30,7 +30,6 @@ unpartitioned table's partition is ``.``).
 
 from __future__ import annotations
 
-import io
 import re
 from dataclasses import dataclass
 
@@ -38,6 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from timeline.errors import IndexerError
+from timeline.fs_view import read_parquet
 from timeline.hashing import stable_hash
 from timeline.index_state import INDEX_FOLDER
 from timeline.storage import Storage
@@ -214,8 +214,7 @@ def read_records(
     storage: Storage, path: str, columns: list[str] | None = None
 ) -> tuple[pa.Table, str | None]:
     """Records of one file and, for a base file, its watermark."""
-    data = storage.read(path)
-    table = pq.read_table(io.BytesIO(data), columns=columns)
+    table = read_parquet(storage, path, columns)
     meta = table.schema.metadata or {}
     covers = meta.get(COVERS_UPTO)
     return table.replace_schema_metadata(None), covers.decode() if covers else None

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import io
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from metadata_table.layout import (
     file_key,
 )
 from timeline.errors import NotParquetError
+from timeline.fs_view import read_parquet
 from timeline.storage import Storage
 
 RECORD_KEY = "_hoodie_record_key"
@@ -72,7 +72,7 @@ def _bloom_from(data_at: Any, metadata: pq.FileMetaData) -> bytes | None:
 def info_from_bytes(partition: str, file_name: str, instant: str, data: bytes) -> DataFileInfo:
     """From a file's bytes in memory (the writer has them when it commits)."""
     try:
-        metadata = pq.ParquetFile(io.BytesIO(data)).metadata
+        metadata = pq.ParquetFile(pa.BufferReader(data)).metadata
     except (pa.ArrowException, OSError) as e:
         raise NotParquetError(f"{partition}/{file_name}", str(e)) from e
     bloom = _bloom_from(lambda off, n: data[off : off + n], metadata)
@@ -94,7 +94,7 @@ def info_from_storage(
             raise NotParquetError(path, f"footer length {footer_len} exceeds the file")
         tail = storage.read_range(path, -(footer_len + 8))
     try:
-        metadata = pq.read_metadata(io.BytesIO(b"PAR1" + tail[-(footer_len + 8) :]))
+        metadata = pq.read_metadata(pa.BufferReader(b"PAR1" + tail[-(footer_len + 8) :]))
     except (pa.ArrowException, OSError) as e:
         raise NotParquetError(path, str(e)) from e
     tail_start = size - len(tail)
@@ -106,9 +106,7 @@ def info_from_storage(
 
     bloom = _bloom_from(data_at, metadata)
     if bloom is None and RECORD_KEY in metadata.schema.to_arrow_schema().names:
-        keys = pq.read_table(io.BytesIO(storage.read(path)), columns=[RECORD_KEY]).column(
-            RECORD_KEY
-        )
+        keys = read_parquet(storage, path, [RECORD_KEY]).column(RECORD_KEY)
         values = [k for k in keys.to_pylist() if k is not None]
         bloom = bytes(SplitBlockBloomFilter.build(values, ndv=len(values)).bitset)
     return DataFileInfo(partition, file_name, size, instant, metadata, bloom)

@@ -9,7 +9,6 @@ why rollbacks delete them).
 
 from __future__ import annotations
 
-import io
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -147,16 +146,19 @@ def read_parquet_schema(storage: Storage, path: str) -> pa.Schema:
     """The schema of a Parquet file; :class:`NotParquetError` names a file that is not one."""
     data = storage.read(path)
     try:
-        return pq.read_schema(io.BytesIO(data))
+        return pq.read_schema(pa.BufferReader(data))
     except (pa.ArrowInvalid, OSError) as e:
         raise NotParquetError(path, str(e).splitlines()[0]) from e
 
 
 def read_parquet(storage: Storage, path: str, columns: list[str] | None = None) -> pa.Table:
-    """A Parquet file as a table; :class:`NotParquetError` names a file that is not one."""
+    """A Parquet file as a table; :class:`NotParquetError` names a file that is not one.
+
+    Bytes are read through a native Arrow buffer: a Python file object (``io.BytesIO``) leaves
+    cleanup work that can abort the process at exit (apache/arrow#33975)."""
     data = storage.read(path)
     try:
-        return pq.read_table(io.BytesIO(data), columns=columns)
+        return pq.read_table(pa.BufferReader(data), columns=columns)
     except (pa.ArrowInvalid, OSError) as e:
         raise NotParquetError(path, str(e).splitlines()[0]) from e
 

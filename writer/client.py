@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import io
 import json
 import logging
 from collections import defaultdict
@@ -611,12 +610,12 @@ class WriteTransaction:
 def _check_parquet_types(schema: pa.Schema) -> None:
     """:class:`BadRecordsError` naming the first column Parquet cannot store."""
     try:
-        pq.write_table(schema.empty_table(), io.BytesIO())
+        pq.write_table(schema.empty_table(), pa.BufferOutputStream())
         return
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
         pass
     for f in schema:
         try:
-            pq.write_table(pa.schema([f]).empty_table(), io.BytesIO())
+            pq.write_table(pa.schema([f]).empty_table(), pa.BufferOutputStream())
         except (pa.ArrowNotImplementedError, pa.ArrowInvalid) as e:
             raise BadRecordsError(f.name, f"type {f.type} cannot be stored in Parquet: {e}") from e
