@@ -28,8 +28,8 @@ from timeline.cli import (
     config_from_args,
     run_subcommands,
     spark_conf_from_args,
+    spark_master_from_args,
 )
-from timeline.config import parse_assignments
 from timeline.table import Table
 
 
@@ -39,11 +39,12 @@ def _list(value: str | None) -> list[str]:
 
 class _Progress:
     """Progress bars (tqdm) on stderr for long steps, one bar per step ("build" in Spark tasks;
-    "catch-up", "sync" and "validate" in instants or partitions); nothing when stderr is not a
+    "catch-up", "sync", "compact" and "validate" in instants, file groups or partitions); nothing when stderr is not a
     terminal or the output is JSON."""
 
     UNITS: ClassVar[dict[str, str]] = {
         "build": "task",
+        "compact": "file group",
         "catch-up": "instant",
         "sync": "instant",
         "validate": "partition",
@@ -77,13 +78,11 @@ class _Progress:
 
 
 def _indexer(args: argparse.Namespace, progress: _Progress | None = None) -> AsyncIndexer:
-    explicit = parse_assignments(args.conf, "--conf")
-    if getattr(args, "lock_url", None):
-        explicit["indexer.lock.url"] = args.lock_url
-    args.conf = [f"{k}={v}" for k, v in explicit.items()]
-    table = Table.open(args.base, config_from_args(args))
+    lock_url = getattr(args, "lock_url", None)
+    explicit = {"indexer.lock.url": lock_url} if lock_url else None
+    table = Table.open(args.base, config_from_args(args, explicit))
     options = IndexerOptions(
-        spark_master=getattr(args, "spark_master", None),
+        spark_master=spark_master_from_args(args),
         spark_conf=spark_conf_from_args(args),
         parallelism=getattr(args, "parallelism", None),
         timeout=getattr(args, "timeout", DEFAULT_TIMEOUT_SECONDS),
@@ -176,8 +175,8 @@ def _sync(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     if args.json:
-        print(json.dumps({"applied": applied}, indent=2))
-    elif not applied:
+        return _print_json({"applied": applied})
+    if not applied:
         print("in sync: every completed partition reflects every completed instant")
     else:
         for instant, partitions in applied.items():
@@ -220,8 +219,34 @@ def _validate(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_ERROR
 
 
+def _compact(args: argparse.Namespace) -> int:
+    bar = _Progress(enabled=False if args.json else None)
+    try:
+        compacted, skipped = _indexer(args, bar).compact(_list(args.index_types) or None)
+    finally:
+        bar.close()
+    done = {p: i.timestamp for p, i in compacted.items()}
+    if args.json:
+        return _print_json({"compacted": done, "skipped": skipped})
+    for partition, instant in done.items():
+        print(f"compacted {partition} into base files at {instant}")
+    for partition in skipped:
+        print(f"{partition}: nothing to compact (no logs to merge, or instants to sync first)")
+    return EXIT_OK
+
+
 def _migrate(args: argparse.Namespace) -> int:
     result = _indexer(args).migrate()
+    if args.json:
+        state = result.state
+        return _print_json(
+            {
+                "migrated": result.migrated,
+                "files_copied": result.files_copied,
+                "completed": list(state.completed) if state else [],
+                "inflight": list(state.inflight) if state else [],
+            }
+        )
     if not result.migrated:
         print("nothing to migrate: no index of an earlier version in .hoodie/metadata")
     else:
@@ -247,8 +272,7 @@ def _lag_line(lag: dict[str, Any]) -> str:
 def _status(args: argparse.Namespace) -> int:
     status = _indexer(args).status()
     if args.json:
-        print(json.dumps(status, indent=2))
-        return EXIT_OK
+        return _print_json(status)
     print(f"table {status['table']}")
     for partition, lag in status["lag"].items():
         print(f"  {partition:<14} {_lag_line(lag)}")
@@ -336,11 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def common(
-        p: argparse.ArgumentParser, types: bool = False, spark: bool = False, json: bool = False
+        p: argparse.ArgumentParser, json: str, types: bool = False, spark: bool = False
     ) -> None:
         p.add_argument("base", help="table base path (local, file://, s3://)")
-        if json:
-            p.add_argument("--json", action="store_true", help="print the outcome as JSON")
         if types:
             p.add_argument(
                 "--index-types",
@@ -358,56 +380,61 @@ def build_parser() -> argparse.ArgumentParser:
                 help="abort when catch-up waits longer than this many seconds (900)",
             )
         p.add_argument("--lock-url", help="lock provider URL (see --help-config)")
-        add_common_options(p)
+        add_common_options(p, json_help=json)
 
     schedule = sub.add_parser("schedule", help="plan an index build (holds the table lock briefly)")
-    common(schedule, types=True, json=True)
+    common(schedule, '{"instant", "scheduled", "skipped", "lock_seconds"}', types=True)
     schedule.set_defaults(func=_schedule)
     execute = sub.add_parser("execute", help="build a scheduled plan (default: earliest pending)")
-    common(execute, spark=True, json=True)
+    common(execute, '{"instant", "partitions"}', spark=True)
     execute.add_argument("--instant", help="the indexing instant to execute")
     execute.set_defaults(func=_execute)
     runner = sub.add_parser("run", help="schedule and execute; resumes a pending plan first")
-    common(runner, types=True, spark=True, json=True)
+    common(runner, '{"instant", "catch_up_instants", "partitions"}', types=True, spark=True)
     runner.add_argument("--retry", type=int, default=0, help="retries after an aborted build")
     runner.set_defaults(func=_run)
     drop = sub.add_parser("drop", help="remove indexes (writers may keep running)")
-    common(drop, json=True)
+    common(drop, '{"dropped": [partitions]}')
     drop.add_argument("--index-types", required=True, help="comma-separated partitions to drop")
     drop.set_defaults(func=_drop)
     sync = sub.add_parser(
         "sync",
         help="apply completed instants the index does not reflect (e.g. Apache Hudi's own commits)",
     )
-    common(sync)
-    sync.add_argument("--json", action="store_true", help='{"applied": {instant: [partitions]}}')
+    common(sync, '{"applied": {instant: [partitions]}}')
     sync.set_defaults(func=_sync)
     check = sub.add_parser(
         "validate",
         help="compare every completed partition with a rebuild from the data files (read-only; "
         "exit 1 when they differ)",
     )
-    common(check)
-    check.add_argument(
-        "--json",
-        action="store_true",
-        help='{"ok": bool, "partitions": [{partition, ok, lost, unapplied, missing, stale, '
-        "wrong}]}",
+    common(
+        check,
+        '{"ok": bool, "partitions": [{partition, ok, lost, unapplied, missing, stale, wrong}]}',
     )
     check.set_defaults(func=_validate)
+    compact = sub.add_parser(
+        "compact",
+        help="merge each metadata file group's log files into a new base file (the daemon does "
+        "this every compaction_interval_seconds)",
+    )
+    common(compact, '{"compacted": {partition: instant}, "skipped": [partitions]}')
+    compact.add_argument(
+        "--index-types", help="comma-separated partitions (default: every completed one)"
+    )
+    compact.set_defaults(func=_compact)
     migrate = sub.add_parser(
         "migrate",
         help="move an index built by an earlier version out of .hoodie/metadata (Hudi's folder)",
     )
-    common(migrate)
+    common(migrate, '{"migrated": bool, "files_copied", "completed", "inflight"}')
     migrate.set_defaults(func=_migrate)
-    status = sub.add_parser("status", help="metadata partitions and indexing instants")
-    common(status)
-    status.add_argument(
-        "--json",
-        action="store_true",
-        help="{partitions: {name: completed|inflight}, indexing: [...], legacy_index: bool, "
-        "unapplied: {partition: [instants]}, lost: {partition: reason}}",
+    status = sub.add_parser("status", help="metadata partitions, their lag, and indexing instants")
+    common(
+        status,
+        "{table, partitions: {name: state}, lag: {name: {state, reflects_upto, "
+        "unapplied_instants, oldest_unapplied_age_seconds, files, bytes}}, indexing: [...], "
+        "unapplied, lost, legacy_index} (see the README)",
     )
     status.set_defaults(func=_status)
 

@@ -41,7 +41,12 @@ from metadata_table.layout import (
 )
 from metadata_table.migrate import MigrationResult, has_legacy_index, migrate
 from metadata_table.records import DataFileInfo, info_from_storage, records_for
-from metadata_table.table import MetadataTable, check_indexable, configured_file_groups
+from metadata_table.table import (
+    MetadataTable,
+    check_indexable,
+    compact,
+    configured_file_groups,
+)
 from timeline.commit_metadata import CommitMetadata
 from timeline.errors import (
     CatchUpTimeoutError,
@@ -88,7 +93,7 @@ class IndexerOptions:
     backoff: float = 2.0
     poll_interval: float = 0.2
     #: called as progress(step, done, total) for "build" (Spark tasks), "catch-up" and "sync"
-    #: (instants)
+    #: (instants) and "compact" (file groups)
     progress: Callable[[str, int, int], None] | None = None
 
 
@@ -543,6 +548,32 @@ class AsyncIndexer:
             self._delete_partitions(types)
         logger.info("dropped %s", ",".join(present) or "nothing")
         return present
+
+    def compact(
+        self, partitions: Sequence[str] | None = None
+    ) -> tuple[dict[str, Instant], list[str]]:
+        """Merge the log files of each completed partition (default: all of them) into new base
+        files. Returns the compaction instant of each partition compacted, and the partitions
+        that had nothing to merge or must be synced first."""
+        self.migrate()
+        completed = self.table.reload_index_state().completed
+        names = [check_partition(p) for p in partitions] if partitions else list(completed)
+        todo = [p for p in names if p in completed]
+        groups = {p: len(self.mdt.file_groups(p)) for p in todo}
+        total, done = sum(groups.values()), 0
+        compacted: dict[str, Instant] = {}
+        for partition in todo:
+
+            def report(written: int, _groups: int, offset: int = done) -> None:
+                self._report("compact", offset + written, total)
+
+            instant = compact(self.table, partition, report)
+            done += groups[partition]
+            self._report("compact", done, total)
+            if instant is not None:
+                compacted[partition] = instant
+                logger.info("compacted %s at %s", partition, instant.timestamp)
+        return compacted, [p for p in names if p not in compacted]
 
     def run(self, index_types: Sequence[str], columns: Sequence[str] = ()) -> Instant | None:
         """Schedule and execute, retrying an aborted build up to ``options.retries`` times with

@@ -30,7 +30,6 @@ from typing import Any
 from indexer.indexer import AsyncIndexer, BuildCancelledError, IndexerOptions
 from indexer.requests_store import ACTIVE, IndexRequest, RequestStore
 from indexer.service_config import ServiceConfig, TableSpec
-from metadata_table.table import compact
 from timeline.errors import IndexerError, LockTimeoutError
 from timeline.locks import LockHandle, SqlLockProvider, default_owner
 from timeline.rollback import clean_failed_writes
@@ -264,9 +263,8 @@ class IndexerService:
                 and now - state.last_compaction >= self.config.compaction_interval
             ):
                 state.last_compaction = now
-                for partition in state.table.reload_index_state().completed:
-                    if compact(state.table, partition) is not None:
-                        self.metrics.add(compactions=1)
+                compacted, _ = indexer.compact()
+                self.metrics.add(compactions=len(compacted))
         except Exception:
             logger.exception(
                 "daemon job for %s failed; it runs again in %.0fs",

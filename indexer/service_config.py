@@ -1,4 +1,5 @@
-"""The daemon's configuration file (TOML), validated at start; errors name the key at fault.
+"""The daemon's reading of the configuration file (TOML, ``timeline/config_file.py``), validated
+at start; errors name the key at fault.
 
 Example (``service.toml``)::
 
@@ -32,36 +33,21 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from metadata_table.layout import PARTITIONS
-from timeline.config import STORAGE_PREFIX, Config
+from timeline.config_file import ConfigFile, TableSpec, find_table
 from timeline.errors import ConfigError
+
+__all__ = ["ServiceConfig", "TableSpec", "load_service_config", "parse_service_config"]
 
 
 def default_store_url() -> str:
     state = os.environ.get("XDG_STATE_HOME") or os.path.join(Path.home(), ".local", "state")
     return f"sqlite:///{os.path.join(state, 'async-indexer', 'service.sqlite')}"
-
-
-@dataclass(frozen=True)
-class TableSpec:
-    base: str
-    index_types: tuple[str, ...] = ()
-    columns: tuple[str, ...] = ()
-    lock_url: str = ""
-    storage_options: dict[str, Any] = field(default_factory=dict)
-    conf: dict[str, str] = field(default_factory=dict)
-
-    def config(self) -> Config:
-        explicit: dict[str, Any] = dict(self.conf)
-        if self.lock_url:
-            explicit["indexer.lock.url"] = self.lock_url
-        explicit.update({STORAGE_PREFIX + k: v for k, v in self.storage_options.items()})
-        return Config.resolve(explicit=explicit)
 
 
 @dataclass(frozen=True)
@@ -89,10 +75,7 @@ class ServiceConfig:
             return self.http_host == "localhost"
 
     def table(self, base: str) -> TableSpec | None:
-        from timeline.storage import normalize_base_uri
-
-        wanted = normalize_base_uri(base)
-        return next((t for t in self.tables if normalize_base_uri(t.base) == wanted), None)
+        return find_table(self.tables, base)
 
 
 _SERVICE_KEYS = {
@@ -108,7 +91,6 @@ _SERVICE_KEYS = {
     "backoff_seconds": float,
     "timeout_seconds": float,
 }
-_TABLE_KEYS = {"base", "index_types", "columns", "lock_url", "storage_options", "conf"}
 
 
 def _typed(key: str, value: Any, kind: type) -> Any:
@@ -121,53 +103,33 @@ def _typed(key: str, value: Any, kind: type) -> Any:
     return value
 
 
-def parse_service_config(data: dict[str, Any], source: str = "<config>") -> ServiceConfig:
-    unknown = set(data) - {"service", "spark", "tables"}
-    if unknown:
-        raise ConfigError(sorted(unknown)[0], f"unknown section in {source}")
-    service = data.get("service", {})
+def parse_service_config(data: Mapping[str, Any], source: str = "<config>") -> ServiceConfig:
+    return service_config(ConfigFile.parse(data, source))
+
+
+def service_config(file: ConfigFile) -> ServiceConfig:
+    """The daemon's reading of the shared file: ``[service]`` checked here, at least one table,
+    and only index types it can build."""
+    source = file.source
     values: dict[str, Any] = {}
-    for key, value in service.items():
+    for key, value in file.service.items():
         if key not in _SERVICE_KEYS:
             raise ConfigError(f"service.{key}", f"unknown key in {source}")
         values[key] = _typed(f"service.{key}", value, _SERVICE_KEYS[key])
     port: int = values.get("http_port", 8765)
     if not 0 <= port < 65536:
         raise ConfigError("service.http_port", "must be a port number (0 for any free port)")
-    spark = data.get("spark", {})
-    for key in spark:
-        if key not in ("master", "conf"):
-            raise ConfigError(f"spark.{key}", f"unknown key in {source}")
-    tables = []
-    raw_tables = data.get("tables", [])
-    if not isinstance(raw_tables, list) or not raw_tables:
+    if not file.tables:
         raise ConfigError("tables", f"{source} needs at least one [[tables]] entry with a base")
-    for n, raw in enumerate(raw_tables):
-        where = f"tables[{n}]"
-        for key in raw:
-            if key not in _TABLE_KEYS:
-                raise ConfigError(f"{where}.{key}", f"unknown key in {source}")
-        if not isinstance(raw.get("base"), str) or not raw["base"]:
-            raise ConfigError(f"{where}.base", "required: the table base path")
-        types = tuple(raw.get("index_types", ()))
-        for t in types:
+    for n, spec in enumerate(file.tables):
+        for t in spec.index_types:
             if t not in PARTITIONS:
                 raise ConfigError(
-                    f"{where}.index_types",
+                    f"tables[{n}].index_types",
                     f"unknown index type {t!r}; known: {', '.join(PARTITIONS)}",
                 )
-        tables.append(
-            TableSpec(
-                raw["base"],
-                types,
-                tuple(raw.get("columns", ())),
-                str(raw.get("lock_url", "")),
-                dict(raw.get("storage_options", {})),
-                {k: str(v) for k, v in raw.get("conf", {}).items()},
-            )
-        )
     config = ServiceConfig(
-        tables=tuple(tables),
+        tables=file.tables,
         request_store=values.get("request_store") or default_store_url(),
         http_host=values.get("http_host", "127.0.0.1"),
         http_port=values.get("http_port", 8765),
@@ -179,8 +141,8 @@ def parse_service_config(data: dict[str, Any], source: str = "<config>") -> Serv
         max_attempts=values.get("max_attempts", 3),
         backoff_seconds=values.get("backoff_seconds", 10.0),
         timeout_seconds=values.get("timeout_seconds", 900.0),
-        spark_master=spark.get("master"),
-        spark_conf={k: str(v) for k, v in spark.get("conf", {}).items()},
+        spark_master=file.spark_master,
+        spark_conf=file.spark_conf,
     )
     if not config.loopback and not config.token:
         raise ConfigError(
@@ -190,11 +152,4 @@ def parse_service_config(data: dict[str, Any], source: str = "<config>") -> Serv
 
 
 def load_service_config(path: str) -> ServiceConfig:
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError("--config", f"no such file: {path}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError("--config", f"{path} is not valid TOML: {e}") from None
-    return parse_service_config(data, path)
+    return service_config(ConfigFile.load(path))

@@ -44,16 +44,19 @@ def _dump(args: argparse.Namespace) -> int:
     partition = check_partition(args.partition)
     reader = MetadataTable(table).reader(table.timeline.load())
     rows = reader.read(partition, include_deleted=args.include_deleted).to_pylist()
-    if args.format == "jsonl":
+    index_state = table.reload_index_state()
+    state = (
+        "completed"
+        if partition in index_state.completed
+        else ("inflight" if partition in index_state.inflight else "absent")
+    )
+    if args.json:
+        records = [render(partition, row) for row in rows]
+        print(json.dumps({"partition": partition, "state": state, "records": records}))
+    elif args.format == "jsonl":
         for row in rows:
             print(json.dumps(render(partition, row), sort_keys=True))
     else:
-        index_state = table.reload_index_state()
-        state = (
-            "completed"
-            if partition in index_state.completed
-            else ("inflight" if partition in index_state.inflight else "absent")
-        )
         print(f"{partition} ({state}): {len(rows)} records")
         for row in rows[: args.limit]:
             shown = render(partition, row)
@@ -74,7 +77,7 @@ def _prune(args: argparse.Namespace) -> int:
                     "candidates": [f.path for f in result.candidates],
                     "total": result.total,
                     "pruned": result.pruned,
-                    "usedIndex": result.used_index,
+                    "used_index": result.used_index,
                 }
             )
         )
@@ -93,9 +96,14 @@ def _init(args: argparse.Namespace) -> int:
     table = Table.open(args.base, config_from_args(args))
     columns = [c for c in (args.columns or "").split(",") if c] or None
     built = initialize(table, [check_partition(p) for p in args.partitions.split(",")], columns)
-    print(
-        f"built {', '.join(built)}" if built else "nothing to build (already completed or inflight)"
-    )
+    if args.json:
+        print(json.dumps({"built": built}))
+    else:
+        print(
+            f"built {', '.join(built)}"
+            if built
+            else "nothing to build (already completed or inflight)"
+        )
     return EXIT_OK
 
 
@@ -117,7 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dump.add_argument("--limit", type=int, default=20, help="records shown in text format")
     dump.add_argument("--include-deleted", action="store_true", help="also tombstones")
-    add_common_options(dump)
+    add_common_options(
+        dump, json_help='print {"partition", "state", "records": [...]} (bytes as base64)'
+    )
     dump.set_defaults(func=_dump)
     prune = sub.add_parser("prune", help="the files a filter may match (data skipping)")
     prune.add_argument("base", help="table base path")
@@ -127,8 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="e.g. \"fare > 10 AND city IN ('sf', 'la')\"; =, <, <=, >, >=, "
         "BETWEEN, IN, IS [NOT] NULL, AND, OR, parentheses",
     )
-    prune.add_argument("--json", action="store_true", help="{candidates, total, pruned, usedIndex}")
-    add_common_options(prune)
+    add_common_options(prune, json_help='print {"candidates", "total", "pruned", "used_index"}')
     prune.set_defaults(func=_prune)
     init = sub.add_parser(
         "init", help="build partitions now, holding the table lock (small tables)"
@@ -136,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("base", help="table base path")
     init.add_argument("--partitions", default=",".join(PARTITIONS), help="comma-separated")
     init.add_argument("--columns", help="columns for column_stats (default: all)")
-    add_common_options(init)
+    add_common_options(init, json_help='print {"built": [partitions]}')
     init.set_defaults(func=_init)
     return parser
 

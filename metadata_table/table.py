@@ -21,7 +21,7 @@ import contextlib
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import cached_property
 from typing import Any
@@ -160,9 +160,11 @@ class MetadataTable:
         instant_time: str,
         groups: int | None = None,
         lock: LockHandle | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> Instant:
         """Write one sorted base file per file group (all groups, empty ones too) as metadata
-        compaction instant ``instant_time``; visible once that instant completes."""
+        compaction instant ``instant_time``; visible once that instant completes. ``progress``
+        is called with (groups written, groups)."""
         count = groups or len(self.file_groups(partition)) or DEFAULT_FILE_GROUPS[partition]
         inflight = self.begin_base_files(partition, covers_upto, instant_time, count)
         by_group = _split_by_group(records, count)
@@ -173,6 +175,8 @@ class MetadataTable:
             sizes[fg] = write_base_file(
                 self.storage, partition, fg, instant_time, rows, covers_upto
             )
+            if progress is not None:
+                progress(index + 1, count)
         return self.complete_base_files(inflight, sizes, lock)
 
     # --- log files (a data commit's deltacommit) -------------------------------------------------
@@ -645,7 +649,9 @@ def initialize(
     return todo
 
 
-def compact(table: Table, partition: str) -> Instant | None:
+def compact(
+    table: Table, partition: str, progress: Callable[[int, int], None] | None = None
+) -> Instant | None:
     """Merge each file group's base file and applicable logs into a new base file covering the
     last contiguous completed data instant W (so no data instant before W is pending). Readers
     see the same records before and after. Returns the compaction instant, or None if no file
@@ -685,7 +691,7 @@ def compact(table: Table, partition: str) -> Instant | None:
     # every record visible up to W, merged, becomes the new base
     visible = _restricted_reader(mdt, timeline, upto).read(partition)
     return mdt.write_base_files(
-        partition, visible, upto, table.timeline.generator.next(), len(slices)
+        partition, visible, upto, table.timeline.generator.next(), len(slices), progress=progress
     )
 
 

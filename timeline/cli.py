@@ -11,11 +11,12 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from timeline import spark
 from timeline.config import STORAGE_PREFIX, Config, describe, parse_assignments
+from timeline.config_file import ConfigFile
 from timeline.errors import IndexerError
 from timeline.table import Table
 from timeline.table_config import TableType
@@ -33,7 +34,15 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-def add_common_options(parser: argparse.ArgumentParser) -> None:
+def add_common_options(parser: argparse.ArgumentParser, json_help: str | None = None) -> None:
+    """The options every command takes: ``--config``, ``--conf``, ``--storage-option``, ``-v`` and
+    ``--json`` (``json_help`` says what it prints)."""
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the TOML config file (the daemon's service.toml): its [spark] section and the "
+        "[[tables]] entry of this table (lock_url, storage_options, conf) apply",
+    )
     parser.add_argument(
         "--conf",
         action="append",
@@ -48,6 +57,11 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="an fsspec storage option, e.g. endpoint_url=http://127.0.0.1:9000 for S3 (repeatable)",
     )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help=json_help or "print the outcome as one JSON object (no progress bar)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log state changes to stderr")
 
 
@@ -56,26 +70,52 @@ def add_spark_options(parser: argparse.ArgumentParser) -> None:
         "--spark-master",
         metavar="URL",
         help="any master Spark accepts: local[N], spark://HOST:PORT, yarn, k8s://... "
-        "(default local[*]; under spark-submit, the session spark-submit configured)",
+        "(default: the config file's [spark] master, else local[*]; under spark-submit, the "
+        "session spark-submit configured)",
     )
     parser.add_argument(
         "--spark-conf",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a Spark setting, e.g. spark.executor.memory=2g (repeatable)",
+        help="a Spark setting, e.g. spark.executor.memory=2g (repeatable; over the config file's)",
     )
 
 
+def config_file_from_args(args: argparse.Namespace) -> ConfigFile | None:
+    """The ``--config`` file, read once per command."""
+    path = getattr(args, "config", None)
+    if not path:
+        return None
+    cached: ConfigFile | None = getattr(args, "_config_file", None)
+    if cached is None:
+        cached = ConfigFile.load(path)
+        args._config_file = cached
+    return cached
+
+
+def spark_master_from_args(args: argparse.Namespace) -> str | None:
+    file = config_file_from_args(args)
+    return getattr(args, "spark_master", None) or (file.spark_master if file else None)
+
+
 def spark_conf_from_args(args: argparse.Namespace) -> dict[str, str]:
-    return parse_assignments(getattr(args, "spark_conf", []) or [], "--spark-conf")
+    file = config_file_from_args(args)
+    conf = dict(file.spark_conf) if file else {}
+    conf.update(parse_assignments(getattr(args, "spark_conf", []) or [], "--spark-conf"))
+    return conf
 
 
-def config_from_args(args: argparse.Namespace) -> Config:
-    explicit: dict[str, Any] = parse_assignments(args.conf, "--conf")
+def config_from_args(args: argparse.Namespace, explicit: Mapping[str, Any] | None = None) -> Config:
+    """defaults < the ``--config`` file's entry for ``args.base`` < environment < ``--conf`` and
+    ``--storage-option`` (and ``explicit``)."""
+    values: dict[str, Any] = parse_assignments(args.conf, "--conf")
     for key, value in parse_assignments(args.storage_option, "--storage-option").items():
-        explicit[STORAGE_PREFIX + key] = value
-    return Config.resolve(explicit=explicit)
+        values[STORAGE_PREFIX + key] = value
+    values.update(explicit or {})
+    file = config_file_from_args(args)
+    file_values = file.require_table(args.base).file_values() if file else None
+    return Config.resolve(file_values=file_values, explicit=values)
 
 
 def help_config() -> str:
@@ -144,7 +184,10 @@ def _init(args: argparse.Namespace) -> int:
         database=args.database,
         config=config_from_args(args),
     )
-    print(f"created table {table.table_config.name} at {table.base_uri}")
+    if args.json:
+        print(json.dumps({"created": table.table_config.name, "base": table.base_uri}))
+    else:
+        print(f"created table {table.table_config.name} at {table.base_uri}")
     return EXIT_OK
 
 
@@ -192,10 +235,24 @@ def _clean(args: argparse.Namespace) -> int:
 
     table = Table.open(args.base, config_from_args(args))
     rolled_back = clean_failed_writes(table)
-    for instant in rolled_back:
-        print(f"rolled back {instant.timestamp} ({instant.action.value}, {instant.state.name})")
-    if not rolled_back:
-        print("no failed writes")
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "rolled_back": [
+                        {"timestamp": i.timestamp, "action": i.action.value, "state": i.state.value}
+                        for i in rolled_back
+                    ]
+                }
+            )
+        )
+    else:
+        for instant in rolled_back:
+            print(
+                f"rolled back {instant.timestamp} ({instant.action.value}, {instant.state.value})"
+            )
+        if not rolled_back:
+            print("no failed writes")
     table.close()
     return EXIT_OK
 
@@ -231,11 +288,20 @@ def _marker_server(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    print(f"serving markers for {table.base_uri} at {server.url}", flush=True)
+    if args.json:
+        print(json.dumps({"serving": table.base_uri, "url": server.url}), flush=True)
+    else:
+        print(f"serving markers for {table.base_uri} at {server.url}", flush=True)
     stop.wait()
     server.stop()
-    counts = " ".join(f"{verb}={n}" for verb, n in sorted(server.storage.requests.items()))
-    print(f"stopped; {server.batches} batches; storage requests: {counts or 'none'}", flush=True)
+    requests = dict(sorted(server.storage.requests.items()))
+    if args.json:
+        print(json.dumps({"stopped": True, "batches": server.batches, "requests": requests}))
+    else:
+        counts = " ".join(f"{verb}={n}" for verb, n in requests.items())
+        print(
+            f"stopped; {server.batches} batches; storage requests: {counts or 'none'}", flush=True
+        )
     table.close()
     return EXIT_OK
 
@@ -262,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--table-type", default=TableType.COPY_ON_WRITE.value, choices=[t.value for t in TableType]
     )
     init.add_argument("--database", default="", help="hoodie.database.name (optional)")
-    add_common_options(init)
+    add_common_options(init, json_help='print {"created": name, "base": uri}')
     init.set_defaults(func=_init)
 
     show = sub.add_parser(
@@ -271,12 +337,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="List instants with action, state and completion time.",
     )
     show.add_argument("base", help="table base path")
-    show.add_argument(
-        "--json",
-        action="store_true",
-        help="print a JSON list of {timestamp, action, state, completion_time}",
+    add_common_options(
+        show, json_help="print a JSON list of {timestamp, action, state, completion_time}"
     )
-    add_common_options(show)
     show.set_defaults(func=_show)
 
     clean = sub.add_parser(
@@ -289,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     clean.add_argument("base", help="table base path")
-    add_common_options(clean)
+    add_common_options(clean, json_help='print {"rolled_back": [{timestamp, action, state}]}')
     clean.set_defaults(func=_clean)
 
     server = sub.add_parser(
@@ -316,7 +379,9 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument(
         "--check-commits", action="store_true", help="also check commits since a folder appeared"
     )
-    add_common_options(server)
+    add_common_options(
+        server, json_help='print {"serving", "url"} at start and {"batches", "requests"} at stop'
+    )
     server.set_defaults(func=_marker_server)
     return parser
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -19,7 +20,9 @@ from timeline.cli import (
     config_from_args,
     run,
     spark_conf_from_args,
+    spark_master_from_args,
 )
+from timeline.commit_metadata import CommitMetadata
 from timeline.errors import IndexerError
 from timeline.instant import Instant
 from timeline.table import Table
@@ -76,9 +79,32 @@ def _write(args: argparse.Namespace) -> int:
         data = read_input(args.input)
         with WriteClient(table, options) as client:
             instant = client.write(operation, data)
-    print(instant.timestamp)
+    if args.json:
+        print(json.dumps(_outcome(table, instant, operation)))
+    else:
+        print(instant.timestamp)
     table.close()
     return EXIT_OK
+
+
+def _outcome(table: Table, instant: Instant, operation: Operation) -> dict[str, Any]:
+    """What a commit wrote, from its commit metadata (the write stats both engines record)."""
+    timeline = table.timeline
+    completed = timeline.load().get(instant.timestamp, instant.action)
+    assert completed is not None and completed.is_completed
+    stats = CommitMetadata.from_bytes(
+        timeline.read_content(completed), timeline.path(completed)
+    ).write_stats
+    return {
+        "instant": instant.timestamp,
+        "action": instant.action.value,
+        "operation": operation.value,
+        "files": len(stats),
+        "inserts": sum(s.num_inserts for s in stats),
+        "updates": sum(s.num_update_writes for s in stats),
+        "deletes": sum(s.num_deletes for s in stats),
+        "bytes": sum(s.total_write_bytes for s in stats),
+    }
 
 
 def _write_spark(
@@ -89,7 +115,7 @@ def _write_spark(
     from timeline.spark import spark_session
     from writer.spark import SparkWriteClient
 
-    spark = spark_session(args.spark_master, spark_conf_from_args(args))
+    spark = spark_session(spark_master_from_args(args), spark_conf_from_args(args))
     try:
         if args.input.lower().endswith(".csv") or args.input.lower().endswith(JSON_SUFFIXES):
             frame = _arrow_frame(spark, read_input(args.input))
@@ -145,7 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="stop at the first file group another live writer is writing, not at commit",
     )
     parser.add_argument("--help-config", action="store_true", help="list configuration keys")
-    add_common_options(parser)
+    add_common_options(
+        parser,
+        json_help='print {"instant", "action", "operation", "files", "inserts", "updates", '
+        '"deletes", "bytes"} instead of the instant time',
+    )
     add_spark_options(parser)
     return parser
 

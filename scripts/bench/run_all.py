@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from tqdm import tqdm  # type: ignore[import-untyped]
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -66,11 +67,24 @@ def _config(root: Path) -> Config:
     return Config.resolve(explicit={"indexer.lock.url": f"sqlite:///{root / 'locks.sqlite'}"})
 
 
+def _generating(files: int) -> Any:
+    """A progress bar for a data generator, on a terminal only (nothing in a log file)."""
+    return tqdm(
+        total=files,
+        desc=f"generating {files} files",
+        unit="file",
+        disable=not sys.stderr.isatty(),
+        leave=False,
+    )
+
+
 def generate(base: Path, files: int, rows: int, commit_files: int = 50) -> Table:
     """N data files of R rows: a string key, an int64 ts clustered by file, a double, a
     low-cardinality string and an int; written through our writer."""
     table = Table.create(str(base), "bench", ["key"], [], config=_config(base.parent))
     client = WriteClient(table, WriteOptions(max_records_per_file=rows))
+    # a bar on a terminal (make bench run by hand); nothing in a log file
+    bar = _generating(files)
     for start in range(0, files, commit_files):
         count = min(commit_files, files - start)
         n = count * rows
@@ -90,6 +104,8 @@ def generate(base: Path, files: int, rows: int, commit_files: int = 50) -> Table
                 }
             )
         )
+        bar.update(count)
+    bar.close()
     return table
 
 
@@ -354,6 +370,7 @@ def section_listing(report: Report, root: Path, files: int) -> None:
                 str(base), "bench", ["key"], ["category"], config=Config.resolve(explicit=explicit)
             )
             client = WriteClient(table, WriteOptions(max_records_per_file=1))
+            bar = _generating(files)
             for start in range(0, files, 500):
                 keys = [f"k{i:07d}" for i in range(start, min(files, start + 500))]
                 client.insert(
@@ -361,6 +378,8 @@ def section_listing(report: Report, root: Path, files: int) -> None:
                         {"key": keys, "category": [CATEGORIES[i % 5] for i in range(len(keys))]}
                     )
                 )
+                bar.update(len(keys))
+            bar.close()
             initialize(table, [FILES])
             timeline = table.timeline.load()
             started = time.perf_counter()

@@ -55,7 +55,7 @@ def test_init_dump_prune(tmp_path: Path) -> None:
     assert files.returncode == 0 and "files (completed): 2 records" in files.stdout
     result = _run("prune", base, "--filter", "fare > 100 AND city = 'la'", "--json", *conf)
     body = json.loads(result.stdout)
-    assert (body["total"], body["pruned"], body["usedIndex"]) == (2, 1, True)
+    assert (body["total"], body["pruned"], body["used_index"]) == (2, 1, True)
     assert body["candidates"][0].startswith("la/")
     text = _run("prune", base, "--filter", "fare < 0", *conf)
     assert text.stdout == "" and "0 of 2 files may match; 2 pruned" in text.stderr
