@@ -49,12 +49,13 @@ from metadata_table.table import (
 )
 from timeline.commit_metadata import CommitMetadata
 from timeline.errors import (
+    BuildCancelledError,
     CatchUpTimeoutError,
     ConfigError,
     CorruptInstantError,
     IndexBuildAbortedError,
-    IndexerError,
     StorageFileNotFoundError,
+    TableError,
 )
 from timeline.failpoints import failpoint
 from timeline.fs_view import FileSystemView, read_parquet_schema
@@ -74,13 +75,6 @@ _WAIT_ACTIONS = REMOVAL_ACTIONS
 
 def _after(a: str, b: str) -> bool:
     return normalize_timestamp(a) > normalize_timestamp(b)
-
-
-class BuildCancelledError(IndexerError):
-    """The build was asked to stop (daemon shutdown); it is aborted cleanly."""
-
-    def __init__(self) -> None:
-        super().__init__("cancelled by shutdown")
 
 
 @dataclass
@@ -261,7 +255,7 @@ class AsyncIndexer:
             pending = [i for i in pending if i.timestamp == instant_time]
         if not pending:
             which = f"indexing instant {instant_time}" if instant_time else "indexing plan"
-            raise IndexerError(f"no pending {which} on {self.table.base_uri}")
+            raise TableError(f"no pending {which} on {self.table.base_uri}")
         instant = pending[0]
         plan = self.plan_of(instant)
         deadline = time.monotonic() + self.options.timeout
@@ -299,11 +293,11 @@ class AsyncIndexer:
         with self._lock(f"complete indexing {instant.timestamp}") as lock:
             current = self.table.timeline.load().get(instant.timestamp, Action.INDEXING)
             if current is None or current.is_completed:
-                raise IndexerError(f"{instant} was aborted or dropped while it ran")
+                raise TableError(f"{instant} was aborted or dropped while it ran")
             state = self.table.reload_index_state()
             dropped = [p for p in plan.names if p not in state.partitions]
             if dropped:
-                raise IndexerError(f"partitions {dropped} were dropped while {instant} ran")
+                raise TableError(f"partitions {dropped} were dropped while {instant} ran")
             caught = max(
                 [caught, *self._apply_missing(lock, plan, caught_since=caught)],
                 key=normalize_timestamp,
@@ -636,7 +630,7 @@ class AsyncIndexer:
         for an archived one), in seconds since the epoch."""
         try:
             completed = self.table.timeline.completion_time(instant)
-        except IndexerError:
+        except TableError:
             completed = instant.timestamp
         return parse_instant_time(completed).timestamp()
 
@@ -668,7 +662,7 @@ class AsyncIndexer:
                     else self.plan_of(instant)
                 )
                 names, upto = plan.names, plan.index_upto
-            except IndexerError as e:
+            except TableError as e:
                 names, upto = [], f"unreadable plan: {e}"
             indexing.append(
                 {

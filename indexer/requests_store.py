@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from timeline.errors import IndexerError
+from timeline.errors import TableError
 from timeline.locks.sql import make_engine
 
 _metadata = sa.MetaData()
@@ -84,7 +84,7 @@ class RequestStore:
             self.engine = make_engine(url)
             _metadata.create_all(self.engine)
         except sa.exc.SQLAlchemyError as e:
-            raise IndexerError(f"request store {url}: {e}") from e
+            raise TableError(f"request store {url}: {e}") from e
 
     def close(self) -> None:
         self.engine.dispose()

@@ -27,10 +27,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from indexer.indexer import AsyncIndexer, BuildCancelledError, IndexerOptions
+from indexer.indexer import AsyncIndexer, IndexerOptions
 from indexer.requests_store import ACTIVE, IndexRequest, RequestStore
 from indexer.service_config import ServiceConfig, TableSpec
-from timeline.errors import IndexerError, LockTimeoutError
+from timeline.errors import BuildCancelledError, LockTimeoutError, TableError
 from timeline.locks import LockHandle, SqlLockProvider, default_owner
 from timeline.rollback import clean_failed_writes
 from timeline.storage import normalize_base_uri
@@ -316,7 +316,7 @@ class IndexerService:
         outcome = "aborted"
         try:
             done = indexer.run(request.index_types, request.columns)
-        except (IndexerError, OSError) as e:
+        except (TableError, OSError) as e:
             self.metrics.add(builds_aborted=1)
             if isinstance(e.__cause__, BuildCancelledError) or isinstance(e, BuildCancelledError):
                 outcome = "interrupted"

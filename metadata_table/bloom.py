@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 import xxhash
 
-from timeline.errors import IndexerError
+from timeline.errors import BloomFilterFormatError
 
 BLOOM_TYPE = "PARQUET_SPLIT_BLOCK"
 _SALT = (
@@ -34,12 +34,6 @@ _SALT = (
 )
 _BLOCK_BYTES = 32
 _MAX_BYTES = 128 * 1024 * 1024
-
-
-class BloomFilterFormatError(IndexerError):
-    def __init__(self, reason: str) -> None:
-        super().__init__(f"not a Parquet bloom filter: {reason}")
-        self.reason = reason
 
 
 def hash_value(value: str | bytes) -> int:

@@ -20,15 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from timeline.errors import IndexerError
-
-
-class FilterSyntaxError(IndexerError, ValueError):
-    def __init__(self, text: str, position: int, reason: str) -> None:
-        super().__init__(f"filter {text!r}, at {position}: {reason}")
-        self.text = text
-        self.position = position
-        self.reason = reason
+from timeline.errors import FilterSyntaxError
 
 
 @dataclass(frozen=True)

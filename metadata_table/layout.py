@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from timeline.errors import IndexerError
+from timeline.errors import UnknownPartitionError
 from timeline.fs_view import read_parquet
 from timeline.hashing import stable_hash
 from timeline.index_state import INDEX_FOLDER
@@ -63,15 +63,9 @@ _BASE = re.compile(r"^(?P<fg>[a-z-]+-\d{4}-0)_(?P<t>\d{17})\.parquet$")
 _LOG = re.compile(r"^\.(?P<fg>[a-z-]+-\d{4}-0)\.log\.(?P<d>\d{17}|\d{14})$")
 
 
-class UnknownPartitionError(IndexerError, ValueError):
-    def __init__(self, name: str) -> None:
-        super().__init__(f"unknown metadata partition {name!r}; known: {', '.join(PARTITIONS)}")
-        self.name = name
-
-
 def check_partition(name: str) -> str:
     if name not in PARTITIONS:
-        raise UnknownPartitionError(name)
+        raise UnknownPartitionError(name, PARTITIONS)
     return name
 
 

@@ -56,7 +56,7 @@ from timeline.config import (
     FILES_FILE_GROUPS,
     Config,
 )
-from timeline.errors import FileAlreadyExistsError, IndexerError, TableConfigError
+from timeline.errors import FileAlreadyExistsError, TableConfigError, TableError
 from timeline.fs_view import BaseFile, FileSystemView
 from timeline.index_state import IndexState
 from timeline.instant import WRITE_ACTIONS, Action, Instant, State, normalize_timestamp
@@ -453,7 +453,7 @@ class MetadataReader:
             if instant.timestamp not in self._removed:
                 self._removed[instant.timestamp] = self.removal(instant)
             removal = self._removed[instant.timestamp]
-        except IndexerError:  # unreadable: assume it changed files (never answer stale)
+        except TableError:  # unreadable: assume it changed files (never answer stale)
             return True
         return bool(removal.whole_partitions) or any(
             base is not None

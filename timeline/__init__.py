@@ -5,7 +5,7 @@ the other packages, and no Spark.
 """
 
 from timeline.config import Config
-from timeline.errors import IndexerError
+from timeline.errors import TableError
 from timeline.heartbeat import Heartbeat
 from timeline.instant import WRITE_ACTIONS, Action, Instant, State
 from timeline.instant_time import InstantTimeGenerator
@@ -21,13 +21,13 @@ __all__ = [
     "Config",
     "FileInfo",
     "Heartbeat",
-    "IndexerError",
     "Instant",
     "InstantTimeGenerator",
     "State",
     "Storage",
     "Table",
     "TableConfig",
+    "TableError",
     "TableType",
     "Timeline",
 ]

@@ -17,7 +17,7 @@ from typing import Any
 from timeline import spark
 from timeline.config import STORAGE_PREFIX, Config, describe, parse_assignments
 from timeline.config_file import ConfigFile
-from timeline.errors import IndexerError
+from timeline.errors import TableError
 from timeline.table import Table
 from timeline.table_config import TableType
 
@@ -134,7 +134,7 @@ def run(
     parser: argparse.ArgumentParser,
     argv: Sequence[str] | None = None,
 ) -> int:
-    """Parse, set up logging, run. An :class:`IndexerError` becomes one line ``error: ...`` and
+    """Parse, set up logging, run. An :class:`TableError` becomes one line ``error: ...`` and
     exit 1; so does any other error unless ``-v`` asks for its traceback. Either names Spark's
     log file when this process started Spark quietly."""
     args = parser.parse_args(argv)
@@ -150,7 +150,7 @@ def run(
         os.environ[spark.VERBOSE_ENV] = "1"  # Spark's own log on stderr too
     try:
         return main(args)
-    except IndexerError as e:
+    except TableError as e:
         print(f"error: {e}", file=sys.stderr)
         _name_spark_log()
         return EXIT_ERROR

@@ -1,16 +1,22 @@
 """The exception hierarchy shared by every package.
 
-One root, :class:`IndexerError`; leaves carry the context a caller needs as attributes, so code can
+One root, :class:`TableError`; leaves carry the context a caller needs as attributes, so code can
 react without parsing messages. Third-party errors are translated at the boundary with
 ``raise ... from e``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from timeline.instant import Instant
 
 
-class IndexerError(Exception):
+class TableError(Exception):
     """Root of every error raised by async-indexer.
 
     Errors cross process boundaries (worker processes, Spark executors) by pickling; the default
@@ -22,7 +28,7 @@ class IndexerError(Exception):
         return (_rebuild, (type(self), self.args, self.__dict__))
 
 
-def _rebuild(cls: type[IndexerError], args: tuple[Any, ...], state: dict[str, Any]) -> IndexerError:
+def _rebuild(cls: type[TableError], args: tuple[Any, ...], state: dict[str, Any]) -> TableError:
     error = cls.__new__(cls)
     Exception.__init__(error, *args)
     error.__dict__.update(state)
@@ -32,7 +38,7 @@ def _rebuild(cls: type[IndexerError], args: tuple[Any, ...], state: dict[str, An
 # --- storage -------------------------------------------------------------------------------------
 
 
-class StorageError(IndexerError):
+class StorageError(TableError):
     """A storage operation failed; ``path`` is the path it was acting on."""
 
     def __init__(self, message: str, *, path: str, operation: str) -> None:
@@ -70,7 +76,7 @@ class UnsupportedStorageError(StorageError):
 # --- timeline ------------------------------------------------------------------------------------
 
 
-class NotParquetError(IndexerError):
+class NotParquetError(TableError):
     """A data or metadata file that should be Parquet cannot be read as Parquet (truncated,
     zero bytes, another format)."""
 
@@ -80,7 +86,7 @@ class NotParquetError(IndexerError):
         self.reason = reason
 
 
-class InvalidInstantError(IndexerError, ValueError):
+class InvalidInstantError(TableError, ValueError):
     """A string is not a well-formed instant file name or instant time."""
 
     def __init__(self, value: str, reason: str) -> None:
@@ -89,7 +95,7 @@ class InvalidInstantError(IndexerError, ValueError):
         self.reason = reason
 
 
-class CorruptInstantError(IndexerError):
+class CorruptInstantError(TableError):
     """An instant file exists but its content cannot be parsed."""
 
     def __init__(self, path: str, reason: str) -> None:
@@ -98,19 +104,19 @@ class CorruptInstantError(IndexerError):
         self.reason = reason
 
 
-class InstantAlreadyExistsError(IndexerError):
+class InstantAlreadyExistsError(TableError):
     """The state file of an instant already exists (instant files are written once)."""
 
-    def __init__(self, instant: object, path: str) -> None:
+    def __init__(self, instant: Instant, path: str) -> None:
         super().__init__(f"instant {instant} already exists at {path}")
         self.instant = instant
         self.path = path
 
 
-class InvalidTransitionError(IndexerError):
+class InvalidTransitionError(TableError):
     """A state transition whose previous state is missing, or that goes backwards."""
 
-    def __init__(self, instant: object, reason: str) -> None:
+    def __init__(self, instant: Instant, reason: str) -> None:
         super().__init__(f"cannot transition {instant}: {reason}")
         self.instant = instant
         self.reason = reason
@@ -119,7 +125,7 @@ class InvalidTransitionError(IndexerError):
 # --- table ---------------------------------------------------------------------------------------
 
 
-class TableNotFoundError(IndexerError):
+class TableNotFoundError(TableError):
     """No ``.hoodie/hoodie.properties`` at the base path."""
 
     def __init__(self, base_uri: str) -> None:
@@ -127,7 +133,7 @@ class TableNotFoundError(IndexerError):
         self.base_uri = base_uri
 
 
-class TableAlreadyExistsError(IndexerError):
+class TableAlreadyExistsError(TableError):
     """A table already exists where one is being created."""
 
     def __init__(self, base_uri: str) -> None:
@@ -135,7 +141,7 @@ class TableAlreadyExistsError(IndexerError):
         self.base_uri = base_uri
 
 
-class TableConfigError(IndexerError):
+class TableConfigError(TableError):
     """``hoodie.properties`` is missing keys, has wrong values, or fails its checksum."""
 
     def __init__(self, path: str, reason: str) -> None:
@@ -144,7 +150,7 @@ class TableConfigError(IndexerError):
         self.reason = reason
 
 
-class IndexStateError(IndexerError):
+class IndexStateError(TableError):
     """Our index's state file (``.hoodie/.async-indexer/partitions.json``) is unreadable or
     inconsistent, or the index is in a layout this version must migrate first."""
 
@@ -154,7 +160,7 @@ class IndexStateError(IndexerError):
         self.reason = reason
 
 
-class ConfigError(IndexerError, ValueError):
+class ConfigError(TableError, ValueError):
     """A configuration value is unknown or invalid; ``key`` names it."""
 
     def __init__(self, key: str, reason: str) -> None:
@@ -166,7 +172,7 @@ class ConfigError(IndexerError, ValueError):
 # --- locks and heartbeats ------------------------------------------------------------------------
 
 
-class LockError(IndexerError):
+class LockError(TableError):
     """A lock provider failed."""
 
 
@@ -193,7 +199,7 @@ class LockLostError(LockError):
         self.reason = reason
 
 
-class HeartbeatExpiredError(IndexerError):
+class HeartbeatExpiredError(TableError):
     """An instant's heartbeat expired: its writer is considered dead and must not commit."""
 
     def __init__(self, instant_time: str, age_seconds: float | None) -> None:
@@ -206,10 +212,10 @@ class HeartbeatExpiredError(IndexerError):
 # --- writes --------------------------------------------------------------------------------------
 
 
-class WriteConflictError(IndexerError):
+class WriteConflictError(TableError):
     """Two writes touched the same file groups; this one was not committed (retry it)."""
 
-    def __init__(self, instant: object, other_instant: object, file_ids: list[str]) -> None:
+    def __init__(self, instant: Instant, other_instant: Instant, file_ids: list[str]) -> None:
         shown = ", ".join(file_ids[:5]) + (
             f" and {len(file_ids) - 5} more" if len(file_ids) > 5 else ""
         )
@@ -222,7 +228,7 @@ class WriteConflictError(IndexerError):
         self.file_ids = file_ids
 
 
-class MarkerAlreadyExistsError(IndexerError):
+class MarkerAlreadyExistsError(TableError):
     """A marker for this data file exists already: the file is being, or was, written."""
 
     def __init__(self, marker_name: str, instant_time: str) -> None:
@@ -231,19 +237,108 @@ class MarkerAlreadyExistsError(IndexerError):
         self.instant_time = instant_time
 
 
+class MarkerServerError(TableError):
+    """The marker server answered with an error, or could not be reached."""
+
+    def __init__(self, url: str, reason: str, status: int | None = None) -> None:
+        super().__init__(f"marker server {url}: {reason}")
+        self.url = url
+        self.reason = reason
+        self.status = status
+
+
+class BadRecordsError(TableError):
+    """Incoming records cannot be written; ``column`` names the field at fault."""
+
+    def __init__(self, column: str | None, reason: str) -> None:
+        where = f"column {column!r}: " if column else ""
+        super().__init__(f"bad input: {where}{reason}")
+        self.column = column
+        self.reason = reason
+
+
+class UnsupportedTypeError(TableError):
+    """A column's type is one the writer cannot write."""
+
+    def __init__(self, column: str, arrow_type: pa.DataType) -> None:
+        super().__init__(
+            f"column {column!r} has type {arrow_type}, which the writer does not support"
+        )
+        self.column = column
+        self.arrow_type = arrow_type
+
+
+class InputFileError(TableError):
+    """A file of records given to ``indexer-write`` cannot be read."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"cannot read input {path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class CommitStateUnknownError(TableError):
+    """Completing the instant failed midway: it may or may not have landed. Nothing was deleted;
+    the cleaner resolves it once the heartbeat expires."""
+
+    def __init__(self, instant: Instant, cause: BaseException) -> None:
+        super().__init__(f"outcome of {instant} is unknown after {type(cause).__name__}: {cause}")
+        self.instant = instant
+        self.cause = cause
+
+
+class SparkWriteError(TableError):
+    """The Spark job of a write failed; ``reason`` is the error raised in the failing task."""
+
+    def __init__(self, instant_time: str, reason: str) -> None:
+        super().__init__(f"spark write {instant_time} failed: {reason}")
+        self.instant_time = instant_time
+        self.reason = reason
+
+
+# --- the metadata table --------------------------------------------------------------------------
+
+
+class UnknownPartitionError(TableError, ValueError):
+    """A metadata partition (index type) name this version does not know."""
+
+    def __init__(self, name: str, known: Sequence[str]) -> None:
+        super().__init__(f"unknown metadata partition {name!r}; known: {', '.join(known)}")
+        self.name = name
+        self.known = tuple(known)
+
+
+class BloomFilterFormatError(TableError):
+    """Bytes that should be a Parquet split-block bloom filter are not one."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"not a Parquet bloom filter: {reason}")
+        self.reason = reason
+
+
+class FilterSyntaxError(TableError, ValueError):
+    """A data-skipping filter that does not parse; ``position`` is where in ``text``."""
+
+    def __init__(self, text: str, position: int, reason: str) -> None:
+        super().__init__(f"filter {text!r}, at {position}: {reason}")
+        self.text = text
+        self.position = position
+        self.reason = reason
+
+
 # --- indexing ------------------------------------------------------------------------------------
 
 
-class IndexBuildAbortedError(IndexerError):
+class IndexBuildAbortedError(TableError):
     """An index build was aborted (and cleaned up); ``reason`` says why. It may be retried."""
 
-    def __init__(self, instant: object, reason: str) -> None:
+    def __init__(self, instant: Instant, reason: str) -> None:
         super().__init__(f"index build {instant} aborted: {reason}")
         self.instant = instant
         self.reason = reason
 
 
-class CatchUpTimeoutError(IndexerError):
+class CatchUpTimeoutError(TableError):
     """Catch-up waited past its deadline for instants that did not complete."""
 
     def __init__(self, waiting: list[str], timeout: float) -> None:
@@ -251,3 +346,21 @@ class CatchUpTimeoutError(IndexerError):
         super().__init__(f"catch-up timed out after {timeout:.0f}s waiting for {shown}")
         self.waiting = waiting
         self.timeout = timeout
+
+
+class BuildCancelledError(TableError):
+    """The build was asked to stop (daemon shutdown); it is aborted cleanly."""
+
+    def __init__(self) -> None:
+        super().__init__("cancelled by shutdown")
+
+
+# --- tests ---------------------------------------------------------------------------------------
+
+
+class InjectedFailure(TableError):
+    """A failpoint (``AIX_FAILPOINT``) raised here on purpose."""
+
+    def __init__(self, point: str) -> None:
+        super().__init__(f"injected failure at {point}")
+        self.point = point

@@ -26,7 +26,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from timeline.errors import IndexerError
+from timeline.errors import InjectedFailure
 
 ENV = "AIX_FAILPOINT"
 
@@ -44,12 +44,6 @@ POINTS = (
 
 _fired: set[str] = set()
 _hits: Counter[str] = Counter()
-
-
-class InjectedFailure(IndexerError):
-    def __init__(self, point: str) -> None:
-        super().__init__(f"injected failure at {point}")
-        self.point = point
 
 
 def current() -> str | None:

@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from timeline.errors import FileAlreadyExistsError, IndexerError
+from timeline.errors import FileAlreadyExistsError, TableError
 from timeline.instant import format_instant_time, parse_instant_time
 from timeline.storage import Storage
 
@@ -76,7 +76,7 @@ class InstantTimeGenerator:
                 ms = self._next_local(at_least_ms=ms + 1)
                 continue
             return timestamp
-        raise IndexerError(
+        raise TableError(
             f"could not claim a unique instant time after {_MAX_CLAIM_ATTEMPTS} attempts "
             f"under {self.storage.uri(CLAIM_FOLDER)}"
         )

@@ -13,16 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from timeline.errors import IndexerError
-
-
-class UnsupportedTypeError(IndexerError):
-    def __init__(self, column: str, arrow_type: pa.DataType) -> None:
-        super().__init__(
-            f"column {column!r} has type {arrow_type}, which the writer does not support"
-        )
-        self.column = column
-        self.arrow_type = arrow_type
+from timeline.errors import UnsupportedTypeError
 
 
 def _avro_type(name: str, t: pa.DataType) -> Any:

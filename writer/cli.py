@@ -23,18 +23,10 @@ from timeline.cli import (
     spark_master_from_args,
 )
 from timeline.commit_metadata import CommitMetadata
-from timeline.errors import IndexerError
+from timeline.errors import InputFileError
 from timeline.instant import Instant
 from timeline.table import Table
 from writer.client import Operation, WriteClient, WriteOptions
-
-
-class InputFileError(IndexerError):
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"cannot read input {path}: {reason}")
-        self.path = path
-        self.reason = reason
-
 
 JSON_SUFFIXES = (".json", ".jsonl", ".ndjson")
 

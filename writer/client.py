@@ -54,14 +54,21 @@ from timeline.config import (
     marker_type,
 )
 from timeline.conflict import ConcurrentOperation, TxnStart, operation_of, strategy_for
-from timeline.errors import IndexerError, IndexStateError, TableConfigError
+from timeline.errors import (
+    BadRecordsError,
+    CommitStateUnknownError,
+    IndexStateError,
+    MarkerServerError,
+    TableConfigError,
+    TableError,
+)
 from timeline.failpoints import failpoint
 from timeline.fs_view import BaseFile, FileSystemView, read_parquet, read_parquet_schema
 from timeline.hashing import buckets_of_keys
 from timeline.instant import Action, Instant, State
 from timeline.locks import LockHandle
 from timeline.markers import DirectMarkers, IOType, MarkerWriter
-from timeline.markers.client import MarkerServerError, TimelineServerMarkers
+from timeline.markers.client import TimelineServerMarkers
 from timeline.markers.server import MarkerServer, MarkerServerConfig
 from timeline.rollback import rollback
 from timeline.table import Table
@@ -76,7 +83,7 @@ from writer.files import (
     encode_file_group,
     ensure_partition_metadata,
 )
-from writer.keys import BadRecordsError, partition_paths, record_keys
+from writer.keys import partition_paths, record_keys
 
 logger = logging.getLogger(__name__)
 
@@ -85,15 +92,6 @@ class Operation(enum.StrEnum):
     INSERT = "insert"
     UPSERT = "upsert"
     DELETE = "delete"
-
-
-class CommitStateUnknownError(IndexerError):
-    """Completing the instant failed midway: it may or may not have landed. Nothing was deleted;
-    the cleaner resolves it once the heartbeat expires."""
-
-    def __init__(self, instant: Instant, cause: BaseException) -> None:
-        super().__init__(f"outcome of {instant} is unknown after {type(cause).__name__}: {cause}")
-        self.instant = instant
 
 
 @dataclass(frozen=True)
@@ -304,7 +302,7 @@ class WriteTransaction:
 
     def _check_open(self) -> None:
         if self._state is not _TxnState.OPEN:
-            raise IndexerError(f"write {self.instant} is {self._state.value}")
+            raise TableError(f"write {self.instant} is {self._state.value}")
 
     # --- write -----------------------------------------------------------------------------------
 
@@ -312,7 +310,7 @@ class WriteTransaction:
         """Write all of ``data`` (one call per transaction); returns the write stats."""
         self._check_open()
         if self._written:
-            raise IndexerError(f"write {self.instant} already wrote its data; start a new one")
+            raise TableError(f"write {self.instant} already wrote its data; start a new one")
         self._written = True
         targets = self._plan(data)
         for index, target in enumerate(targets):

@@ -18,11 +18,10 @@ import pyarrow.parquet as pq
 
 from metadata_table.records import DataFileInfo, info_from_bytes
 from timeline.commit_metadata import NULL_COMMIT, WriteStat
-from timeline.errors import FileAlreadyExistsError
+from timeline.errors import BadRecordsError, FileAlreadyExistsError
 from timeline.fs_view import PARTITION_METADATA_FILE, BaseFile, base_file_name, read_parquet
 from timeline.markers import IOType, Marker
 from timeline.storage import Storage
-from writer.keys import BadRecordsError
 
 COMMIT_TIME = "_hoodie_commit_time"
 COMMIT_SEQNO = "_hoodie_commit_seqno"

@@ -15,19 +15,9 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline.errors import IndexerError
+from timeline.errors import BadRecordsError
 
 DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
-
-
-class BadRecordsError(IndexerError):
-    """Incoming records cannot be written; ``column`` names the field at fault."""
-
-    def __init__(self, column: str | None, reason: str) -> None:
-        where = f"column {column!r}: " if column else ""
-        super().__init__(f"bad input: {where}{reason}")
-        self.column = column
-        self.reason = reason
 
 
 def _as_strings(data: pa.Table, column: str) -> pa.ChunkedArray:

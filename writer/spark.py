@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from metadata_table.records import DataFileInfo
 from timeline.commit_metadata import WriteStat
-from timeline.errors import FileAlreadyExistsError, IndexerError
+from timeline.errors import BadRecordsError, FileAlreadyExistsError, SparkWriteError, TableError
 from timeline.failpoints import armed, current, task_failpoint
 from timeline.fs_view import BaseFile, read_parquet
 from timeline.hashing import buckets_of_keys
@@ -55,7 +55,7 @@ from writer.files import (
     encode_file_group,
     ensure_partition_metadata,
 )
-from writer.keys import BadRecordsError, partition_paths, record_keys
+from writer.keys import partition_paths, record_keys
 
 logger = logging.getLogger(__name__)
 
@@ -67,14 +67,6 @@ _RESULT_SCHEMA = "path string, stat string, info binary"
 PARTIAL = "spark.write.partial"
 SLOW = "spark.write.slow"
 FAILPOINT_CLAIMS = ".hoodie/.aux/failpoints"
-
-
-class SparkWriteError(IndexerError):
-    """The Spark job of a write failed; ``reason`` is the error raised in the failing task."""
-
-    def __init__(self, instant_time: str, reason: str) -> None:
-        super().__init__(f"spark write {instant_time} failed: {reason}")
-        self.reason = reason
 
 
 class SparkWriteClient(WriteClient):
@@ -110,7 +102,7 @@ class SparkWriteClient(WriteClient):
         try:
             try:
                 _SparkWrite(self, txn, data).run()
-            except IndexerError:
+            except TableError:
                 raise
             except Exception as e:  # a failed Spark job: name the task's error
                 raise SparkWriteError(txn.instant_time, _task_error(e)) from e

@@ -16,8 +16,8 @@ from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES, PARTITIONS
 from metadata_table.table import MetadataTable, build_records, initialize
 from timeline import Action, Table
 from timeline.config import Config
-from timeline.errors import ConfigError, IndexBuildAbortedError
-from timeline.failpoints import ENV, POINTS, InjectedFailure
+from timeline.errors import ConfigError, IndexBuildAbortedError, InjectedFailure
+from timeline.failpoints import ENV, POINTS
 from writer.client import Operation, WriteClient
 
 from ..metadata_table.test_metadata_table import keys, rows

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from metadata_table.bloom import BloomFilterFormatError, SplitBlockBloomFilter, parse_bloom_filter
+from metadata_table.bloom import SplitBlockBloomFilter, parse_bloom_filter
 from metadata_table.layout import column_stats_key, enc, file_group_of, file_key
 from metadata_table.records import (
     column_stats_records,
@@ -19,6 +19,7 @@ from metadata_table.records import (
     info_from_storage,
     python_value,
 )
+from timeline.errors import BloomFilterFormatError
 from timeline.storage import Storage
 
 

@@ -20,8 +20,9 @@ from metadata_table.reads import IndexedSnapshot
 from metadata_table.table import MetadataTable, build_records, compact, initialize
 from timeline import Action, Table
 from timeline.config import Config
+from timeline.errors import CommitStateUnknownError
 from timeline.rollback import clean_failed_writes
-from writer.client import CommitStateUnknownError, Operation, WriteClient
+from writer.client import Operation, WriteClient
 
 
 def make_table(base: Path, heartbeat_ms: int = 60_000) -> Table:

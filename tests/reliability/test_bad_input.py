@@ -30,11 +30,10 @@ from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES
 from metadata_table.table import MetadataTable, build_records, initialize
 from timeline import Action, Table
 from timeline.config import Config
-from timeline.errors import CorruptInstantError
+from timeline.errors import BadRecordsError, CorruptInstantError
 from timeline.fs_view import FileSystemView
 from timeline.markers.server import API, MarkerServer
 from writer.client import Operation, WriteClient
-from writer.keys import BadRecordsError
 
 CLIS: dict[str, Callable[[list[str]], int]] = {
     "timeline": timeline.cli.main,

@@ -17,7 +17,7 @@ import pytest
 from timeline import Action, Table
 from timeline.commit_metadata import CommitMetadata
 from timeline.config import Config
-from timeline.errors import HeartbeatExpiredError
+from timeline.errors import BadRecordsError, HeartbeatExpiredError
 from timeline.fs_view import FileSystemView
 from timeline.markers import IOType, Marker
 from writer.client import (
@@ -28,7 +28,6 @@ from writer.client import (
     WriteOptions,
     bucket_file_id,
 )
-from writer.keys import BadRecordsError
 
 CONFIG = Config.resolve(explicit={"indexer.lock.url": "inprocess"})
 

@@ -11,11 +11,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from timeline.errors import BadRecordsError, SparkWriteError
 from timeline.fs_view import FileSystemView
 from timeline.markers import marker_folder
 from writer.client import Operation, WriteClient, WriteOptions
-from writer.keys import BadRecordsError
-from writer.spark import SparkWriteClient, SparkWriteError
+from writer.spark import SparkWriteClient
 
 from .test_client import commit_metadata, make_table, rows, snapshot
 

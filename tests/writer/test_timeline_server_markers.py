@@ -17,10 +17,10 @@ import pytest
 
 from timeline import Action, Table
 from timeline.config import Config
-from timeline.errors import WriteConflictError
+from timeline.errors import MarkerServerError, WriteConflictError
 from timeline.fs_view import FileSystemView
 from timeline.markers import DirectMarkers, IOType, Marker, read_markers
-from timeline.markers.client import MarkerServerError, TimelineServerMarkers
+from timeline.markers.client import TimelineServerMarkers
 from timeline.markers.server import MarkerServer, MarkerServerConfig
 from timeline.rollback import rollback
 from writer.client import Operation, WriteClient, WriteOptions

@@ -19,23 +19,17 @@ from urllib.parse import urlencode
 
 import urllib3
 
-from timeline.errors import IndexerError, MarkerAlreadyExistsError, WriteConflictError
+from timeline.errors import (
+    MarkerAlreadyExistsError,
+    MarkerServerError,
+    WriteConflictError,
+)
 from timeline.instant import Action, Instant, State
 from timeline.markers.base import Marker, marker_folder, read_markers
 from timeline.markers.server import API
 from timeline.storage import Storage
 
 logger = logging.getLogger(__name__)
-
-
-class MarkerServerError(IndexerError):
-    """The marker server answered with an error, or could not be reached."""
-
-    def __init__(self, url: str, reason: str, status: int | None = None) -> None:
-        super().__init__(f"marker server {url}: {reason}")
-        self.url = url
-        self.reason = reason
-        self.status = status
 
 
 class TimelineServerMarkers:
