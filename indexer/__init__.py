@@ -1,1 +1,1 @@
-"""indexer package (see DESIGN.md)."""
+"""indexer package (docs/architecture.md §1)."""

@@ -1,4 +1,4 @@
-"""The asynchronous indexer (DESIGN.md "Index", REFERENCE §7), beating Hudi's known defects.
+"""The asynchronous indexer (docs/architecture.md §5 and §7.7), beating Hudi's known defects.
 
 ``schedule`` (under the table lock, for milliseconds): validate; t = the last instant of the
 contiguous completed write timeline; create every file group of the requested partitions (empty

@@ -1,4 +1,4 @@
-"""The indexing plan: the content of ``Ti.indexing.requested`` and ``Ti.indexing`` (REFERENCE §7)."""
+"""The indexing plan: the content of ``Ti.indexing.requested`` and ``Ti.indexing`` (docs/architecture.md §5)."""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""metadata_table package (see DESIGN.md)."""
+"""metadata_table package (docs/architecture.md §1)."""

@@ -1,4 +1,4 @@
-"""The metadata table's on-disk layout (our format; REFERENCE §8 for what Hudi does).
+"""The metadata table's on-disk layout (our format; docs/architecture.md §7.8 for what Hudi does).
 
 It lives in a folder of its own, ``.hoodie/.async-indexer`` (see :mod:`timeline.index_state` for
 why not Hudi's ``.hoodie/metadata``)::

@@ -1,7 +1,7 @@
 """Reads for query engines and writers: listings, column stats, data skipping, key lookups.
 
 :class:`IndexedSnapshot` ties a data timeline snapshot to the metadata table and uses only
-*completed* partitions (DESIGN.md invariant 4): with ``files`` completed, listings come from the
+*completed* partitions (docs/architecture.md §3, invariant 4): with ``files`` completed, listings come from the
 index instead of storage; with ``column_stats`` completed, :meth:`prune` skips files whose stats
 prove that no row matches; with ``bloom_filters`` completed, :meth:`lookup_keys` narrows record
 keys to the files that may hold them. A file that has no entry in the index is never pruned.

@@ -1,6 +1,6 @@
 """The metadata table: writes (deltacommits, base files, compaction) and merged reads.
 
-Visibility rules (DESIGN.md invariants 3 and 4):
+Visibility rules (docs/architecture.md §3, invariants 3 and 4):
 
 * a base file ``<fg>_<T>.parquet`` is visible once the metadata-table ``compaction`` instant T is
   completed (initialisation, a from-scratch build, a compaction and an index build all write base

@@ -1,4 +1,4 @@
-"""Commit metadata: the content of a completed write instant (REFERENCE §1), and plans that name
+"""Commit metadata: the content of a completed write instant (docs/architecture.md §7.1), and plans that name
 the file groups a pending table service will touch.
 
 JSON field names follow Hudi (``partitionToWriteStats``, ``fileId``, ``prevCommit`` ...), so a Hudi

@@ -3,7 +3,7 @@
 A base file is visible when the instant in its name is a *completed* write instant (at or before
 the snapshot's instant) and it is the newest such file of its file group; file groups replaced by
 a completed replacecommit are dropped. Files of pending or failed writes are never visible, even
-before they are rolled back (hudi-rs does not filter them on v6 tables, see REFERENCE §2, which is
+before they are rolled back (hudi-rs does not filter them on v6 tables, see docs/architecture.md §7.2, which is
 why rollbacks delete them).
 """
 

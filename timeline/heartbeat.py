@@ -1,4 +1,4 @@
-"""Heartbeats: how a writer shows it is alive (REFERENCE §4).
+"""Heartbeats: how a writer shows it is alive (docs/architecture.md §7.4).
 
 A writer of instant T touches ``.hoodie/.heartbeat/<T>`` every ``interval`` seconds from a
 background thread; liveness is the file's modification time. T's heartbeat is *expired* when the

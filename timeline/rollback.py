@@ -1,4 +1,4 @@
-"""Rolling back failed writes (REFERENCE §4), and the cleaner that finds them.
+"""Rolling back failed writes (docs/architecture.md §7.4), and the cleaner that finds them.
 
 A pending write instant whose heartbeat expired is *failed*. Rolling it back, under the table
 lock: plan the files to delete from its markers (every CREATE and MERGE data file; when it has no

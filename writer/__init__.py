@@ -1,1 +1,1 @@
-"""writer package (see DESIGN.md)."""
+"""writer package (docs/architecture.md §1)."""

@@ -1,6 +1,6 @@
 """The write client: insert, upsert and delete on a copy-on-write table, committed with OCC.
 
-One :class:`WriteTransaction` is one instant T (DESIGN.md, "Commit"):
+One :class:`WriteTransaction` is one instant T (docs/architecture.md §4):
 
 1. start: a new instant time, its heartbeat, then ``T.commit.requested`` (a requested instant
    without a heartbeat file is therefore always a dead writer's);

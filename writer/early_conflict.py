@@ -1,4 +1,4 @@
-"""Early conflict detection with direct markers (REFERENCE §6).
+"""Early conflict detection with direct markers (docs/architecture.md §7.6).
 
 Before a writer creates the marker for file group F in partition P, it checks the markers of
 other live, older writers (:func:`timeline.conflict.early.check_markers`); if one of them is

@@ -1,5 +1,5 @@
 """The crash matrix: SIGKILL the indexer, a writer and the marker server at many distinct points,
-then restart and converge, and check what DESIGN.md promises: no acknowledged commit lost, no
+then restart and converge, and check what docs/architecture.md §3 promises: no acknowledged commit lost, no
 partial file visible to our reader or to hudi-rs, no instant left pending, every completed index
 equal to the from-scratch build.
 

@@ -32,7 +32,7 @@ INPROCESS = Config.resolve(explicit={"indexer.lock.url": "inprocess"})
 
 
 def test_checksum_matches_hudi() -> None:
-    # REFERENCE §1: crc32("default.v6_simplekeygen_nonhivestyle") = 616688896
+    # docs/architecture.md §7.1: crc32("default.v6_simplekeygen_nonhivestyle") = 616688896
     assert table_checksum("v6_simplekeygen_nonhivestyle", "default") == 616688896
 
 

@@ -140,8 +140,8 @@ def test_killed_writer_is_rolled_back_and_hudi_rs_agrees(
     client.upsert(_data(["k001", "k002"], 3, 3.0))  # a later commit beside the dead files
     expected = ours(table)
     assert all(r["fare"] != -1.0 for r in expected), "our reader never shows uncommitted files"
-    # (hudi-rs 0.5 also skips files of non-completed instants; REFERENCE §2 says older versions
-    # did not. Either way the files must go: a rolled-back write leaves no trace.)
+    # (hudi-rs 0.5 also skips files of non-completed instants; docs/architecture.md §7.2 says
+    # older versions did not. Either way the files must go: a rolled-back write leaves no trace.)
     assert hudi_rs(base, storage_options) == expected
 
     time.sleep(HEARTBEAT_MS * 2 / 1000 + 1.2)  # the heartbeat expires (+1 s of S3 mtime resolution)

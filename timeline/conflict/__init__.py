@@ -1,4 +1,4 @@
-"""Optimistic concurrency control (REFERENCE §5): which instants a committing write must check,
+"""Optimistic concurrency control (docs/architecture.md §7.5): which instants a committing write must check,
 and whether it conflicts with each. Strategies are pure objects over :class:`ConcurrentOperation`
 values, tested without storage; :func:`operation_of` builds those values from the timeline.
 """

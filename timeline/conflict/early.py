@@ -1,4 +1,4 @@
-"""Early conflict detection, the part every marker type shares (REFERENCE §6).
+"""Early conflict detection, the part every marker type shares (docs/architecture.md §7.6).
 
 Which other writers a write must look at before (or while) it creates markers: instants older than
 its own, still pending, not a planned table service (compaction, clustering), whose heartbeat is

@@ -1,4 +1,4 @@
-"""Conflict resolution strategies: Simple, Bucket, PreferWriter (REFERENCE §5).
+"""Conflict resolution strategies: Simple, Bucket, PreferWriter (docs/architecture.md §7.5).
 
 Each strategy answers two questions: which instants are *candidates* for a committing write
 (``candidates``), and whether this write conflicts with one of them (``has_conflict``). The

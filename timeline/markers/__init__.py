@@ -1,4 +1,4 @@
-"""Write markers (REFERENCE §3): "this data file is being written by instant T".
+"""Write markers (docs/architecture.md §7.3): "this data file is being written by instant T".
 
 A marker is created before its data file. Finalize uses them to delete files of failed or
 duplicate task attempts that the commit does not name; rollback uses them to delete every file a

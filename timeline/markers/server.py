@@ -1,4 +1,4 @@
-"""Timeline-server-based markers (REFERENCE §3): a batched HTTP marker service.
+"""Timeline-server-based markers (docs/architecture.md §7.3): a batched HTTP marker service.
 
 Writers (or Spark executors) send marker requests over HTTP instead of creating one storage object
 per data file. The server keeps every marker folder's markers in memory; requests wait in a queue,
