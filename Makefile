@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 # setuptools warns on every editable install of a flat layout: not the user's concern
 PIP    := PYTHONWARNINGS=ignore $(PY) -m pip
 
-.PHONY: demo test test-hudi hudi-peer soak lint bench bench-markers system-deps clean
+.PHONY: demo test test-fast test-hudi hudi-peer soak lint bench bench-markers system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,12 @@ hudi-peer: system-deps
 # pytest exits 5 when it collects no test; that is not a failure of the suite.
 test: $(VENV)/.installed-test system-deps hudi-peer
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
+
+# The inner loop: everything but the tests marked slow (a JVM, a cluster, the reliability suites);
+# under 5 minutes on 2 cores. `make test` still runs everything, and CI runs `make test`.
+test-fast: $(VENV)/.installed-test system-deps
+	@$(PY) -m pytest -m "not slow" $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
 # Only the tests that run Apache Hudi itself.

@@ -146,8 +146,28 @@ def hudi(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     peer.close()
 
 
+#: fixtures that make a test slow: a JVM (Spark, Apache Hudi) or a Spark cluster
+SLOW_FIXTURES = {"spark", "hudi", "spark_cluster"}
+#: folders whose every test is slow (crash matrix, concurrency and fault suites, the cluster)
+SLOW_FOLDERS = ("tests/reliability/", "tests/spark/")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that uses Apache Hudi is marked ``hudi`` (``make test-hudi`` runs them alone)."""
+    """Markers from what a test uses, so they cannot drift from the code: ``hudi`` (Apache Hudi
+    itself; ``make test-hudi``), ``s3`` (moto's server), ``postgres`` (a throwaway server) and
+    ``slow`` (a JVM, a cluster, the reliability suites; ``make test-fast`` leaves them out)."""
+    root = Path(__file__).resolve().parent.parent
     for item in items:
-        if "hudi" in getattr(item, "fixturenames", ()):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        params = {str(v) for v in getattr(getattr(item, "callspec", None), "params", {}).values()}
+        if "hudi" in fixtures:
             item.add_marker(pytest.mark.hudi)
+        if fixtures & {"s3_endpoint", "s3_options", "s3_storage"} or any(
+            p == "s3" or p.endswith("-s3") for p in params
+        ):
+            item.add_marker(pytest.mark.s3)
+        if "postgres_url" in fixtures or "postgres" in params:
+            item.add_marker(pytest.mark.postgres)
+        where = item.path.resolve().relative_to(root).as_posix()
+        if fixtures & SLOW_FIXTURES or where.startswith(SLOW_FOLDERS):
+            item.add_marker(pytest.mark.slow)

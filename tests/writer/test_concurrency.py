@@ -30,6 +30,16 @@ def _rows(*items: tuple[str, str, int]) -> pa.Table:
     )
 
 
+def _completed(table: Table, instant_time: str) -> bool:
+    instant = table.timeline.load().get(instant_time)
+    return instant is not None and instant.is_completed
+
+
+def _values(table: Table) -> dict[str, int]:
+    data = FileSystemView(table.timeline, table.timeline.load()).read_snapshot()
+    return {r["uuid"]: r["ts"] for r in data.to_pylist()}
+
+
 def _seed(tmp_path: Path) -> Table:
     table = Table.create(
         str(tmp_path / "t"), "trips", ["uuid"], ["city"], "ts", config=_config(tmp_path)
@@ -150,7 +160,12 @@ def test_dead_writers_markers_are_ignored(tmp_path: Path) -> None:
     time.sleep(0.6)
     live = WriteClient(table, _early()).start(Operation.UPSERT)
     live.write(_rows(("b", "sf", 5)))  # no conflict with a dead writer
+    # the two writes overlap: both hold a marker for the same sf file group
+    groups = {m.file_id for m in dead.markers.all()}
+    assert groups and groups == {m.file_id for m in live.markers.all()}
     live.commit()
+    assert _completed(table, live.instant_time)
+    assert _values(table)["b"] == 5
 
 
 def test_commit_conflict_check(tmp_path: Path) -> None:
@@ -186,4 +201,7 @@ def test_pending_table_service_markers_are_not_conflicts(tmp_path: Path) -> None
     table.heartbeat(compaction.timestamp).beat()  # even with a live heartbeat
     writer = WriteClient(table, _early()).start(Operation.UPSERT)
     writer.write(_rows(("a", "sf", 7)))  # no early conflict with a planned table service
+    assert {m.file_id for m in writer.markers.all()} == {group}  # the same file group
     writer.commit()  # and the compaction was planned before this write: compatible at commit too
+    assert _completed(table, writer.instant_time)
+    assert _values(table)["a"] == 7
