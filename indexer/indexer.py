@@ -39,14 +39,10 @@ from metadata_table.layout import (
     SCHEMAS,
     check_partition,
 )
+from metadata_table.maintenance import compact
 from metadata_table.migrate import MigrationResult, has_legacy_index, migrate
 from metadata_table.records import DataFileInfo, info_from_storage, records_for
-from metadata_table.table import (
-    MetadataTable,
-    check_indexable,
-    compact,
-    configured_file_groups,
-)
+from metadata_table.table import MetadataTable, check_indexable, configured_file_groups
 from timeline.commit_metadata import CommitMetadata
 from timeline.errors import (
     BuildCancelledError,
@@ -60,7 +56,14 @@ from timeline.errors import (
 from timeline.failpoints import failpoint
 from timeline.fs_view import FileSystemView, read_parquet_schema
 from timeline.index_state import IndexState
-from timeline.instant import Action, Instant, State, normalize_timestamp, parse_instant_time
+from timeline.instant import (
+    Action,
+    Instant,
+    State,
+    is_after,
+    normalize_timestamp,
+    parse_instant_time,
+)
 from timeline.locks import LockHandle
 from timeline.markers import marker_folder
 from timeline.removals import REMOVAL_ACTIONS
@@ -71,10 +74,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_SECONDS = 900.0
 _WAIT_ACTIONS = REMOVAL_ACTIONS
-
-
-def _after(a: str, b: str) -> bool:
-    return normalize_timestamp(a) > normalize_timestamp(b)
 
 
 @dataclass
@@ -359,7 +358,7 @@ class AsyncIndexer:
         caught up."""
         t = plan.index_upto
         timeline = self.table.timeline.load()
-        watch = {i.timestamp for i in timeline.write_timeline() if _after(i.timestamp, t)}
+        watch = {i.timestamp for i in timeline.write_timeline() if is_after(i.timestamp, t)}
         watch |= {i.timestamp for i in timeline.pending() if i.action in _WAIT_ACTIONS}
         done: set[str] = set()
         newest = t
@@ -397,7 +396,7 @@ class AsyncIndexer:
         """Under the completion lock: instants completed since the catch-up's last look."""
         applied = []
         for current in self.table.timeline.load().write_timeline().completed():
-            if _after(current.timestamp, plan.index_upto) and _after(
+            if is_after(current.timestamp, plan.index_upto) and is_after(
                 current.timestamp, caught_since
             ):
                 self._ensure_applied(lock, plan, current)

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from metadata_table.layout import PARTITIONS, check_partition
+from metadata_table.maintenance import initialize
 from metadata_table.reads import IndexedSnapshot
 from metadata_table.records import python_value
-from metadata_table.table import MetadataTable, initialize
+from metadata_table.table import MetadataTable
 from timeline.cli import EXIT_OK, Parser, add_common_options, config_from_args, run_subcommands
 from timeline.table import Table
 

@@ -33,8 +33,9 @@ from metadata_table.layout import (
     data_partition,
     enc,
 )
+from metadata_table.reader import MetadataReader
 from metadata_table.records import python_value
-from metadata_table.table import MetadataReader, MetadataTable
+from metadata_table.table import MetadataTable
 from timeline.errors import IndexStateError
 from timeline.fs_view import BaseFile, FileSystemView
 from timeline.instant import Instant

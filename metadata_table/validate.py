@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metadata_table.layout import COLUMN_STATS
-from metadata_table.table import MetadataTable, build_records
+from metadata_table.maintenance import build_records
+from metadata_table.table import MetadataTable
 from timeline.table import Table
 
 

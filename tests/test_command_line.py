@@ -201,7 +201,7 @@ def test_commands_without_spark_answer_json_with_lowercase_states(tmp_path: Path
 
 def test_compaction_reports_progress_per_file_group(tmp_path: Path) -> None:
     from indexer.indexer import AsyncIndexer, IndexerOptions
-    from metadata_table.table import initialize
+    from metadata_table.maintenance import initialize
     from writer.client import WriteClient
 
     table, _ = _table(tmp_path / "t")

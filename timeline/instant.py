@@ -91,6 +91,11 @@ def normalize_timestamp(timestamp: str) -> str:
     return timestamp + "999" if len(timestamp) == 14 else timestamp
 
 
+def is_after(a: str, b: str) -> bool:
+    """Whether instant time ``a`` is later than ``b`` (legacy 14-digit times included)."""
+    return normalize_timestamp(a) > normalize_timestamp(b)
+
+
 def validate_timestamp(timestamp: str) -> str:
     if not _TIMESTAMP_RE.match(timestamp):
         raise InvalidInstantError(timestamp, "an instant time has 17 digits (or 14, legacy)")

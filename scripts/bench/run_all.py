@@ -41,9 +41,9 @@ sys.path.insert(0, str(ROOT))
 
 from indexer.indexer import AsyncIndexer  # noqa: E402
 from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES  # noqa: E402
+from metadata_table.maintenance import initialize  # noqa: E402
 from metadata_table.reads import IndexedSnapshot  # noqa: E402
 from metadata_table.records import info_from_storage  # noqa: E402
-from metadata_table.table import initialize  # noqa: E402
 from timeline import Table  # noqa: E402
 from timeline.config import Config  # noqa: E402
 from timeline.fs_view import FileSystemView  # noqa: E402

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES, PARTITIONS
+from metadata_table.maintenance import compact, initialize
 from metadata_table.reads import IndexedSnapshot
-from metadata_table.table import compact, initialize
 from timeline import Table
 from timeline.config import LOCK_URL
 from timeline.fs_view import FileSystemView

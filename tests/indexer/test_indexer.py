@@ -13,7 +13,8 @@ import pytest
 
 from indexer.indexer import AsyncIndexer, IndexerOptions
 from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES, PARTITIONS
-from metadata_table.table import MetadataTable, build_records, initialize
+from metadata_table.maintenance import build_records, initialize
+from metadata_table.table import MetadataTable
 from timeline import Action, Table
 from timeline.config import Config
 from timeline.errors import ConfigError, IndexBuildAbortedError, InjectedFailure

@@ -15,7 +15,8 @@ import pytest
 from indexer.indexer import AsyncIndexer
 from metadata_table import migrate as migration
 from metadata_table.layout import COLUMN_STATS, FILES
-from metadata_table.table import MetadataTable, build_records, initialize
+from metadata_table.maintenance import build_records, initialize
+from metadata_table.table import MetadataTable
 from timeline import Table, properties
 from timeline.config import LOCK_URL
 from timeline.errors import IndexStateError

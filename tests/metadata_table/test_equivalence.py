@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from metadata_table.layout import PARTITIONS
-from metadata_table.table import MetadataTable, build_records, initialize
+from metadata_table.maintenance import build_records, initialize
+from metadata_table.table import MetadataTable
 from timeline import Table
 from timeline.config import Config
 from timeline.errors import WriteConflictError

@@ -16,8 +16,9 @@ from hypothesis import strategies as st
 
 from metadata_table.filters import col
 from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES, PARTITIONS, MetadataFile
+from metadata_table.maintenance import build_records, compact, initialize
 from metadata_table.reads import IndexedSnapshot
-from metadata_table.table import MetadataTable, build_records, compact, initialize
+from metadata_table.table import MetadataTable
 from timeline import Action, Table
 from timeline.config import Config
 from timeline.errors import CommitStateUnknownError

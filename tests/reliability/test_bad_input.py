@@ -27,7 +27,8 @@ import metadata_table.cli
 import timeline.cli
 import writer.cli
 from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES
-from metadata_table.table import MetadataTable, build_records, initialize
+from metadata_table.maintenance import build_records, initialize
+from metadata_table.table import MetadataTable
 from timeline import Action, Table
 from timeline.config import Config
 from timeline.errors import BadRecordsError, CorruptInstantError

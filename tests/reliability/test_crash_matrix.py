@@ -27,7 +27,8 @@ import pytest
 
 from indexer.indexer import AsyncIndexer, IndexerOptions
 from metadata_table.layout import PARTITIONS
-from metadata_table.table import MetadataTable, build_records, initialize
+from metadata_table.maintenance import build_records, initialize
+from metadata_table.table import MetadataTable
 from timeline import Table
 from timeline.config import Config
 from timeline.fs_view import FileSystemView

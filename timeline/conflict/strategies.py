@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from timeline.conflict.operation import ConcurrentOperation, TxnStart
 from timeline.errors import ConfigError, WriteConflictError
-from timeline.instant import Action, Instant, normalize_timestamp
+from timeline.instant import Action, Instant, is_after
 from timeline.timeline import Timeline
 
 _PLANNED_SERVICES = (Action.COMPACTION, Action.REPLACE_COMMIT)
@@ -22,7 +22,7 @@ _INGESTION = (Action.COMMIT, Action.DELTA_COMMIT)
 
 
 def _after(a: str, b: str | None) -> bool:
-    return b is None or normalize_timestamp(a) > normalize_timestamp(b)
+    return b is None or is_after(a, b)
 
 
 class ConflictResolutionStrategy(ABC):

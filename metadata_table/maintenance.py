@@ -1,0 +1,167 @@
+"""Building metadata partitions from scratch, and compacting them.
+
+``build_records`` computes a partition over a snapshot from the data files' footers: the oracle
+every incrementally kept partition must equal. ``initialize`` builds partitions synchronously
+under the table lock (new or small tables; large ones use the asynchronous indexer).
+``compact`` merges each file group's base file and applicable logs into a new base file.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import pyarrow as pa
+
+from metadata_table.layout import (
+    COLUMN_STATS,
+    NOTHING,
+    check_partition,
+    read_records,
+)
+from metadata_table.reader import MetadataReader
+from metadata_table.records import DataFileInfo, info_from_storage, records_for
+from metadata_table.table import MetadataTable, check_indexable, configured_file_groups
+from timeline.fs_view import FileSystemView
+from timeline.instant import Instant, is_after
+from timeline.table import Table
+from timeline.timeline import Timeline
+
+logger = logging.getLogger(__name__)
+
+
+def committed_data_files(
+    table: Table, timeline: Timeline, upto: str | None = None
+) -> list[DataFileInfo]:
+    """Footers of every committed base file (every version still on storage), optionally only
+    of instants up to ``upto``."""
+    view = FileSystemView(table.timeline, timeline)
+    files = [
+        b
+        for b in view.all_base_files
+        if view.is_committed(b.instant_time)
+        and (upto is None or not is_after(b.instant_time, upto))
+    ]
+    return [
+        info_from_storage(table.storage, b.partition_path, b.file_name, b.size, b.instant_time)
+        for b in files
+    ]
+
+
+def build_records(
+    table: Table,
+    timeline: Timeline,
+    partition: str,
+    columns: Sequence[str] | None = None,
+    upto: str | None = None,
+) -> pa.Table:
+    """The records of ``partition`` computed from scratch over a snapshot: the oracle every
+    incrementally maintained partition must equal."""
+    infos = committed_data_files(table, timeline, upto)
+    return records_for(
+        check_partition(partition), infos, columns if partition == COLUMN_STATS else None
+    ).sort_by("key")
+
+
+def initialize(
+    table: Table,
+    partitions: Sequence[str],
+    columns: Sequence[str] | None = None,
+    groups: dict[str, int] | None = None,
+) -> list[str]:
+    """Build ``partitions`` synchronously and mark them completed, holding the table lock
+    throughout: for new or small tables (large ones use the asynchronous indexer). Returns the
+    partitions built (already completed or inflight ones are skipped)."""
+    check_indexable(table)
+    mdt = MetadataTable(table)
+    with table.lock("initialize metadata") as lock:
+        state = table.reload_index_state()
+        todo = [p for p in partitions if check_partition(p) not in state.partitions]
+        if not todo:
+            return []
+        if columns and COLUMN_STATS in todo:
+            table.update_index_state(
+                lock, lambda s: replace(s, column_stats_columns=tuple(columns))
+            )
+        timeline = table.timeline.load()
+        last = timeline.last_contiguous_completed_write()
+        upto = last.timestamp if last else NOTHING
+        after = [
+            i.timestamp
+            for i in timeline.write_timeline().completed()
+            if is_after(i.timestamp, upto)
+        ]
+        base_infos = committed_data_files(table, timeline, upto)
+        later = [i for i in committed_data_files(table, timeline) if i.instant in after]
+        for partition in todo:
+            count = (groups or {}).get(partition) or configured_file_groups(table.config, partition)
+            records = records_for(
+                partition, base_infos, columns if partition == COLUMN_STATS else None
+            )
+            mdt.write_base_files(
+                partition, records, upto, table.timeline.generator.next(), count, lock
+            )
+        by_instant: dict[str, list[DataFileInfo]] = defaultdict(list)
+        for info in later:
+            by_instant[info.instant].append(info)
+        for instant_time, infos in sorted(by_instant.items()):
+            for partition in todo:
+                rows = records_for(partition, infos, columns if partition == COLUMN_STATS else None)
+                mdt.write_logs(partition, instant_time, rows, lock)
+        table.update_metadata_partitions(lock, add_inflight=todo)
+        table.update_metadata_partitions(lock, complete=todo)
+    return todo
+
+
+def compact(
+    table: Table, partition: str, progress: Callable[[int, int], None] | None = None
+) -> Instant | None:
+    """Merge each file group's base file and applicable logs into a new base file covering the
+    last contiguous completed data instant W (so no data instant before W is pending). Readers
+    see the same records before and after. Returns the compaction instant, or None if no file
+    group had logs to merge or the partition does not reflect every completed instant yet (the
+    daemon's sync applies them first)."""
+    mdt = MetadataTable(table)
+    timeline = table.timeline.load()
+    last = timeline.last_contiguous_completed_write()
+    if last is None:
+        return None
+    upto = last.timestamp
+    reader = mdt.reader(timeline)
+    behind = reader.unapplied(partition)
+    if behind:
+        # a base covering W would record these as applied without their records: sync first
+        logger.info(
+            "compaction of %s waits: %d completed instant(s) not applied yet (%s)",
+            partition,
+            len(behind),
+            behind[0].timestamp,
+        )
+        return None
+    slices = reader.slices(partition)
+    base_marks = {}
+    for fg, (base, _logs) in slices.items():
+        mark = NOTHING
+        if base is not None:
+            mark = read_records(mdt.storage, base.path, ["key"])[1] or NOTHING
+        base_marks[fg] = mark
+    pending_logs = any(
+        is_after(log.instant, base_marks[fg]) and not is_after(log.instant, upto)
+        for fg, (_, logs) in slices.items()
+        for log in logs
+    )
+    if not pending_logs:
+        return None
+    # every record visible up to W, merged, becomes the new base
+    visible = _restricted_reader(mdt, timeline, upto).read(partition)
+    return mdt.write_base_files(
+        partition, visible, upto, table.timeline.generator.next(), len(slices), progress=progress
+    )
+
+
+def _restricted_reader(mdt: MetadataTable, timeline: Timeline, upto: str) -> MetadataReader:
+    """A reader that applies only logs of data instants up to ``upto``."""
+    limited = timeline.filter(lambda i: not is_after(i.timestamp, upto))
+    return MetadataReader(mdt, limited)
