@@ -18,7 +18,6 @@ from typing import Any, ClassVar
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from indexer.indexer import DEFAULT_TIMEOUT_SECONDS, AsyncIndexer, IndexerOptions
-from metadata_table.validate import validate
 from timeline.cli import (
     EXIT_ERROR,
     EXIT_OK,
@@ -185,10 +184,10 @@ def _sync(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    table = _indexer(args).table
+    writer = _indexer(args).writer
     bar = _Progress(enabled=False if args.json else None)
     try:
-        reports = validate(table, bar.step("validate"))
+        reports = writer.validate(bar.step("validate"))
     finally:
         bar.close()
     ok = all(r.ok for r in reports)

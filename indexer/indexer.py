@@ -29,21 +29,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from indexer.build import BuildTarget, cleanup_failed_attempts, run_build
+from indexer.build import run_build
 from indexer.plan import IndexPlan, PartitionPlan, is_hudi_plan
-from metadata_table.layout import (
-    COLUMN_STATS,
-    FILES,
-    NOTHING,
-    PARTITIONS,
-    SCHEMAS,
-    check_partition,
-)
-from metadata_table.maintenance import compact
-from metadata_table.migrate import MigrationResult, has_legacy_index, migrate
-from metadata_table.records import DataFileInfo, info_from_storage, records_for
-from metadata_table.table import MetadataTable, check_indexable, configured_file_groups
-from timeline.commit_metadata import CommitMetadata
+from metadata_table.layout import PARTITIONS, check_partition
+from metadata_table.partition_writer import NOTHING, MigrationResult, PartitionWriter
 from timeline.errors import (
     BuildCancelledError,
     CatchUpTimeoutError,
@@ -65,7 +54,6 @@ from timeline.instant import (
     parse_instant_time,
 )
 from timeline.locks import LockHandle
-from timeline.markers import marker_folder
 from timeline.removals import REMOVAL_ACTIONS
 from timeline.spark import spark_session
 from timeline.table import Table
@@ -105,7 +93,8 @@ class AsyncIndexer:
         self.table = table
         self.options = options or IndexerOptions()
         self._spark = spark
-        self.mdt = MetadataTable(table)
+        #: the metadata table's files are written through this, and only this
+        self.writer = PartitionWriter(table)
         self.stats: dict[str, float] = {
             "catch_up_instants": 0,
             "synced_instants": 0,
@@ -146,7 +135,7 @@ class AsyncIndexer:
         if not index_types:
             raise ConfigError("--index-types", "name at least one of " + ", ".join(PARTITIONS))
         types = [check_partition(t) for t in dict.fromkeys(index_types)]
-        check_indexable(self.table)
+        self.writer.check_indexable()
         if columns:
             known = self._table_columns()
             if known is not None:
@@ -161,7 +150,7 @@ class AsyncIndexer:
     def migrate(self) -> MigrationResult:
         """Move an index an earlier version built in ``.hoodie/metadata`` to its own folder (every
         command that writes the index does this first; nothing happens on other tables)."""
-        return migrate(self.table)
+        return self.writer.migrate()
 
     def schedule(self, index_types: Sequence[str], columns: Sequence[str] = ()) -> ScheduleResult:
         types = self.validate(index_types, columns)
@@ -183,12 +172,9 @@ class AsyncIndexer:
             )
             plans = []
             for partition in todo:
-                groups = configured_file_groups(self.table.config, partition)
-                empty = SCHEMAS[partition].empty_table()
-                self.mdt.write_base_files(
-                    partition, empty, NOTHING, self.table.timeline.generator.next(), groups, lock
-                )
-                cols = tuple(columns) if partition == COLUMN_STATS else ()
+                groups = self.writer.configured_groups(partition)
+                self.writer.create_partition(partition, groups, lock)
+                cols = tuple(columns) if self.writer.takes_columns(partition) else ()
                 plans.append(PartitionPlan(partition, upto, cols, groups))
             plan = IndexPlan(tuple(plans))
             failpoint("schedule.before_plan")
@@ -209,12 +195,14 @@ class AsyncIndexer:
         return ScheduleResult(requested, todo, skipped, seconds)
 
     def _mark_inflight(self, lock: LockHandle, plan: IndexPlan) -> None:
-        columns = next((p.columns for p in plan.partitions if p.partition == COLUMN_STATS), ())
+        """The plan's partitions become inflight; the columns of those that take columns are
+        recorded for writers (all of a plan's such partitions index the same columns)."""
+        with_columns = [p for p in plan.partitions if self.writer.takes_columns(p.partition)]
 
         def change(state: IndexState) -> IndexState:
             updated = state.with_partitions(add_inflight=plan.names)
-            if COLUMN_STATS in plan.names:
-                updated = replace(updated, column_stats_columns=tuple(columns))
+            if with_columns:
+                updated = replace(updated, column_stats_columns=tuple(with_columns[0].columns))
             return updated
 
         self.table.update_index_state(lock, change)
@@ -281,8 +269,7 @@ class AsyncIndexer:
                 instant = self.table.timeline.transition_to_inflight(instant)
         failpoint("execute.after_inflight")
         self._checkpoint("building")
-        cleanup_failed_attempts(self.mdt, plan.names)
-        self.table.storage.delete(marker_folder(instant.timestamp), recursive=True)
+        self.writer.discard_failed_builds(plan.names, marker_instant=instant.timestamp)
         self._build(instant, plan)
         failpoint("execute.after_build")
         self._checkpoint("catching up")
@@ -304,7 +291,7 @@ class AsyncIndexer:
             self.table.update_metadata_partitions(lock, complete=plan.names)
             failpoint("complete.after_partitions")
             done = self._complete_instant(lock, instant, plan.with_index_upto(caught))
-        self.table.storage.delete(marker_folder(instant.timestamp), recursive=True)
+        self.writer.delete_markers(instant.timestamp)
         return done
 
     def _complete_instant(self, lock: LockHandle, instant: Instant, plan: IndexPlan) -> Instant:
@@ -317,28 +304,23 @@ class AsyncIndexer:
 
     def _build(self, instant: Instant, plan: IndexPlan) -> None:
         state = self.table.reload_index_state()
-        targets = []
-        inflight = []
-        for p in plan.partitions:
-            build_instant = self.table.timeline.generator.next()
-            inflight.append(
-                self.mdt.begin_base_files(p.partition, p.index_upto, build_instant, p.file_groups)
-            )
-            targets.append(BuildTarget(p.partition, p.file_groups, p.columns, build_instant))
+        builds = [
+            self.writer.begin_build(p.partition, p.index_upto, p.file_groups, p.columns)
+            for p in plan.partitions
+        ]
         failpoint("build.mid")
+        files = self.writer.visible_files(self.table.timeline.load(), plan.index_upto, state)
         sizes = run_build(
-            self.table,
-            self.table.timeline.load(),
+            self.table.storage,
+            files,
+            builds,
             instant.timestamp,
-            targets,
-            plan.index_upto,
             self.spark,
             self.options.parallelism,
-            use_files_index=FILES in state.completed,
             progress=self._reporter("build"),
         )
-        for started, target in zip(inflight, targets, strict=True):
-            self.mdt.complete_base_files(started, sizes[target.partition])
+        for build in builds:
+            self.writer.complete_build(build, sizes[build.partition])
 
     def _reporter(self, step: str) -> Callable[[int, int], None] | None:
         report = self.options.progress
@@ -406,40 +388,9 @@ class AsyncIndexer:
     def _ensure_applied(self, lock: LockHandle, plan: IndexPlan, instant: Instant) -> None:
         """Make sure data instant ``instant``'s records are in every partition of the plan, per
         file group (Hudi checked only that a deltacommit with the timestamp existed)."""
-        delta = self.mdt.timeline.load().get(instant.timestamp, Action.DELTA_COMMIT)
-        if delta is not None and delta.is_completed:
-            logged = self.mdt.timeline.read_json(delta).get("logFiles", {})
-            if all(p in logged for p in plan.names):
-                return
-        infos = self._infos_of(instant)
-        for p in plan.partitions:
-            columns = list(p.columns) or None if p.partition == COLUMN_STATS else None
-            rows = records_for(p.partition, infos, columns)
-            self.mdt.write_logs(p.partition, instant.timestamp, rows, lock)
-
-    def _infos_of(
-        self, instant: Instant, metadata: CommitMetadata | None = None
-    ) -> list[DataFileInfo]:
-        """What the index needs of the data files a completed instant wrote (their footers). A
-        file a later clean or restore already deleted is left out: it is no longer live, and
-        that removal's own tombstones account for it."""
-        if metadata is None:
-            metadata = CommitMetadata.from_bytes(self.table.timeline.read_content(instant))
-        infos = []
-        for s in metadata.write_stats:
-            try:
-                infos.append(
-                    info_from_storage(
-                        self.table.storage,
-                        s.partition_path,
-                        s.file_name,
-                        s.file_size_in_bytes,
-                        instant.timestamp,
-                    )
-                )
-            except StorageFileNotFoundError:
-                logger.warning("%s of %s is no longer on storage: not indexed", s.path, instant)
-        return infos
+        if set(plan.names) <= self.writer.logged_partitions(instant.timestamp):
+            return
+        self.writer.log_instant(lock, instant, {p.partition: p.columns for p in plan.partitions})
 
     # --- sync ------------------------------------------------------------------------------------
 
@@ -456,14 +407,7 @@ class AsyncIndexer:
             behind = self.unapplied()
             for number, (timestamp, (instant, partitions)) in enumerate(behind.items()):
                 self._report("sync", number, len(behind))
-                reader = self.mdt.reader(self.table.timeline.load())
-                if instant.action in REMOVAL_ACTIONS:
-                    removal = reader.removal(instant)
-                    records = {p: self.mdt.tombstones(reader, p, removal) for p in partitions}
-                else:
-                    infos = self._infos_of(instant, reader.commit_metadata(instant))
-                    records = self.mdt.records_of(partitions, infos, state)
-                self.mdt.apply_completed(timestamp, records, lock)
+                self.writer.apply(lock, instant, partitions, state)
                 logger.info("sync applied %s to %s", timestamp, ",".join(partitions))
             self._report("sync", len(behind), len(behind))
         self.stats["synced_instants"] += len(behind)
@@ -471,24 +415,12 @@ class AsyncIndexer:
 
     def lost(self) -> dict[str, str]:
         """Completed partitions whose files vanished or were replaced, with the reason."""
-        reader = self.mdt.reader(self.table.timeline.load())
-        found = {p: reader.lost(p) for p in self.table.reload_index_state().completed}
-        return {p: reason for p, reason in found.items() if reason}
+        return self.writer.lost(self.table.reload_index_state().completed)
 
     def unapplied(self) -> dict[str, tuple[Instant, list[str]]]:
         """Completed data instants that completed partitions do not reflect, oldest first, each
         with those partitions."""
-        state = self.table.reload_index_state()
-        if not state.completed:
-            return {}
-        reader = self.mdt.reader(self.table.timeline.load())
-        found: dict[str, tuple[Instant, list[str]]] = {}
-        for partition in state.completed:
-            if reader.lost(partition):
-                continue  # not read, not synced: the daemon rebuilds it
-            for instant in reader.unapplied(partition):
-                found.setdefault(instant.timestamp, (instant, []))[1].append(partition)
-        return dict(sorted(found.items(), key=lambda item: normalize_timestamp(item[0])))
+        return self.writer.unapplied(self.table.reload_index_state().completed)
 
     # --- abort, drop, run ------------------------------------------------------------------------
 
@@ -505,8 +437,7 @@ class AsyncIndexer:
             doomed = [p for p in names if p not in state.completed]
             self.table.update_metadata_partitions(lock, remove=doomed)
             failpoint("abort.mid")
-            self._delete_partitions(doomed)
-            self.table.storage.delete(marker_folder(instant.timestamp), recursive=True)
+            self.writer.drop(doomed, marker_instant=instant.timestamp)
             lock.ensure_valid()
             self.table.timeline.delete_pending(current)
 
@@ -518,12 +449,6 @@ class AsyncIndexer:
         except CorruptInstantError as e:
             logger.error("%s", e)
             return None
-
-    def _delete_partitions(self, partitions: Sequence[str]) -> None:
-        for partition in partitions:
-            self.mdt.storage.delete(partition, recursive=True)
-        # pending metadata compactions of those partitions go with them
-        cleanup_failed_attempts(self.mdt, list(partitions))
 
     def drop(self, index_types: Sequence[str]) -> list[str]:
         """Remove indexes while writers run: pending plans for them are aborted; writers that
@@ -538,7 +463,7 @@ class AsyncIndexer:
                 self.abort(pending, f"dropped: {', '.join(types)}" if plan else "unreadable plan")
         with self._lock("drop index") as lock:
             self.table.update_metadata_partitions(lock, remove=types)
-            self._delete_partitions(types)
+            self.writer.drop(types)
         logger.info("dropped %s", ",".join(present) or "nothing")
         return present
 
@@ -552,7 +477,7 @@ class AsyncIndexer:
         completed = self.table.reload_index_state().completed
         names = [check_partition(p) for p in partitions] if partitions else list(completed)
         todo = [p for p in names if p in completed]
-        groups = {p: len(self.mdt.file_groups(p)) for p in todo}
+        groups = {p: self.writer.file_group_count(p) for p in todo}
         total, done = sum(groups.values()), 0
         compacted: dict[str, Instant] = {}
         for partition in todo:
@@ -560,7 +485,7 @@ class AsyncIndexer:
             def report(written: int, _groups: int, offset: int = done) -> None:
                 self._report("compact", offset + written, total)
 
-            instant = compact(self.table, partition, report)
+            instant = self.writer.compact(partition, report)
             done += groups[partition]
             self._report("compact", done, total)
             if instant is not None:
@@ -605,22 +530,23 @@ class AsyncIndexer:
         """Per partition: its state, the newest data instant it reflects, the completed data
         instants it does not reflect yet (count, and age in seconds of the oldest, from its
         completion time) and its size on storage."""
-        reader = self.mdt.reader(self.table.timeline.load())
+        lost = [p for p, state in partitions.items() if state == "lost"]
+        described = self.writer.describe(sorted(partitions), lost)
         now = time.time()
         out = {}
         for partition, state in sorted(partitions.items()):
             missing = [i for i, ps in behind.values() if partition in ps]
-            files, size = reader.size(partition)
             oldest = None
             if missing:
                 oldest = round(now - self._completed_at(missing[0]), 1)
+            found = described[partition]
             out[partition] = {
                 "state": state,
-                "reflects_upto": reader.reflects_upto(partition) if state != "lost" else None,
+                "reflects_upto": found["reflects_upto"],
                 "unapplied_instants": len(missing),
                 "oldest_unapplied_age_seconds": oldest,
-                "files": files,
-                "bytes": size,
+                "files": found["files"],
+                "bytes": found["bytes"],
             }
         return out
 
@@ -677,7 +603,7 @@ class AsyncIndexer:
             "partitions": partitions,
             "lag": self._lag(partitions, behind),
             "indexing": indexing,
-            "legacy_index": has_legacy_index(self.table),
+            "legacy_index": self.writer.has_legacy_index(),
             "lost": lost,
             "unapplied": {
                 p: [t for t, (_, ps) in behind.items() if p in ps]

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 import pyarrow as pa
 
+from metadata_table.index_types import index_type
 from metadata_table.layout import (
     COLUMN_STATS,
     NOTHING,
@@ -22,8 +23,8 @@ from metadata_table.layout import (
     read_records,
 )
 from metadata_table.reader import MetadataReader
-from metadata_table.records import DataFileInfo, info_from_storage, records_for
-from metadata_table.table import MetadataTable, check_indexable, configured_file_groups
+from metadata_table.records import DataFileInfo, info_from_storage
+from metadata_table.table import MetadataTable, check_indexable
 from timeline.fs_view import FileSystemView
 from timeline.instant import Instant, is_after
 from timeline.table import Table
@@ -60,9 +61,7 @@ def build_records(
     """The records of ``partition`` computed from scratch over a snapshot: the oracle every
     incrementally maintained partition must equal."""
     infos = committed_data_files(table, timeline, upto)
-    return records_for(
-        check_partition(partition), infos, columns if partition == COLUMN_STATS else None
-    ).sort_by("key")
+    return index_type(partition).records(infos, columns or ()).sort_by("key")
 
 
 def initialize(
@@ -96,10 +95,9 @@ def initialize(
         base_infos = committed_data_files(table, timeline, upto)
         later = [i for i in committed_data_files(table, timeline) if i.instant in after]
         for partition in todo:
-            count = (groups or {}).get(partition) or configured_file_groups(table.config, partition)
-            records = records_for(
-                partition, base_infos, columns if partition == COLUMN_STATS else None
-            )
+            kind = index_type(partition)
+            count = (groups or {}).get(partition) or kind.configured_groups(table.config)
+            records = kind.records(base_infos, columns or ())
             mdt.write_base_files(
                 partition, records, upto, table.timeline.generator.next(), count, lock
             )
@@ -108,7 +106,7 @@ def initialize(
             by_instant[info.instant].append(info)
         for instant_time, infos in sorted(by_instant.items()):
             for partition in todo:
-                rows = records_for(partition, infos, columns if partition == COLUMN_STATS else None)
+                rows = index_type(partition).records(infos, columns or ())
                 mdt.write_logs(partition, instant_time, rows, lock)
         table.update_metadata_partitions(lock, add_inflight=todo)
         table.update_metadata_partitions(lock, complete=todo)

@@ -25,11 +25,8 @@ import pyarrow.parquet as pq
 
 from metadata_table.bloom import BLOOM_TYPE, SplitBlockBloomFilter, parse_bloom_filter
 from metadata_table.layout import (
-    BLOOM_FILTERS,
     BLOOM_FILTERS_SCHEMA,
-    COLUMN_STATS,
     COLUMN_STATS_SCHEMA,
-    FILES,
     FILES_SCHEMA,
     NON_PARTITIONED,
     column_stats_key,
@@ -284,15 +281,3 @@ def bloom_records(infos: Iterable[DataFileInfo]) -> pa.Table:
         if i.bloom is not None
     ]
     return pa.Table.from_pylist(rows, schema=BLOOM_FILTERS_SCHEMA)
-
-
-def records_for(
-    partition: str, infos: list[DataFileInfo], columns: Sequence[str] | None = None
-) -> pa.Table:
-    if partition == FILES:
-        return files_records(infos)
-    if partition == COLUMN_STATS:
-        return column_stats_records(infos, columns)
-    if partition == BLOOM_FILTERS:
-        return bloom_records(infos)
-    raise ValueError(partition)

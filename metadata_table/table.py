@@ -27,11 +27,9 @@ from collections.abc import Callable, Iterable
 
 import pyarrow as pa
 
+from metadata_table.index_types import index_type
 from metadata_table.layout import (
-    BLOOM_FILTERS,
-    COLUMN_STATS,
     DEFAULT_FILE_GROUPS,
-    FILES,
     METADATA_FOLDER,
     SCHEMAS,
     MetadataFile,
@@ -44,13 +42,7 @@ from metadata_table.layout import (
     write_records,
 )
 from metadata_table.reader import MetadataReader
-from metadata_table.records import DataFileInfo, records_for
-from timeline.config import (
-    BLOOM_FILTER_FILE_GROUPS,
-    COLUMN_STATS_FILE_GROUPS,
-    FILES_FILE_GROUPS,
-    Config,
-)
+from metadata_table.records import DataFileInfo
 from timeline.errors import FileAlreadyExistsError, TableConfigError
 from timeline.index_state import IndexState
 from timeline.instant import Action, Instant, State
@@ -77,16 +69,6 @@ def check_indexable(table: Table) -> None:
             "files alone could make data skipping drop file slices whose log files hold matching "
             "rows (copy-on-write tables are)",
         )
-
-
-def configured_file_groups(config: Config, partition: str) -> int:
-    """File groups a new partition gets, from the configuration (defaults 1 / 2 / 4)."""
-    key = {
-        FILES: FILES_FILE_GROUPS,
-        COLUMN_STATS: COLUMN_STATS_FILE_GROUPS,
-        BLOOM_FILTERS: BLOOM_FILTER_FILE_GROUPS,
-    }
-    return config.get(key[check_partition(partition)])
 
 
 class MetadataTable:
@@ -257,10 +239,8 @@ class MetadataTable:
     def records_of(
         self, partitions: Iterable[str], infos: list[DataFileInfo], state: IndexState
     ) -> dict[str, pa.Table]:
-        columns = list(state.column_stats_columns) or None
-        return {
-            p: records_for(p, infos, columns if p == COLUMN_STATS else None) for p in partitions
-        }
+        columns = state.column_stats_columns
+        return {p: index_type(p).records(infos, columns) for p in partitions}
 
     def tombstones(self, reader: MetadataReader, partition: str, removal: Removal) -> pa.Table:
         """Deletion records, at the removal's instant time, for every record of ``partition``

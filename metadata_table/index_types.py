@@ -1,0 +1,83 @@
+"""Index types: what each metadata partition holds, declared once.
+
+An index type is its name (the metadata partition), its record schema (whose ``key`` column
+routes a record to a file group and orders a file), how its records are made from data files'
+footers, the configuration key of its file-group count, and whether it indexes chosen columns.
+The indexer, the partition writer, initialisation, compaction and validation all go through
+:func:`index_type`; a new index type is one more entry in :data:`INDEX_TYPES` and its records
+function, with no change to the code that builds, catches up, syncs or compacts it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from metadata_table.layout import (
+    BLOOM_FILTERS,
+    BLOOM_FILTERS_SCHEMA,
+    COLUMN_STATS,
+    COLUMN_STATS_SCHEMA,
+    FILES,
+    FILES_SCHEMA,
+    check_partition,
+)
+from metadata_table.records import (
+    DataFileInfo,
+    bloom_records,
+    column_stats_records,
+    files_records,
+)
+from timeline.config import (
+    BLOOM_FILTER_FILE_GROUPS,
+    COLUMN_STATS_FILE_GROUPS,
+    FILES_FILE_GROUPS,
+    Config,
+    ConfigKey,
+)
+
+#: records of some data files; the second argument is the chosen columns (None: all)
+RecordsOf = Callable[[Sequence[DataFileInfo], Sequence[str] | None], pa.Table]
+
+
+@dataclass(frozen=True)
+class IndexType:
+    name: str
+    schema: pa.Schema
+    make_records: RecordsOf
+    file_groups_key: ConfigKey[int]
+    takes_columns: bool = False
+
+    def records(self, infos: Sequence[DataFileInfo], columns: Sequence[str] = ()) -> pa.Table:
+        """The records of ``infos``; ``columns`` (empty: all) only where the type takes them."""
+        chosen = list(columns) or None if self.takes_columns else None
+        return self.make_records(infos, chosen)
+
+    def configured_groups(self, config: Config) -> int:
+        """File groups a new partition of this type gets."""
+        return config.get(self.file_groups_key)
+
+
+INDEX_TYPES: dict[str, IndexType] = {
+    FILES: IndexType(FILES, FILES_SCHEMA, lambda infos, _: files_records(infos), FILES_FILE_GROUPS),
+    COLUMN_STATS: IndexType(
+        COLUMN_STATS,
+        COLUMN_STATS_SCHEMA,
+        column_stats_records,
+        COLUMN_STATS_FILE_GROUPS,
+        takes_columns=True,
+    ),
+    BLOOM_FILTERS: IndexType(
+        BLOOM_FILTERS,
+        BLOOM_FILTERS_SCHEMA,
+        lambda infos, _: bloom_records(infos),
+        BLOOM_FILTER_FILE_GROUPS,
+    ),
+}
+
+
+def index_type(name: str) -> IndexType:
+    """The index type of metadata partition ``name``; an unknown name is an error naming it."""
+    return INDEX_TYPES[check_partition(name)]

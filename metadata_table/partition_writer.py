@@ -1,0 +1,319 @@
+"""The one way into the metadata table's files for the code that fills it.
+
+Only :mod:`metadata_table` names, writes or deletes metadata-table files. The indexer (and any
+table service to come) works through :class:`PartitionWriter` on the driver and through
+:class:`PartitionBuild` in Spark tasks, which is small and picklable:
+
+* schedule: :meth:`PartitionWriter.create_partition` makes every file group of a new partition;
+* build: :meth:`PartitionWriter.begin_build` starts the metadata compaction instant that writes a
+  partition's base files; in tasks, :meth:`PartitionBuild.records` makes a data file's records and
+  :meth:`PartitionBuild.write_group` writes one file group's base file behind a marker;
+  :meth:`PartitionWriter.complete_build` completes the instant;
+* catch-up and sync: :meth:`PartitionWriter.logged_partitions` says which partitions a data
+  instant is logged in, :meth:`PartitionWriter.log_instant` writes the logs it lacks (skipping
+  those that exist), :meth:`PartitionWriter.apply` applies an instant that completed without the
+  index (a commit, or a clean, rollback or restore);
+* failure and drop: :meth:`PartitionWriter.discard_failed_builds`, :meth:`PartitionWriter.drop`.
+
+An index type plugs in through :mod:`metadata_table.index_types` (its record schema, its key, how
+its records are made from a data file's footer); nothing here or in the indexer changes per type.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from metadata_table.index_types import index_type
+from metadata_table.layout import (
+    FILES,
+    METADATA_FOLDER,
+    NOTHING,
+    base_file_name,
+    file_group_id,
+    file_group_of,
+)
+from metadata_table.maintenance import compact
+from metadata_table.migrate import MigrationResult, has_legacy_index, migrate
+from metadata_table.records import DataFileInfo, info_from_storage
+from metadata_table.table import MetadataTable, check_indexable, write_base_file
+from metadata_table.validate import PartitionReport, validate
+from timeline.commit_metadata import CommitMetadata
+from timeline.errors import MarkerAlreadyExistsError, StorageFileNotFoundError
+from timeline.fs_view import FileSystemView
+from timeline.index_state import IndexState
+from timeline.instant import Action, Instant, State, normalize_timestamp
+from timeline.locks import LockHandle
+from timeline.markers import DirectMarkers, IOType, Marker, marker_folder
+from timeline.removals import REMOVAL_ACTIONS
+from timeline.storage import Storage
+from timeline.table import Table
+from timeline.timeline import Timeline
+
+logger = logging.getLogger(__name__)
+
+#: (partition path, file name, size, instant) of a committed data file
+DataFile = tuple[str, str, int, str]
+
+
+@dataclass(frozen=True)
+class PartitionBuild:
+    """One partition's base files, being written as metadata compaction instant ``instant`` over
+    every data file committed up to ``covers_upto``. Shipped to Spark tasks."""
+
+    partition: str
+    groups: int
+    columns: tuple[str, ...]
+    instant: str
+    covers_upto: str
+
+    def group_of(self, key: str) -> int:
+        return file_group_of(key, self.groups)
+
+    def records(self, info: DataFileInfo) -> pa.Table:
+        """This partition's records of one data file (from its footer)."""
+        return index_type(self.partition).records([info], self.columns)
+
+    def write_group(
+        self, storage: Storage, group: int, rows: list[dict[str, Any]], marker_instant: str
+    ) -> tuple[str, str, int]:
+        """Write file group ``group``'s base file, its marker first (in ``marker_instant``'s
+        folder, so a failed attempt's files are found and deleted). ``storage`` is the data
+        table's. A retried task finds its marker, and its file whole (creates are atomic).
+        Returns (partition, file group, size)."""
+        fg = file_group_id(self.partition, group)
+        name = base_file_name(fg, self.instant)
+        with contextlib.suppress(MarkerAlreadyExistsError):
+            DirectMarkers(storage, marker_instant).create(
+                Marker(f"{METADATA_FOLDER}/{self.partition}", name, IOType.CREATE)
+            )
+        records = pa.Table.from_pylist(rows, schema=index_type(self.partition).schema)
+        size = write_base_file(
+            storage.child(METADATA_FOLDER),
+            self.partition,
+            fg,
+            self.instant,
+            records,
+            self.covers_upto,
+        )
+        return self.partition, fg, size
+
+
+def file_records(
+    storage: Storage, files: Iterator[DataFile], builds: Sequence[PartitionBuild]
+) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """(build index, file group, record) of every record ``builds`` need from ``files``, each
+    file's footer read once (a Spark task's body)."""
+    for partition, name, size, instant in files:
+        info = info_from_storage(storage, partition, name, size, instant)
+        for number, build in enumerate(builds):
+            for row in build.records(info).to_pylist():
+                yield number, build.group_of(row["key"]), row
+
+
+class PartitionWriter:
+    """The metadata table of ``table``, as the indexer writes it."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self._mdt = MetadataTable(table)
+
+    # --- what can be indexed, and how --------------------------------------------------------------
+
+    def check_indexable(self) -> None:
+        check_indexable(self.table)
+
+    def configured_groups(self, partition: str) -> int:
+        return index_type(partition).configured_groups(self.table.config)
+
+    def takes_columns(self, partition: str) -> bool:
+        return index_type(partition).takes_columns
+
+    def migrate(self) -> MigrationResult:
+        return migrate(self.table)
+
+    def has_legacy_index(self) -> bool:
+        return has_legacy_index(self.table)
+
+    # --- schedule and build ------------------------------------------------------------------------
+
+    def create_partition(self, partition: str, groups: int, lock: LockHandle) -> None:
+        """Every file group of a new partition, as empty base files covering nothing, so writers
+        never see a partial set of file groups."""
+        empty = index_type(partition).schema.empty_table()
+        instant_time = self.table.timeline.generator.next()
+        self._mdt.write_base_files(partition, empty, NOTHING, instant_time, groups, lock)
+
+    def visible_files(self, timeline: Timeline, upto: str, state: IndexState) -> list[DataFile]:
+        """Every committed data file up to ``upto``, listed by the ``files`` partition when it is
+        completed, else by storage."""
+        listing = None
+        if FILES in state.completed:
+            from metadata_table.reads import IndexedSnapshot
+
+            listing = IndexedSnapshot(self.table, timeline).indexed_files
+        view = FileSystemView(self.table.timeline, timeline, listing=listing)
+        committed = {i.timestamp for i in timeline.write_timeline().completed()}
+        limit = normalize_timestamp(upto)
+        return [
+            (b.partition_path, b.file_name, b.size, b.instant_time)
+            for b in view.all_base_files
+            if b.instant_time in committed and normalize_timestamp(b.instant_time) <= limit
+        ]
+
+    def begin_build(
+        self, partition: str, covers_upto: str, groups: int, columns: Sequence[str]
+    ) -> PartitionBuild:
+        instant_time = self.table.timeline.generator.next()
+        self._mdt.begin_base_files(partition, covers_upto, instant_time, groups)
+        return PartitionBuild(partition, groups, tuple(columns), instant_time, covers_upto)
+
+    def complete_build(self, build: PartitionBuild, sizes: Mapping[str, int]) -> None:
+        inflight = Instant(build.instant, Action.COMPACTION, State.INFLIGHT)
+        self._mdt.complete_base_files(inflight, dict(sizes))
+
+    def discard_failed_builds(
+        self, partitions: Sequence[str], marker_instant: str | None = None
+    ) -> None:
+        """Delete the base files of metadata compaction instants that never completed (a crashed
+        build), those instants, and the markers ``marker_instant``'s build left."""
+        mdt = self._mdt
+        for instant in mdt.timeline.load().with_actions(Action.COMPACTION).pending():
+            for partition in partitions:
+                for entry in mdt.storage.list(partition):
+                    if entry.name.endswith(f"_{instant.timestamp}.parquet"):
+                        mdt.storage.delete(entry.path)
+            mdt.timeline.delete_pending(instant)
+        if marker_instant is not None:
+            self.delete_markers(marker_instant)
+
+    def delete_markers(self, marker_instant: str) -> None:
+        """The markers of ``marker_instant``'s build (once it completed, or was discarded)."""
+        self.table.storage.delete(marker_folder(marker_instant), recursive=True)
+
+    def drop(self, partitions: Sequence[str], marker_instant: str | None = None) -> None:
+        """Delete partitions' files (their states are the caller's, under the lock), pending
+        metadata compactions with them, and the markers ``marker_instant``'s build left."""
+        for partition in partitions:
+            self._mdt.storage.delete(partition, recursive=True)
+        self.discard_failed_builds(partitions, marker_instant)
+
+    # --- catch-up and sync -------------------------------------------------------------------------
+
+    def logged_partitions(self, data_instant: str) -> set[str]:
+        """The partitions a completed metadata deltacommit of ``data_instant`` wrote logs to."""
+        delta = self._mdt.timeline.load().get(data_instant, Action.DELTA_COMMIT)
+        if delta is None or not delta.is_completed:
+            return set()
+        return set(self._mdt.timeline.read_json(delta).get("logFiles", {}))
+
+    def log_instant(
+        self, lock: LockHandle, instant: Instant, columns: Mapping[str, Sequence[str]]
+    ) -> None:
+        """Write, under the lock, the log files completed data instant ``instant`` lacks in the
+        partitions named by ``columns`` (partition -> its columns); logs that exist are kept."""
+        infos = self._infos_of(instant)
+        for partition, cols in columns.items():
+            rows = index_type(partition).records(infos, cols)
+            self._mdt.write_logs(partition, instant.timestamp, rows, lock)
+
+    def apply(
+        self, lock: LockHandle, instant: Instant, partitions: Sequence[str], state: IndexState
+    ) -> None:
+        """Apply, under the lock, a completed instant these partitions do not reflect: a commit
+        (its files' records) or a clean, rollback or restore (deletion records)."""
+        reader = self._mdt.reader(self.table.timeline.load())
+        if instant.action in REMOVAL_ACTIONS:
+            removal = reader.removal(instant)
+            records = {p: self._mdt.tombstones(reader, p, removal) for p in partitions}
+        else:
+            infos = self._infos_of(instant, reader.commit_metadata(instant))
+            columns = tuple(state.column_stats_columns)
+            records = {p: index_type(p).records(infos, columns) for p in partitions}
+        self._mdt.apply_completed(instant.timestamp, records, lock)
+
+    def _infos_of(
+        self, instant: Instant, metadata: CommitMetadata | None = None
+    ) -> list[DataFileInfo]:
+        """The footers of the data files a completed instant wrote. A file a later clean or
+        restore already deleted is left out: it is no longer live, and that removal's own
+        deletion records account for it."""
+        if metadata is None:
+            metadata = CommitMetadata.from_bytes(self.table.timeline.read_content(instant))
+        infos = []
+        for s in metadata.write_stats:
+            try:
+                infos.append(
+                    info_from_storage(
+                        self.table.storage,
+                        s.partition_path,
+                        s.file_name,
+                        s.file_size_in_bytes,
+                        instant.timestamp,
+                    )
+                )
+            except StorageFileNotFoundError:
+                logger.warning("%s of %s is no longer on storage: not indexed", s.path, instant)
+        return infos
+
+    # --- what the partitions reflect ---------------------------------------------------------------
+
+    def unapplied(self, partitions: Sequence[str]) -> dict[str, tuple[Instant, list[str]]]:
+        """Completed data instants that ``partitions`` (completed ones) do not reflect, oldest
+        first, each with those partitions; lost partitions are left out (they are rebuilt)."""
+        if not partitions:
+            return {}
+        reader = self._mdt.reader(self.table.timeline.load())
+        found: dict[str, tuple[Instant, list[str]]] = {}
+        for partition in partitions:
+            if reader.lost(partition):
+                continue
+            for instant in reader.unapplied(partition):
+                found.setdefault(instant.timestamp, (instant, []))[1].append(partition)
+        return dict(sorted(found.items(), key=lambda item: normalize_timestamp(item[0])))
+
+    def lost(self, partitions: Sequence[str]) -> dict[str, str]:
+        """Completed partitions whose files vanished or were replaced, with the reason."""
+        reader = self._mdt.reader(self.table.timeline.load())
+        found = {p: reader.lost(p) for p in partitions}
+        return {p: reason for p, reason in found.items() if reason}
+
+    def describe(self, partitions: Sequence[str], lost: Sequence[str] = ()) -> dict[str, Any]:
+        """Per partition: the newest data instant it reflects (None when lost), its files and
+        bytes."""
+        reader = self._mdt.reader(self.table.timeline.load())
+        out = {}
+        for partition in partitions:
+            files, size = reader.size(partition)
+            reflects = None if partition in lost else reader.reflects_upto(partition)
+            out[partition] = {"reflects_upto": reflects, "files": files, "bytes": size}
+        return out
+
+    # --- maintenance -------------------------------------------------------------------------------
+
+    def file_group_count(self, partition: str) -> int:
+        return len(self._mdt.file_groups(partition))
+
+    def compact(
+        self, partition: str, progress: Callable[[int, int], None] | None = None
+    ) -> Instant | None:
+        return compact(self.table, partition, progress)
+
+    def validate(self, progress: Callable[[int, int], None] | None = None) -> list[PartitionReport]:
+        return validate(self.table, progress)
+
+
+__all__ = [
+    "NOTHING",
+    "DataFile",
+    "MigrationResult",
+    "PartitionBuild",
+    "PartitionReport",
+    "PartitionWriter",
+    "file_records",
+]
