@@ -32,6 +32,7 @@ from metadata_table.layout import (
     column_stats_key,
     file_key,
 )
+from timeline.arrow_types import ScalarKind, scalar_kind
 from timeline.errors import NotParquetError
 from timeline.fs_view import read_parquet
 from timeline.storage import Storage
@@ -112,25 +113,27 @@ def info_from_storage(
 # --- typed min/max -------------------------------------------------------------------------------
 
 
+_VALUE_TYPE = {
+    ScalarKind.INT: "int",
+    ScalarKind.LONG: "int",
+    ScalarKind.UNSIGNED_LONG: "int",
+    ScalarKind.FLOAT: "float",
+    ScalarKind.DOUBLE: "float",
+    ScalarKind.STRING: "string",
+    ScalarKind.BINARY: "binary",
+    ScalarKind.FIXED_BINARY: "binary",
+    ScalarKind.BOOLEAN: "bool",
+    ScalarKind.DATE: "date",
+    ScalarKind.DATE_MILLIS: "date",
+    ScalarKind.TIMESTAMP: "timestamp",
+    ScalarKind.DECIMAL: "decimal",
+}
+
+
 def value_kind(t: pa.DataType) -> str | None:
     """The VALUE_TYPE field a column's min/max go to, or None when the type is not indexed."""
-    if pa.types.is_integer(t):
-        return "int"
-    if pa.types.is_float32(t) or pa.types.is_float64(t):
-        return "float"
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return "string"
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
-        return "binary"
-    if pa.types.is_boolean(t):
-        return "bool"
-    if pa.types.is_date32(t) or pa.types.is_date64(t):
-        return "date"
-    if pa.types.is_timestamp(t):
-        return "timestamp"
-    if pa.types.is_decimal(t):
-        return "decimal"
-    return None
+    kind = scalar_kind(t)
+    return None if kind is None else _VALUE_TYPE[kind]
 
 
 def _normalize(kind: str, value: Any) -> Any:

@@ -13,32 +13,29 @@ from typing import Any
 
 import pyarrow as pa
 
+from timeline.arrow_types import ScalarKind, scalar_kind
 from timeline.errors import UnsupportedTypeError
+
+_AVRO = {
+    ScalarKind.BOOLEAN: "boolean",
+    ScalarKind.INT: "int",
+    ScalarKind.LONG: "long",
+    ScalarKind.FLOAT: "float",
+    ScalarKind.DOUBLE: "double",
+    ScalarKind.STRING: "string",
+    ScalarKind.BINARY: "bytes",
+    ScalarKind.DATE: {"type": "int", "logicalType": "date"},
+}
 
 
 def _avro_type(name: str, t: pa.DataType) -> Any:
-    if pa.types.is_boolean(t):
-        return "boolean"
-    if pa.types.is_int8(t) or pa.types.is_int16(t) or pa.types.is_int32(t):
-        return "int"
-    if pa.types.is_uint8(t) or pa.types.is_uint16(t):
-        return "int"
-    if pa.types.is_int64(t) or pa.types.is_uint32(t):
-        return "long"
-    if pa.types.is_float32(t):
-        return "float"
-    if pa.types.is_float64(t):
-        return "double"
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return "string"
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return "bytes"
-    if pa.types.is_date32(t):
-        return {"type": "int", "logicalType": "date"}
-    if pa.types.is_timestamp(t):
+    kind = scalar_kind(t)
+    if kind in _AVRO:
+        return _AVRO[kind]
+    if kind is ScalarKind.TIMESTAMP:
         unit = "millis" if t.unit in ("s", "ms") else "micros"
         return {"type": "long", "logicalType": f"timestamp-{unit}"}
-    if pa.types.is_decimal(t):
+    if kind is ScalarKind.DECIMAL:
         return {
             "type": "bytes",
             "logicalType": "decimal",

@@ -79,11 +79,11 @@ from writer.files import (
     META_COLUMNS,
     RECORD_KEY,
     FileGroupWrite,
-    dedupe,
     encode_file_group,
     ensure_partition_metadata,
 )
 from writer.keys import partition_paths, record_keys
+from writer.planner import bucket_file_id, new_file_id, plan_group, records_per_file
 
 logger = logging.getLogger(__name__)
 
@@ -135,17 +135,6 @@ class WriteOptions:
             marker_threads=config.get(MARKER_THREADS),
             async_conflict_period_ms=config.get(ASYNC_CONFLICT_PERIOD_MS),
         )
-
-
-def bucket_file_id(bucket: int) -> str:
-    """The file id of bucket ``bucket``: the same in every commit, so writers of one bucket meet."""
-    return f"{bucket:08d}-0000-0000-0000-000000000000-0"
-
-
-def new_file_id() -> str:
-    import uuid
-
-    return f"{uuid.uuid4()}-0"
 
 
 class _TxnState(enum.Enum):
@@ -328,11 +317,6 @@ class WriteTransaction:
         parts = partition_paths(data, cfg.partition_fields)
         if self.operation is not Operation.DELETE:
             self._schema = self._check_schema(data.schema)
-        chosen = self._dedupe(data, keys, parts)
-        if len(chosen) != data.num_rows:
-            data = data.take(pa.array(chosen, pa.int64()))
-            keys = [keys[i] for i in chosen]
-            parts = [parts[i] for i in chosen]
         by_partition: dict[str, list[int]] = defaultdict(list)
         for i, p in enumerate(parts):
             by_partition[p].append(i)
@@ -384,76 +368,52 @@ class WriteTransaction:
         schema = read_parquet_schema(self.table.storage, sample.path)
         return pa.schema([f for f in schema if f.name not in META_COLUMNS])
 
-    def _dedupe(self, data: pa.Table, keys: list[str], parts: list[str]) -> list[int]:
-        precombine = self.table.table_config.precombine_field
-        values: list[object] | None = None
-        if precombine and self.operation is not Operation.DELETE:
-            if precombine not in data.column_names:
-                raise BadRecordsError(precombine, "the precombine field is missing")
-            values = data.column(precombine).to_pylist()
-        deleting = self.operation is Operation.DELETE
-        return dedupe(list(zip(parts, keys, strict=True)), values, allow_duplicates=deleting)
-
     def _plan_partition(
         self, partition: str, rows: pa.Table, keys: list[str]
     ) -> list[FileGroupWrite]:
+        """Tag each record with the file group holding its key (or its bucket's), the others
+        going to one new group, and let the shared planner say what each group becomes:
+        existing groups first, in file-id order, then the new one."""
         latest = {b.file_id: b for b in self.view.latest_base_files([partition])}
         deleting = self.operation is Operation.DELETE
-        if self.options.bucket_count > 0:
-            groups: dict[int, list[int]] = defaultdict(list)
-            for i, b in enumerate(buckets_of_keys(keys, self.options.bucket_count)):
-                groups[b].append(i)
-            targets = []
-            for bucket, idx in sorted(groups.items()):
-                file_id = bucket_file_id(bucket)
-                base = latest.get(file_id)
-                if deleting and base is None:
-                    continue
-                target = FileGroupWrite(
-                    partition, file_id, IOType.MERGE if base else IOType.CREATE, base
-                )
-                self._assign(target, rows, keys, idx, deleting)
-                targets.append(target)
-            return targets
-
-        by_file: dict[str, list[int]] = defaultdict(list)
+        groups: dict[str, list[int]] = defaultdict(list)
         inserts: list[int] = []
-        if self.operation is Operation.INSERT:
-            inserts = list(range(rows.num_rows))
+        if self.options.bucket_count > 0:
+            for i, bucket in enumerate(buckets_of_keys(keys, self.options.bucket_count)):
+                groups[bucket_file_id(bucket)].append(i)
         else:
-            owner = self._tag(partition, list(latest.values()), set(keys))
+            owner = (
+                {}
+                if self.operation is Operation.INSERT
+                else self._tag(partition, list(latest.values()), set(keys))
+            )
             for i, key in enumerate(keys):
                 found = owner.get(key)
                 if found is not None:
-                    by_file[found].append(i)
+                    groups[found].append(i)
                 elif not deleting:
                     inserts.append(i)
+        planned = sorted(groups.items())
+        per_file = None
+        if inserts:
+            planned.append((new_file_id(), inserts))
+            row_bytes = int(rows.nbytes) // max(1, rows.num_rows)
+            per_file = records_per_file(
+                row_bytes, self.options.max_records_per_file, self.options.max_file_size
+            )
         targets = []
-        for file_id, idx in sorted(by_file.items()):
-            target = FileGroupWrite(partition, file_id, IOType.MERGE, latest[file_id])
-            self._assign(target, rows, keys, idx, deleting)
-            targets.append(target)
-        per_file = self._records_per_file(rows)
-        for start in range(0, len(inserts), per_file):
-            chunk = inserts[start : start + per_file]
-            target = FileGroupWrite(partition, new_file_id(), IOType.CREATE)
-            self._assign(target, rows, keys, chunk, deleting=False)
-            targets.append(target)
+        for file_id, idx in planned:
+            targets += plan_group(
+                partition,
+                file_id,
+                latest.get(file_id),
+                rows.take(pa.array(idx, pa.int64())),
+                [keys[i] for i in idx],
+                deleting=deleting,
+                precombine=self.table.table_config.precombine_field,
+                per_file=per_file,
+            )
         return targets
-
-    def _assign(
-        self,
-        target: FileGroupWrite,
-        rows: pa.Table,
-        keys: list[str],
-        idx: list[int],
-        deleting: bool,
-    ) -> None:
-        if deleting:
-            target.delete_keys = {keys[i] for i in idx}
-        else:
-            target.incoming = rows.take(pa.array(idx, pa.int64()))
-            target.incoming_keys = [keys[i] for i in idx]
 
     def _tag(self, partition: str, bases: list[BaseFile], keys: set[str]) -> dict[str, str]:
         """Record key -> file id, for the incoming keys found in the partition's base files; only
@@ -466,12 +426,6 @@ class WriteTransaction:
             for key in found.to_pylist():
                 owner[key] = base.file_id
         return owner
-
-    def _records_per_file(self, rows: pa.Table) -> int:
-        num_rows: int = rows.num_rows
-        row_bytes = max(1, int(rows.nbytes) // max(1, num_rows))
-        by_size = self.options.max_file_size // row_bytes
-        return max(1, min(self.options.max_records_per_file, by_size))
 
     # --- one data file ---------------------------------------------------------------------------
 

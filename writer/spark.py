@@ -29,7 +29,6 @@ import logging
 import math
 import pickle
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,20 +41,20 @@ from timeline.failpoints import armed, current, task_failpoint
 from timeline.fs_view import BaseFile, read_parquet
 from timeline.hashing import buckets_of_keys
 from timeline.instant import Action, Instant, State
-from timeline.markers import IOType, MarkerWriter
+from timeline.markers import MarkerWriter
 from timeline.storage import Storage
 from timeline.table import Table
-from writer.client import Operation, WriteClient, WriteOptions, WriteTransaction, bucket_file_id
+from writer.client import Operation, WriteClient, WriteOptions, WriteTransaction
 from writer.files import (
     META_COLUMNS,
     PARTITION_PATH,
     RECORD_KEY,
     FileGroupWrite,
-    dedupe,
     encode_file_group,
     ensure_partition_metadata,
 )
 from writer.keys import partition_paths, record_keys
+from writer.planner import bucket_file_id, new_file_id, plan_group, records_per_file
 
 logger = logging.getLogger(__name__)
 
@@ -242,11 +241,11 @@ class _SparkWrite:
         groups: dict[str, list[str]] = {}
         per_file: dict[str, int] = {}
         for row in counts:
-            row_bytes = max(1, int(row["bytes"]) // max(1, int(row["n"])))
-            per = max(1, min(options.max_records_per_file, options.max_file_size // row_bytes))
+            row_bytes = int(row["bytes"]) // max(1, int(row["n"]))
+            per = records_per_file(row_bytes, options.max_records_per_file, options.max_file_size)
             per_file[row[PARTITION_PATH]] = per
             groups[row[PARTITION_PATH]] = [
-                f"{uuid.uuid4()}-0" for _ in range(math.ceil(int(row["n"]) / per))
+                new_file_id() for _ in range(math.ceil(int(row["n"]) / per))
             ]
         return groups, per_file
 
@@ -386,35 +385,16 @@ class _WriteTask:
                 )
 
     def _targets(self, partition: str, file_id: str, rows: pa.Table) -> list[FileGroupWrite]:
-        keys = rows.column(RECORD_KEY).to_pylist()
-        data = rows.drop_columns([RECORD_KEY, PARTITION_PATH, FILE_ID, ROW_BYTES])
-        deleting = self.operation is Operation.DELETE
-        values = None
-        if self.precombine and not deleting:
-            values = data.column(self.precombine).to_pylist()
-        keep = dedupe([(partition, k) for k in keys], values, allow_duplicates=deleting)
-        if len(keep) != len(keys):
-            data = data.take(pa.array(keep, pa.int64()))
-            keys = [keys[i] for i in keep]
-        base = self.bases.get((partition, file_id))
-        if deleting:
-            if base is None:
-                return []
-            return [FileGroupWrite(partition, file_id, IOType.MERGE, base, delete_keys=set(keys))]
-        if base is not None:
-            return [FileGroupWrite(partition, file_id, IOType.MERGE, base, data, keys)]
-        # a new file group larger than a file: more groups, ids derived from this one
-        per = self.per_file.get(partition, len(keys)) or 1
-        targets = []
-        for n, start in enumerate(range(0, len(keys), per)):
-            fid = file_id if n == 0 else f"{uuid.uuid5(uuid.NAMESPACE_URL, f'{file_id}/{n}')}-0"
-            chunk = data.slice(start, per)
-            targets.append(
-                FileGroupWrite(
-                    partition, fid, IOType.CREATE, None, chunk, keys[start : start + per]
-                )
-            )
-        return targets
+        return plan_group(
+            partition,
+            file_id,
+            self.bases.get((partition, file_id)),
+            rows.drop_columns([RECORD_KEY, PARTITION_PATH, FILE_ID, ROW_BYTES]),
+            rows.column(RECORD_KEY).to_pylist(),
+            deleting=self.operation is Operation.DELETE,
+            precombine=self.precombine,
+            per_file=self.per_file.get(partition),
+        )
 
     def _claim(self, point: str) -> bool:
         """True in the one task attempt (of all executors) that claims ``point`` first."""

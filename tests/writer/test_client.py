@@ -26,8 +26,8 @@ from writer.client import (
     Operation,
     WriteClient,
     WriteOptions,
-    bucket_file_id,
 )
+from writer.planner import bucket_file_id
 
 CONFIG = Config.resolve(explicit={"indexer.lock.url": "inprocess"})
 
