@@ -20,6 +20,7 @@ min-of-mins, max-of-maxes and summed counts since the newest tombstone.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 from collections import defaultdict
@@ -182,13 +183,14 @@ class MetadataTable:
                     data_instant,
                 )
                 continue
-            for index, part in sorted(_split_by_group(rows, groups).items()):
-                name = log_file_name(file_group_id(partition, index), data_instant)
-                mark(partition, name)
-                if lock is not None:
-                    lock.ensure_valid()
-                write_records(self.storage, f"{partition}/{name}", part)
-                written[partition].append(name)
+            written[partition] = self._write_group_logs(
+                partition,
+                groups,
+                data_instant,
+                rows,
+                lock,
+                before=functools.partial(mark, partition),
+            )
         mark(META_FOLDER, instant.file_name_for(State.INFLIGHT))
         inflight = self.timeline.transition_to_inflight(requested)
         mark(META_FOLDER, instant.file_name_for(State.COMPLETED))
@@ -224,16 +226,36 @@ class MetadataTable:
         for instants that are already completed); a log file that exists is kept (its records
         are the same: they come from the same data files). Returns the partition's log names."""
         groups = len(self.file_groups(partition))
+        return self._write_group_logs(partition, groups, data_instant, rows, lock, keep=True)
+
+    def _write_group_logs(
+        self,
+        partition: str,
+        groups: int,
+        data_instant: str,
+        rows: pa.Table,
+        lock: LockHandle | None,
+        before: Callable[[str], None] | None = None,
+        keep: bool = False,
+    ) -> list[str]:
+        """The one loop that splits a data instant's records by file group and writes one log
+        file per group: ``before(name)`` runs first (a marker), the lease is checked right
+        before each write, and with ``keep`` a log that exists is kept (an interrupted attempt
+        wrote it, from the same data files). Returns the log files' names."""
         names = []
         for index, part in sorted(_split_by_group(rows, groups).items()):
             name = log_file_name(file_group_id(partition, index), data_instant)
-            names.append(name)
-            lock.ensure_valid()
+            if before is not None:
+                before(name)
+            if lock is not None:
+                lock.ensure_valid()
             try:
                 write_records(self.storage, f"{partition}/{name}", part)
+                logger.debug("wrote %s/%s for data instant %s", partition, name, data_instant)
             except FileAlreadyExistsError:
-                continue  # written by an earlier, interrupted attempt
-            logger.info("wrote %s/%s for data instant %s", partition, name, data_instant)
+                if not keep:
+                    raise
+            names.append(name)
         return names
 
     def records_of(
