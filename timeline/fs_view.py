@@ -154,12 +154,14 @@ def read_parquet_schema(storage: Storage, path: str) -> pa.Schema:
 def read_parquet(storage: Storage, path: str, columns: list[str] | None = None) -> pa.Table:
     """A Parquet file as a table; :class:`NotParquetError` names a file that is not one.
 
-    Read with ``ParquetFile.read``, not ``pq.read_table``: the latter's threaded dataset scan
-    leaves cleanup work that can abort the process at exit ("terminate called without an active
-    exception", apache/arrow#33975), whatever the source, in a few runs in a hundred."""
+    Read on this thread (``use_threads=False``): with threads, a column reader in Arrow's pool
+    can hold the last reference to the buffer over our ``bytes`` and release it after the read
+    returned; its destructor then takes the GIL, and if the interpreter is exiting by then the
+    thread is unwound through C++ and the process aborts ("terminate called without an active
+    exception", exit 134; apache/arrow#33975)."""
     data = storage.read(path)
     try:
-        return pq.ParquetFile(pa.BufferReader(data)).read(columns=columns)
+        return pq.ParquetFile(pa.BufferReader(data)).read(columns=columns, use_threads=False)
     except (pa.ArrowInvalid, OSError) as e:
         raise NotParquetError(path, str(e).splitlines()[0]) from e
 

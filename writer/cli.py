@@ -40,7 +40,7 @@ def read_input(path: str) -> pa.Table:
         if suffix == ".parquet":
             import pyarrow.parquet as pq
 
-            return pq.ParquetFile(path).read()  # not read_table: see fs_view.read_parquet
+            return pq.read_table(path)  # a path: Arrow's own file, no Python buffer to release
         if suffix == ".csv":
             import pyarrow.csv as pcsv
 

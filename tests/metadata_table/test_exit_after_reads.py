@@ -1,8 +1,9 @@
-"""A process that read Parquet exits cleanly. ``pq.read_table`` leaves cleanup work that runs
-during interpreter shutdown and aborts the process (exit 134, "terminate called without an active
-exception"; apache/arrow#33975): with pyarrow 26 in about half the runs when it reads an
-``io.BytesIO``, and in a few runs in a hundred from any source. Every command that read a base
-file could fail after printing its answer."""
+"""A process that read Parquet from memory exits cleanly. A threaded Parquet read over a buffer
+of Python ``bytes`` can leave the last reference to that buffer in one of Arrow's pool threads,
+released after the read returned; its destructor takes the GIL, and during interpreter shutdown
+that unwinds the thread through C++ and aborts the process (exit 134, "terminate called without
+an active exception"; apache/arrow#33975). Every command that read a base file could fail after
+printing its answer, the more often the later it exited after the read."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ reads = {
     "info_from_storage": lambda: info_from_storage(storage, "", path, storage.info(path).size, "1"),
 }
 reads[sys.argv[2]]()
-print("read")  # and exit at once: the abort came during shutdown
+sum(i * i for i in range(200_000))  # a little work holding the GIL, as a command does after
+print("read")  # then exit: the abort came during shutdown
 """
 PATHS = [
     "read_records",
