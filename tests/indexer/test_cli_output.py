@@ -17,6 +17,8 @@ from timeline.config import LOCK_URL
 
 from .test_indexer import make_table
 
+pytestmark = pytest.mark.slow  # indexer runs in processes of their own, starting Spark
+
 
 def _indexer(state: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "AIX_STATE_DIR": str(state)}

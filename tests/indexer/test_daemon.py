@@ -26,6 +26,8 @@ from timeline.errors import ConfigError
 
 from .test_indexer import assert_exact, make_table
 
+pytestmark = pytest.mark.slow  # the daemon in a process of its own, starting Spark
+
 HTTP = urllib3.PoolManager()
 
 

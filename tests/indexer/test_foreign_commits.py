@@ -57,6 +57,7 @@ def assert_reads_are_current(table: Table) -> None:
         assert holder in snapshot.lookup_keys([key], row["_hoodie_partition_path"])[key], row
 
 
+@pytest.mark.slow
 def test_a_foreign_commit_is_never_answered_from_a_stale_index(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

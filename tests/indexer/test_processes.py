@@ -32,6 +32,9 @@ KILL_POINTS = [
 ]
 
 
+pytestmark = pytest.mark.slow  # writer and indexer processes, each starting Spark
+
+
 def _indexer(
     base: str, lock: str, *args: str, failpoint: str | None = None, timeout: float = 300
 ) -> subprocess.CompletedProcess[str]:

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from metadata_table.layout import write_records
 from timeline.storage import Storage
@@ -46,6 +47,7 @@ PATHS = [
 ]
 
 
+@pytest.mark.slow
 def test_a_process_that_read_parquet_from_memory_exits_0(tmp_path: Path) -> None:
     storage = Storage(str(tmp_path))
     records = pa.table({"key": [f"k{i}" for i in range(1000)], "_hoodie_record_key": ["x"] * 1000})

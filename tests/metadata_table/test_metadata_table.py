@@ -169,6 +169,7 @@ def test_inflight_partitions_are_updated_but_not_read(tmp_path: Path) -> None:
     )
 )
 @example(ops=[("delete", 20, 1)])  # deletes a key that is not there: no log to compact
+@pytest.mark.slow
 def test_compaction_keeps_reads_identical(
     tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int, int]]
 ) -> None:

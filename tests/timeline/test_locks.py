@@ -70,6 +70,7 @@ def _critical_sections(
     return spans
 
 
+@pytest.mark.slow
 def test_mutual_exclusion_across_processes(
     lock_target: tuple[str, Storage], tmp_path: Path
 ) -> None:

@@ -161,6 +161,7 @@ def test_requests_are_batched_and_answered_after_the_flush(tmp_path: Path) -> No
         )  # 100 markers, few writes
 
 
+@pytest.mark.slow
 def test_sixteen_threads_thousand_markers_each(tmp_path: Path) -> None:
     storage = Storage(str(tmp_path))
     config = MarkerServerConfig(batch_interval=0.002, threads=8, record_slot_writes=True)

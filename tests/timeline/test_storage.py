@@ -149,6 +149,7 @@ def _contend(storage: Storage, path: str, start_at: float, me: int) -> str:
     return "won"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_eight_processes_create_same_path_one_wins(
     backend: str, tmp_path: Any, request: pytest.FixtureRequest

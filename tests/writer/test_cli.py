@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from timeline import Table
 from timeline.config import Config
@@ -41,6 +42,7 @@ def _snapshot(table: Table) -> dict[str, int]:
     return {r["uuid"]: r["ts"] for r in data.to_pylist()}
 
 
+@pytest.mark.slow
 def test_csv_json_parquet_inputs(tmp_path: Path) -> None:
     base, conf, table = _setup(tmp_path)
     csv = tmp_path / "in.csv"
@@ -74,6 +76,7 @@ def test_conflict_exits_1(tmp_path: Path) -> None:
     assert _snapshot(table) == {"a": 2, "b": 1}
 
 
+@pytest.mark.slow
 def test_bad_input_exits_1(tmp_path: Path) -> None:
     base, conf, _ = _setup(tmp_path)
     missing = _run(base, "--input", str(tmp_path / "nope.csv"), "--operation", "insert", *conf)

@@ -105,6 +105,7 @@ def target(
     return base, _conf("storage", options), options
 
 
+@pytest.mark.slow
 def test_killed_writer_is_rolled_back_and_hudi_rs_agrees(
     target: tuple[str, dict[str, str], dict[str, Any]], tmp_path: Path
 ) -> None:
