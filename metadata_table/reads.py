@@ -214,22 +214,35 @@ class IndexedSnapshot:
             )
         }
 
+    def key_filters(
+        self, partition: str, files: Sequence[BaseFile]
+    ) -> dict[str, SplitBlockBloomFilter | None] | None:
+        """File name -> the bloom filter of its record keys, or None for a file that must be
+        read anyway (no filter, or its instant not applied yet); None when ``bloom_filters`` is
+        not completed (every file may hold any key). One rule for both write engines."""
+        if not self.uses(BLOOM_FILTERS):
+            return None
+        behind = self._unapplied_times(BLOOM_FILTERS)
+        blooms = self.blooms(partition)
+        return {
+            f.file_name: None if f.instant_time in behind else blooms.get(f.file_name)
+            for f in files
+        }
+
     def candidate_files(
         self, partition: str, keys: Iterable[str], files: Sequence[BaseFile]
     ) -> list[BaseFile]:
         """Of ``files`` (in ``partition``), those whose bloom filter may hold one of ``keys``;
         every file when ``bloom_filters`` is not completed; files without a filter are kept."""
-        if not self.uses(BLOOM_FILTERS):
+        filters = self.key_filters(partition, files)
+        if filters is None:
             return list(files)
-        behind = self._unapplied_times(BLOOM_FILTERS)
-        blooms = self.blooms(partition)
         hashes = [hash_value(k) for k in keys]
         return [
             f
             for f in files
-            if f.instant_time in behind
-            or f.file_name not in blooms
-            or any(blooms[f.file_name].might_contain_hash(h) for h in hashes)
+            if (bloom := filters[f.file_name]) is None
+            or any(bloom.might_contain_hash(h) for h in hashes)
         ]
 
     def lookup_keys(

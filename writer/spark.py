@@ -94,13 +94,17 @@ class SparkWriteClient(WriteClient):
         super().__init__(table, options)
         self.spark = spark
         self.attempt_wait = attempt_wait
+        #: how many files the last write's tagging read the keys of
+        self.last_tag_files_read = 0
 
     def write(self, operation: Operation, data: Any) -> Instant:
         """Write the DataFrame ``data`` as one commit (see the module docstring)."""
         txn = self.start(operation)
         try:
             try:
-                _SparkWrite(self, txn, data).run()
+                job = _SparkWrite(self, txn, data)
+                job.run()
+                self.last_tag_files_read = job.tag_files_read
             except TableError:
                 raise
             except Exception as e:  # a failed Spark job: name the task's error
@@ -120,6 +124,8 @@ class _SparkWrite:
         self.table = txn.table
         self.config = txn.table.table_config
         self.deleting = txn.operation is Operation.DELETE
+        #: how many files tagging read the keys of (the bloom index keeps this low)
+        self.tag_files_read = 0
 
     def run(self) -> None:
         schema = self.df.limit(0).toArrow().schema
@@ -201,8 +207,18 @@ class _SparkWrite:
         if self.txn.operation is Operation.INSERT or not latest:
             return keyed.limit(0) if self.deleting else keyed
         storage = self.table.storage
-        files = [(b.partition_path, b.file_id, b.path) for b in latest]
         sc = self.spark.sparkContext
+        candidates = self._bloom_candidates(keyed, latest)
+        files = [(b.partition_path, b.file_id, b.path) for b in candidates]
+        self.tag_files_read = len(files)
+        logger.info(
+            "spark write %s: tagging reads the keys of %d of %d files",
+            self.txn.instant_time,
+            len(files),
+            len(latest),
+        )
+        if not files:
+            return keyed.limit(0) if self.deleting else keyed
 
         def read_keys(it: Iterator[tuple[str, str, str]]) -> Iterator[tuple[str, str, str]]:
             for partition, file_id, path in it:
@@ -224,6 +240,50 @@ class _SparkWrite:
         if self.deleting:
             joined = joined.where(F.col(FILE_ID).isNotNull())
         return joined.select(*keyed.columns)
+
+    def _bloom_candidates(self, keyed: Any, latest: list[BaseFile]) -> list[BaseFile]:
+        """The files whose keys tagging must read: with ``bloom_filters`` completed, only those
+        whose filter may hold an incoming key (probed on the executors against broadcast
+        filters) and those without a usable filter; else every file."""
+        filters: dict[tuple[str, str], bytes] = {}
+        always: list[BaseFile] = []
+        for partition in sorted({b.partition_path for b in latest}):
+            files = [b for b in latest if b.partition_path == partition]
+            found = self.txn.index.key_filters(partition, files)
+            if found is None:
+                return list(latest)
+            for f in files:
+                bloom = found[f.file_name]
+                if bloom is None:
+                    always.append(f)
+                else:
+                    filters[(partition, f.file_id)] = bytes(bloom.bitset)
+        if not filters:
+            return always
+        by_partition: dict[str, list[tuple[str, bytes]]] = {}
+        for (partition, file_id), bits in filters.items():
+            by_partition.setdefault(partition, []).append((file_id, bits))
+        shared = self.spark.sparkContext.broadcast(by_partition)
+
+        def probe(rows: Iterator[Any]) -> Iterator[tuple[str, str]]:
+            from metadata_table.bloom import SplitBlockBloomFilter, hash_value
+
+            blooms = {
+                p: [(fid, SplitBlockBloomFilter(bits)) for fid, bits in groups]
+                for p, groups in shared.value.items()
+            }
+            hit: set[tuple[str, str]] = set()
+            for partition, key in rows:
+                h = hash_value(key)
+                for fid, bloom in blooms.get(partition, ()):
+                    if (partition, fid) not in hit and bloom.might_contain_hash(h):
+                        hit.add((partition, fid))
+            yield from hit
+
+        pairs = keyed.select(PARTITION_PATH, RECORD_KEY).rdd.map(tuple).mapPartitions(probe)
+        hits = set(pairs.distinct().collect())
+        shared.unpersist()
+        return always + [b for b in latest if (b.partition_path, b.file_id) in hits]
 
     def _new_groups(self, tagged: Any) -> tuple[dict[str, list[str]], dict[str, int]]:
         """New file ids per partition for the rows without a file group, and records per file."""

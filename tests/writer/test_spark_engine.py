@@ -137,3 +137,25 @@ def test_a_late_attempt_knows_its_file_cannot_be_committed(tmp_path: Path) -> No
         task.instant_time = txn.instant_time
         txn.abort()
         assert task._late()  # rolled back
+
+
+def test_spark_engine_tags_through_the_bloom_index(tmp_path: Path, spark: Any) -> None:
+    """With bloom_filters completed, a Spark upsert reads the keys of only the files whose
+    filter may hold an incoming key (probed on the executors), as the local engine does."""
+    from metadata_table.maintenance import initialize
+
+    options = WriteOptions(max_records_per_file=2)
+    seed = rows(*[(f"k{i:03d}", "sf", 1, float(i)) for i in range(20)])
+    change = rows(("k007", "sf", 2, -7.0))
+    results = {}
+    for indexed in (False, True):
+        table = make_table(str(tmp_path / f"t{indexed}"))
+        WriteClient(table, options).insert(seed)
+        if indexed:
+            initialize(table, ["bloom_filters"])
+        with SparkWriteClient(table, spark, options) as client:
+            client.write(Operation.UPSERT, frame(spark, change, tmp_path / "in"))
+            results[indexed] = client.last_tag_files_read
+        assert records(table)["k007"]["fare"] == -7.0 and len(records(table)) == 20
+    assert results[False] == 10  # every file of the partition
+    assert 1 <= results[True] <= 3  # the file with k007, and at most a false positive or two
