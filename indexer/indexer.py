@@ -525,13 +525,14 @@ class AsyncIndexer:
     # --- status ----------------------------------------------------------------------------------
 
     def _lag(
-        self, partitions: dict[str, str], behind: dict[str, tuple[Instant, list[str]]]
+        self,
+        partitions: dict[str, str],
+        behind: dict[str, tuple[Instant, list[str]]],
+        described: dict[str, dict[str, Any]],
     ) -> dict[str, dict[str, Any]]:
         """Per partition: its state, the newest data instant it reflects, the completed data
         instants it does not reflect yet (count, and age in seconds of the oldest, from its
         completion time) and its size on storage."""
-        lost = [p for p, state in partitions.items() if state == "lost"]
-        described = self.writer.describe(sorted(partitions), lost)
         now = time.time()
         out = {}
         for partition, state in sorted(partitions.items()):
@@ -561,8 +562,8 @@ class AsyncIndexer:
 
     def status(self) -> dict[str, Any]:
         state = self.table.reload_index_state()
-        behind = self.unapplied()
-        lost = self.lost()
+        survey = self.writer.survey(state.completed, state.inflight)
+        behind, lost = survey.unapplied, survey.lost
         partitions = {p: "lost" if p in lost else "completed" for p in state.completed}
         partitions.update({p: "inflight" for p in state.inflight})
         indexing: list[dict[str, Any]] = []
@@ -601,7 +602,7 @@ class AsyncIndexer:
         return {
             "table": self.table.base_uri,
             "partitions": partitions,
-            "lag": self._lag(partitions, behind),
+            "lag": self._lag(partitions, behind, survey.described),
             "indexing": indexing,
             "legacy_index": self.writer.has_legacy_index(),
             "lost": lost,

@@ -40,6 +40,7 @@ from metadata_table.layout import (
 )
 from metadata_table.maintenance import compact
 from metadata_table.migrate import MigrationResult, has_legacy_index, migrate
+from metadata_table.reader import MetadataReader
 from metadata_table.records import DataFileInfo, info_from_storage
 from metadata_table.table import MetadataTable, check_indexable, write_base_file
 from metadata_table.validate import PartitionReport, validate
@@ -102,6 +103,30 @@ class PartitionBuild:
             self.covers_upto,
         )
         return self.partition, fg, size
+
+
+@dataclass(frozen=True)
+class Survey:
+    unapplied: dict[str, tuple[Instant, list[str]]]
+    lost: dict[str, str]
+    described: dict[str, dict[str, Any]]
+
+
+def _unapplied(
+    reader: MetadataReader, partitions: Sequence[str]
+) -> dict[str, tuple[Instant, list[str]]]:
+    found: dict[str, tuple[Instant, list[str]]] = {}
+    for partition in partitions:
+        if reader.lost(partition):
+            continue
+        for instant in reader.unapplied(partition):
+            found.setdefault(instant.timestamp, (instant, []))[1].append(partition)
+    return dict(sorted(found.items(), key=lambda item: normalize_timestamp(item[0])))
+
+
+def _lost(reader: MetadataReader, partitions: Sequence[str]) -> dict[str, str]:
+    found = {p: reader.lost(p) for p in partitions}
+    return {p: reason for p, reason in found.items() if reason}
 
 
 def file_records(
@@ -268,31 +293,24 @@ class PartitionWriter:
         first, each with those partitions; lost partitions are left out (they are rebuilt)."""
         if not partitions:
             return {}
-        reader = self._mdt.reader(self.table.timeline.load())
-        found: dict[str, tuple[Instant, list[str]]] = {}
-        for partition in partitions:
-            if reader.lost(partition):
-                continue
-            for instant in reader.unapplied(partition):
-                found.setdefault(instant.timestamp, (instant, []))[1].append(partition)
-        return dict(sorted(found.items(), key=lambda item: normalize_timestamp(item[0])))
+        return _unapplied(self._mdt.reader(self.table.timeline.load()), partitions)
 
     def lost(self, partitions: Sequence[str]) -> dict[str, str]:
         """Completed partitions whose files vanished or were replaced, with the reason."""
-        reader = self._mdt.reader(self.table.timeline.load())
-        found = {p: reader.lost(p) for p in partitions}
-        return {p: reason for p, reason in found.items() if reason}
+        return _lost(self._mdt.reader(self.table.timeline.load()), partitions)
 
-    def describe(self, partitions: Sequence[str], lost: Sequence[str] = ()) -> dict[str, Any]:
-        """Per partition: the newest data instant it reflects (None when lost), its files and
-        bytes."""
+    def survey(self, completed: Sequence[str], inflight: Sequence[str]) -> Survey:
+        """What status reports, from one snapshot read once: the unapplied instants and lost
+        partitions of the completed partitions, and of every partition the newest data instant
+        it reflects (None when lost), its files and bytes."""
         reader = self._mdt.reader(self.table.timeline.load())
-        out = {}
-        for partition in partitions:
+        lost = _lost(reader, completed)
+        described = {}
+        for partition in [*completed, *inflight]:
             files, size = reader.size(partition)
             reflects = None if partition in lost else reader.reflects_upto(partition)
-            out[partition] = {"reflects_upto": reflects, "files": files, "bytes": size}
-        return out
+            described[partition] = {"reflects_upto": reflects, "files": files, "bytes": size}
+        return Survey(_unapplied(reader, completed) if completed else {}, lost, described)
 
     # --- maintenance -------------------------------------------------------------------------------
 
@@ -315,5 +333,6 @@ __all__ = [
     "PartitionBuild",
     "PartitionReport",
     "PartitionWriter",
+    "Survey",
     "file_records",
 ]

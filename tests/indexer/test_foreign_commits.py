@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from indexer.indexer import AsyncIndexer
 from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES, PARTITIONS
 from metadata_table.maintenance import compact, initialize
 from metadata_table.reads import IndexedSnapshot
@@ -234,3 +235,26 @@ def test_compaction_never_covers_an_instant_it_did_not_apply(
     assert all(compact(table, partition) is not None for partition in PARTITIONS)
     assert_exact(table)
     assert_reads_are_current(table)
+
+
+def test_status_reads_the_metadata_table_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon answers /status, / and /metrics from status(): one snapshot of the metadata
+    table per call, not one per thing it reports (it was three)."""
+    from metadata_table.table import MetadataTable
+
+    table = make_table(tmp_path / "t")
+    initialize(table, list(PARTITIONS))
+    made = []
+    original = MetadataTable.reader
+
+    def counting(self: MetadataTable, timeline: Any) -> Any:
+        made.append(timeline)
+        return original(self, timeline)
+
+    monkeypatch.setattr(MetadataTable, "reader", counting)
+    status = AsyncIndexer(table).status()
+    assert set(status["partitions"].values()) == {"completed"}
+    assert all(lag["files"] > 0 for lag in status["lag"].values())
+    assert len(made) == 1
