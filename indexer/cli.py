@@ -454,6 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--config", required=True, help="the daemon's service.toml (request store)"
     )
     request.add_argument("--json", action="store_true", help="print the request as JSON")
+    request.add_argument("-v", "--verbose", action="store_true", help="log state changes to stderr")
     request.set_defaults(func=_request)
     return parser
 

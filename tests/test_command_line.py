@@ -49,7 +49,7 @@ def test_every_command_on_a_table_takes_the_same_flags() -> None:
             continue
         on_a_table += 1
         if name == "indexer request":  # writes to the daemon's store: --config is required
-            assert {"--config", "--json"} <= options
+            assert {"--config", "--json", "-v"} <= options
             continue
         assert options >= SHARED, f"{name} lacks {sorted(SHARED - options)}"
     assert on_a_table >= 16
