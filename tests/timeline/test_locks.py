@@ -287,3 +287,20 @@ def test_storage_lock_stale_contender_cannot_recreate_a_deleted_generation(
     assert holder.holder(LOCK) == "current-holder"
     current.ensure_valid()
     assert holder._generations(LOCK) == [8]
+
+
+def test_losing_the_lock_table_creation_race_is_not_an_error(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Processes that create the lock table at the same moment race in PostgreSQL's catalog even
+    with IF NOT EXISTS; the loser got "type async_indexer_locks already exists" (a
+    ProgrammingError, seen in CI) and failed its lock. Here the race is forced: the table exists,
+    and the DDL, without IF NOT EXISTS, fails the way the loser's did."""
+    import timeline.locks.sql as sql
+
+    SqlLockProvider(postgres_url, lease_seconds=5).engine  # noqa: B018 - creates the table
+    monkeypatch.setattr(sql, "_DDL", sql._DDL.replace("IF NOT EXISTS ", ""))
+    loser = SqlLockProvider(postgres_url, lease_seconds=5)
+    lease = loser.try_acquire("table:race", "loser", "t-1")
+    assert lease is not None and lease.owner == "loser"
+    loser.release(lease)

@@ -23,6 +23,14 @@ from timeline.errors import LockError
 from timeline.locks.base import DEFAULT_LEASE_SECONDS, Lease, LockProvider
 
 TABLE_NAME = "async_indexer_locks"
+_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {TABLE_NAME} ("
+    " name VARCHAR(1024) PRIMARY KEY,"
+    " owner VARCHAR(1024) NOT NULL,"
+    " token VARCHAR(64) NOT NULL,"
+    " fence BIGINT NOT NULL,"
+    " expires_at DOUBLE PRECISION NOT NULL)"
+)
 
 _NOW = {
     "sqlite": "((julianday('now') - 2440587.5) * 86400.0)",
@@ -82,21 +90,23 @@ class SqlLockProvider(LockProvider):
 
     def _create_table(self) -> None:
         assert self._engine is not None
-        ddl = (
-            f"CREATE TABLE IF NOT EXISTS {TABLE_NAME} ("
-            " name VARCHAR(1024) PRIMARY KEY,"
-            " owner VARCHAR(1024) NOT NULL,"
-            " token VARCHAR(64) NOT NULL,"
-            " fence BIGINT NOT NULL,"
-            " expires_at DOUBLE PRECISION NOT NULL)"
-        )
         try:
             with self._engine.begin() as conn:
-                conn.execute(sa.text(ddl))
-        except sa.exc.IntegrityError:
-            pass  # another process created it at the same moment (PostgreSQL catalog race)
+                conn.execute(sa.text(_DDL))
         except sa.exc.SQLAlchemyError as e:
+            # Processes creating it at the same moment race in PostgreSQL's catalog even with IF
+            # NOT EXISTS: the loser gets a duplicate key (IntegrityError) or a duplicate type
+            # (ProgrammingError). Either way the table is there, which is all that is needed.
+            if self._table_exists():
+                return
             raise LockError(f"cannot prepare the lock table at {self!r}: {e}") from e
+
+    def _table_exists(self) -> bool:
+        assert self._engine is not None
+        try:
+            return bool(sa.inspect(self._engine).has_table(TABLE_NAME))
+        except sa.exc.SQLAlchemyError:
+            return False
 
     def _run(self, fn: Any) -> Any:
         try:
