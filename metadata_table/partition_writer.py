@@ -113,11 +113,13 @@ class Survey:
 
 
 def _unapplied(
-    reader: MetadataReader, partitions: Sequence[str]
+    reader: MetadataReader, partitions: Sequence[str], lost: Mapping[str, str] | None = None
 ) -> dict[str, tuple[Instant, list[str]]]:
+    """``lost``, when the caller has it already, saves listing each partition again."""
+    lost = _lost(reader, partitions) if lost is None else lost
     found: dict[str, tuple[Instant, list[str]]] = {}
     for partition in partitions:
-        if reader.lost(partition):
+        if partition in lost:
             continue
         for instant in reader.unapplied(partition):
             found.setdefault(instant.timestamp, (instant, []))[1].append(partition)
@@ -310,7 +312,7 @@ class PartitionWriter:
             files, size = reader.size(partition)
             reflects = None if partition in lost else reader.reflects_upto(partition)
             described[partition] = {"reflects_upto": reflects, "files": files, "bytes": size}
-        return Survey(_unapplied(reader, completed) if completed else {}, lost, described)
+        return Survey(_unapplied(reader, completed, lost) if completed else {}, lost, described)
 
     # --- maintenance -------------------------------------------------------------------------------
 
