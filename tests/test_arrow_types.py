@@ -46,8 +46,20 @@ CASES = [
         {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2},
         "decimal",
     ),
-    (pa.list_(pa.int32()), None, None, None),
-    (pa.struct([("a", pa.int32())]), None, None, None),
+    (pa.list_(pa.int32()), None, {"type": "array", "items": ["null", "int"]}, None),
+    (
+        pa.struct([("a", pa.int32())]),
+        None,
+        {
+            "type": "record",
+            "name": "c",
+            "namespace": "hoodie.t.t_record",
+            "fields": [{"name": "a", "type": ["null", "int"], "default": None}],
+        },
+        None,
+    ),
+    (pa.map_(pa.string(), pa.float64()), None, {"type": "map", "values": ["null", "double"]}, None),
+    (pa.map_(pa.int32(), pa.float64()), None, None, None),
     (pa.time32("s"), None, None, None),
 ]
 

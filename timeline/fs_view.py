@@ -139,12 +139,16 @@ class FileSystemView:
         tables = [t for t in tables if t.num_rows or len(tables) == 1]
         if not tables:
             return pa.table({})
-        return pa.concat_tables(tables, promote_options="default")
+        return pa.concat_tables(tables, promote_options="permissive")  # evolved schemas
 
 
 def read_parquet_schema(storage: Storage, path: str) -> pa.Schema:
     """The schema of a Parquet file; :class:`NotParquetError` names a file that is not one."""
-    data = storage.read(path)
+    return read_parquet_schema_bytes(storage.read(path), path)
+
+
+def read_parquet_schema_bytes(data: bytes, path: str) -> pa.Schema:
+    """The schema of the Parquet file ``data`` (read from ``path``)."""
     try:
         return pq.read_schema(pa.BufferReader(data))
     except (pa.ArrowInvalid, OSError) as e:
@@ -159,7 +163,11 @@ def read_parquet(storage: Storage, path: str, columns: list[str] | None = None) 
     returned; its destructor then takes the GIL, and if the interpreter is exiting by then the
     thread is unwound through C++ and the process aborts ("terminate called without an active
     exception", exit 134; apache/arrow#33975)."""
-    data = storage.read(path)
+    return parquet_from_bytes(storage.read(path), path, columns)
+
+
+def parquet_from_bytes(data: bytes, path: str, columns: list[str] | None = None) -> pa.Table:
+    """The Parquet file ``data`` (read from ``path``) as a table, as :func:`read_parquet`."""
     try:
         return pq.ParquetFile(pa.BufferReader(data)).read(columns=columns, use_threads=False)
     except (pa.ArrowInvalid, OSError) as e:

@@ -63,7 +63,13 @@ from timeline.errors import (
     TableError,
 )
 from timeline.failpoints import failpoint
-from timeline.fs_view import BaseFile, FileSystemView, read_parquet, read_parquet_schema
+from timeline.fs_view import (
+    BaseFile,
+    FileSystemView,
+    parquet_from_bytes,
+    read_parquet,
+    read_parquet_schema_bytes,
+)
 from timeline.hashing import buckets_of_keys
 from timeline.instant import Action, Instant, State
 from timeline.locks import LockHandle
@@ -72,18 +78,22 @@ from timeline.markers.client import TimelineServerMarkers
 from timeline.markers.server import MarkerServer, MarkerServerConfig
 from timeline.rollback import rollback
 from timeline.table import Table
-from timeline.table_config import PROPERTIES_FILE, RECORD_KEY_FIELDS
+from timeline.table_config import POPULATE_META_FIELDS, PROPERTIES_FILE
 from writer.avro import avro_schema
 from writer.early_conflict import EarlyConflictDetector
 from writer.files import (
     META_COLUMNS,
+    PARTITION_PATH,
     RECORD_KEY,
     FileGroupWrite,
+    FileLayout,
     encode_file_group,
     ensure_partition_metadata,
 )
-from writer.keys import partition_paths, record_keys
+from writer.keys import KeyGenerator
+from writer.parquet_layout import footer_schema
 from writer.planner import bucket_file_id, new_file_id, plan_group, records_per_file
+from writer.schema import conform, evolve
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +163,8 @@ class WriteClient:
         self.strategy = strategy_for(self.options.conflict_strategy)
         self._server: MarkerServer | None = None
         self._lock_checked = False
+        self.keygen: KeyGenerator | None = None  # read from hoodie.properties by the first write
+        self.verified_files: set[str] = set()  # files the key generator was checked against
 
     def marker_server_url(self) -> str:
         """The marker server to use: the configured one, or one embedded in this client."""
@@ -186,16 +198,25 @@ class WriteClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _key_generator(self) -> KeyGenerator:
+        config = self.table.table_config
+        where = self.table.storage.uri(PROPERTIES_FILE)
+        if not config.populate_meta_fields:
+            raise TableConfigError(
+                where,
+                f"{POPULATE_META_FIELDS}=false: the table's files do not store record keys, "
+                "which this writer finds records by; such tables are not written",
+            )
+        try:
+            return KeyGenerator.of(config, self.table.config.extra)
+        except TableConfigError as e:
+            raise TableConfigError(where, e.reason) from e
+
     def start(self, operation: Operation) -> WriteTransaction:
         if not self._lock_checked:
             # a misconfigured or unreachable lock fails the first write before it writes anything
             self.table.lock_provider.holder(self.table.lock_name)
-            if not self.table.table_config.record_key_fields:
-                raise TableConfigError(
-                    self.table.storage.uri(PROPERTIES_FILE),
-                    f"{RECORD_KEY_FIELDS} is not set: a keyless table (Hudi generates its keys), "
-                    "which this writer does not write",
-                )
+            self.keygen = self._key_generator()
             if has_legacy_index(self.table):
                 raise IndexStateError(
                     self.table.storage.uri(LEGACY_FOLDER),
@@ -252,6 +273,7 @@ class WriteTransaction:
         self.markers: MarkerWriter = self._choose_markers(instant_time)
         self.stats: list[WriteStat] = []
         self._schema: pa.Schema | None = None
+        self.layout = FileLayout()
         self._written = False
         self._state = _TxnState.OPEN
         self._detector = (
@@ -307,16 +329,19 @@ class WriteTransaction:
         return list(self.stats)
 
     def _plan(self, data: pa.Table) -> list[FileGroupWrite]:
-        cfg = self.table.table_config
         clash = [c for c in data.column_names if c in META_COLUMNS]
         if clash:
             raise BadRecordsError(clash[0], "input may not carry Hudi meta columns")
         if data.num_rows == 0:
             return []
-        keys = record_keys(data, cfg.record_key_fields)
-        parts = partition_paths(data, cfg.partition_fields)
-        if self.operation is not Operation.DELETE:
-            self._schema = self._check_schema(data.schema)
+        keygen = self.client.keygen
+        assert keygen is not None, "the client checked the table when the write started"
+        keys = keygen.record_keys(data)
+        parts = keygen.partition_paths(data)
+        deleting = self.operation is Operation.DELETE
+        layout = self.prepare(None if deleting else data.schema)
+        if layout.schema is not None:
+            data = conform(data, layout.schema)
         by_partition: dict[str, list[int]] = defaultdict(list)
         for i, p in enumerate(parts):
             by_partition[p].append(i)
@@ -327,46 +352,36 @@ class WriteTransaction:
             targets.extend(self._plan_partition(partition, sub, sub_keys))
         return targets
 
-    def check_schema(self, incoming: pa.Schema) -> None:
-        """Check ``incoming`` against the table's schema and adopt it for the commit (engines
-        that plan elsewhere call this before writing)."""
-        self._schema = self._check_schema(incoming)
+    def prepare(self, incoming: pa.Schema | None) -> FileLayout:
+        """The layout of this commit's files, from the table's newest base file: the schema an
+        ``incoming`` batch evolves the table's to (:mod:`writer.schema`; None for a delete) and
+        the Parquet layout of nested columns. The key generator is checked against that file's
+        rows the first time the client meets the file. Engines that plan elsewhere call this
+        before writing."""
+        if incoming is not None:
+            _check_parquet_types(incoming)
+        newest = max(self.view.latest_base_files(), key=lambda b: b.instant_time, default=None)
+        table_schema = template = None
+        if newest is not None:
+            data = self.table.storage.read(newest.path)
+            stored = read_parquet_schema_bytes(data, newest.path)
+            table_schema = pa.schema([f for f in stored if f.name not in META_COLUMNS])
+            template = footer_schema(data)
+            self._verify_keys(newest, data, stored)
+        schema = evolve(table_schema, incoming) if incoming is not None else None
+        self._schema = schema
+        self.layout = FileLayout(schema, template)
+        return self.layout
 
-    def _check_schema(self, incoming: pa.Schema) -> pa.Schema:
-        _check_parquet_types(incoming)
-        existing = self._table_schema()
-        if existing is None:
-            return incoming
-        want = {f.name: f.type for f in existing}
-        have = {f.name: f.type for f in incoming}
-        if want != have:
-            missing = sorted(set(want) - set(have))
-            extra = sorted(set(have) - set(want))
-            changed = sorted(n for n in set(want) & set(have) if want[n] != have[n])
-            raise BadRecordsError(
-                None,
-                "schema differs from the table's: "
-                + "; ".join(
-                    part
-                    for part in (
-                        f"missing {missing}" if missing else "",
-                        f"unexpected {extra}" if extra else "",
-                        f"type changed {[(n, str(have[n]), str(want[n])) for n in changed]}"
-                        if changed
-                        else "",
-                    )
-                    if part
-                ),
-            )
-        return existing
-
-    def _table_schema(self) -> pa.Schema | None:
-        latest = self.view.latest_base_files()
-        if not latest:
-            return None
-        sample = latest[-1]
-        schema = read_parquet_schema(self.table.storage, sample.path)
-        return pa.schema([f for f in schema if f.name not in META_COLUMNS])
+    def _verify_keys(self, newest: BaseFile, data: bytes, stored: pa.Schema) -> None:
+        keygen = self.client.keygen
+        if keygen is None or newest.path in self.client.verified_files:
+            return
+        wanted = [RECORD_KEY, PARTITION_PATH, *keygen.fields()]
+        if all(c in stored.names for c in wanted):
+            rows = parquet_from_bytes(data, newest.path, wanted).slice(0, 1000)
+            keygen.verify(rows, self.table.storage.uri(newest.path))
+        self.client.verified_files.add(newest.path)
 
     def _plan_partition(
         self, partition: str, rows: pa.Table, keys: list[str]
@@ -442,6 +457,7 @@ class WriteTransaction:
             self.table.table_config.precombine_field,
             self.options.bloom_filter_fpp,
             seq_prefix=index,
+            layout=self.layout,
         )
         failpoint("writer.before_data")
         self.table.storage.create(encoded.path, encoded.data)

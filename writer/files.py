@@ -22,6 +22,8 @@ from timeline.errors import BadRecordsError, FileAlreadyExistsError
 from timeline.fs_view import PARTITION_METADATA_FILE, BaseFile, base_file_name, read_parquet
 from timeline.markers import IOType, Marker
 from timeline.storage import Storage
+from writer.parquet_layout import Node, conform_layout
+from writer.schema import conform
 
 COMMIT_TIME = "_hoodie_commit_time"
 COMMIT_SEQNO = "_hoodie_commit_seqno"
@@ -46,6 +48,16 @@ class FileGroupWrite:
     def marker(self, write_token: str, instant_time: str) -> Marker:
         name = base_file_name(self.file_id, write_token, instant_time)
         return Marker(self.partition, name, self.io_type)
+
+
+@dataclass(frozen=True)
+class FileLayout:
+    """What a commit's files look like: ``schema``, the data columns after this commit's schema
+    evolution (None for a delete: each file keeps its own), and ``template``, the Parquet schema
+    of the table's newest file, whose list and map layout new files take (None: pyarrow's)."""
+
+    schema: pa.Schema | None = None
+    template: Node | None = None
 
 
 @dataclass(frozen=True)
@@ -76,9 +88,10 @@ def encode_file_group(
     bloom_fpp: float,
     seq_prefix: int,
     seq_start: int = 0,
+    layout: FileLayout | None = None,
 ) -> EncodedFile:
-    """The new base file of ``target`` (named by ``marker``). Commit sequence numbers are
-    ``<T>_<seq_prefix>_<seq_start + i>``."""
+    """The new base file of ``target`` (named by ``marker``), in ``layout``. Commit sequence
+    numbers are ``<T>_<seq_prefix>_<seq_start + i>``."""
     name = marker.file_name
     rows, counts = _merged_rows(storage, instant_time, target, precombine, seq_prefix, seq_start)
     rows = rows.set_column(
@@ -95,6 +108,8 @@ def encode_file_group(
         bloom_filter_options={RECORD_KEY: {"ndv": max(1, rows.num_rows), "fpp": bloom_fpp}},
     )
     data = sink.getvalue().to_pybytes()
+    if layout is not None and layout.template is not None:
+        data = conform_layout(data, layout.template)
     stat = WriteStat(
         file_id=target.file_id,
         path=marker.data_path,
@@ -169,12 +184,9 @@ def _merged_rows(
     replaced = pc.is_in(existing_keys, value_set=incoming.column(RECORD_KEY))
     counts["updates"] = pc.sum(replaced).as_py() or 0
     counts["inserts"] = incoming.num_rows - counts["updates"]
-    kept = existing.filter(pc.invert(replaced))
-    try:
-        merged = pa.concat_tables([kept, incoming.cast(kept.schema)])
-    except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError) as e:
-        raise BadRecordsError(None, f"records do not fit {target.base.path}: {e}") from e
-    return merged, counts
+    # the stored rows take the commit's schema (new columns null, promoted types)
+    kept = conform(existing.filter(pc.invert(replaced)), incoming.schema)
+    return pa.concat_tables([kept, incoming]), counts
 
 
 def _drop_stale(existing: pa.Table, incoming: pa.Table, precombine: str | None) -> pa.Table:

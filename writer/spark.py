@@ -50,11 +50,13 @@ from writer.files import (
     PARTITION_PATH,
     RECORD_KEY,
     FileGroupWrite,
+    FileLayout,
     encode_file_group,
     ensure_partition_metadata,
 )
-from writer.keys import partition_paths, record_keys
+from writer.keys import KeyGenerator
 from writer.planner import bucket_file_id, new_file_id, plan_group, records_per_file
+from writer.schema import conform
 
 logger = logging.getLogger(__name__)
 
@@ -126,15 +128,17 @@ class _SparkWrite:
         self.deleting = txn.operation is Operation.DELETE
         #: how many files tagging read the keys of (the bloom index keeps this low)
         self.tag_files_read = 0
+        self.layout = FileLayout()
 
     def run(self) -> None:
         schema = self.df.limit(0).toArrow().schema
         clash = [n for n in schema.names if n in META_COLUMNS or n in (FILE_ID, ROW_BYTES)]
         if clash:
             raise BadRecordsError(clash[0], "input may not carry Hudi meta columns")
-        if not self.deleting:
-            self.txn.check_schema(schema)
-        keyed = self._keyed()
+        keygen = self.client.keygen
+        assert keygen is not None, "the client checked the table when the write started"
+        self.layout = self.txn.prepare(None if self.deleting else schema)
+        keyed = self._keyed(keygen)
         touched = sorted(r[0] for r in keyed.select(PARTITION_PATH).distinct().collect())
         if not touched:
             return
@@ -155,11 +159,9 @@ class _SparkWrite:
 
     # --- jobs ------------------------------------------------------------------------------------
 
-    def _keyed(self) -> Any:
+    def _keyed(self, keygen: KeyGenerator) -> Any:
         from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-        key_fields = list(self.config.record_key_fields)
-        partition_fields = list(self.config.partition_fields)
         buckets = self.client.options.bucket_count
         out = StructType(
             [
@@ -175,7 +177,7 @@ class _SparkWrite:
             for batch in batches:
                 n = batch.num_rows
                 rows = pa.Table.from_batches([batch])
-                ks = record_keys(rows, key_fields)
+                ks = keygen.record_keys(rows)
                 fids: list[str | None] = [None] * n
                 if buckets:
                     fids = [bucket_file_id(b) for b in buckets_of_keys(ks, buckets)]
@@ -183,7 +185,7 @@ class _SparkWrite:
                     [
                         *batch.columns,
                         pa.array(ks, pa.string()),
-                        pa.array(partition_paths(rows, partition_fields), pa.string()),
+                        pa.array(keygen.partition_paths(rows), pa.string()),
                         pa.array(fids, pa.string()),
                         pa.array([batch.nbytes // max(1, n)] * n, pa.int64()),
                     ],
@@ -342,6 +344,7 @@ class _SparkWrite:
             per_file=per_file,
             precombine=self.config.precombine_field,
             bloom_fpp=self.client.options.bloom_filter_fpp,
+            layout=self.layout,
             failpoint=current(),
         )
         sc = self.spark.sparkContext
@@ -401,6 +404,7 @@ class _WriteTask:
     per_file: dict[str, int]
     precombine: str | None
     bloom_fpp: float
+    layout: FileLayout
     failpoint: str | None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -425,6 +429,7 @@ class _WriteTask:
                     self.bloom_fpp,
                     seq_prefix=partition_id,
                     seq_start=written,
+                    layout=self.layout,
                 )
                 written += encoded.stat.num_writes
                 if attempt == 0 and armed(PARTIAL, self.failpoint) and self._claim(PARTIAL):
@@ -445,11 +450,14 @@ class _WriteTask:
                 )
 
     def _targets(self, partition: str, file_id: str, rows: pa.Table) -> list[FileGroupWrite]:
+        data = rows.drop_columns([RECORD_KEY, PARTITION_PATH, FILE_ID, ROW_BYTES])
+        if self.layout.schema is not None:
+            data = conform(data, self.layout.schema)
         return plan_group(
             partition,
             file_id,
             self.bases.get((partition, file_id)),
-            rows.drop_columns([RECORD_KEY, PARTITION_PATH, FILE_ID, ROW_BYTES]),
+            data,
             rows.column(RECORD_KEY).to_pylist(),
             deleting=self.operation is Operation.DELETE,
             precombine=self.precombine,

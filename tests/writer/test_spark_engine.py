@@ -112,6 +112,7 @@ def test_spark_engine_bad_input_names_the_column_and_rolls_back(tmp_path: Path, 
 def test_a_late_attempt_knows_its_file_cannot_be_committed(tmp_path: Path) -> None:
     """A task attempt that finishes writing after the write completed (or was rolled back)
     deletes its own file: only the stats the driver collected are committed."""
+    from writer.files import FileLayout
     from writer.spark import _WriteTask
 
     table = make_table(str(tmp_path / "t"))
@@ -126,6 +127,7 @@ def test_a_late_attempt_knows_its_file_cannot_be_committed(tmp_path: Path) -> No
             per_file={},
             precombine="ts",
             bloom_fpp=0.01,
+            layout=FileLayout(),
             failpoint=None,
         )
         assert not task._late()  # requested: the write is running
