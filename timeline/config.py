@@ -155,6 +155,24 @@ MARKERS_TYPE: ConfigKey[str] = _key(
         "(batched through a marker server, MARKERS<i> files).",
     )
 )
+def _hudi_metadata_choice(value: str) -> str:
+    choice = value.strip().lower()
+    if choice not in ("drop", "refuse"):
+        raise ValueError(f"{value!r} is not drop or refuse")
+    return choice
+
+
+HUDI_METADATA_TABLE: ConfigKey[str] = _key(
+    ConfigKey(
+        "indexer.write.hudi_metadata_table",
+        _hudi_metadata_choice,
+        "drop",
+        "What a write of ours does on a table with Apache Hudi's own metadata table, which it "
+        "cannot update: drop (take it down as a Hudi writer with the metadata table off does; "
+        "Hudi's readers list files and Hudi's next writer rebuilds it) or refuse (fail the write "
+        "before it writes anything).",
+    )
+)
 MARKER_SERVER_URL: ConfigKey[str] = _key(
     ConfigKey(
         "indexer.markers.server.url",

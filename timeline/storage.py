@@ -136,6 +136,18 @@ class _Backend:
         raise NotImplementedError
 
 
+def _drop_hadoop_checksum(path: str) -> None:
+    """Delete Hadoop's checksum of ``path`` (``.<name>.crc`` beside it), if there is one.
+
+    Apache Hudi writes local tables through Hadoop's checksummed local file system, which keeps
+    that file for every file it writes and checks it on every read: a file we rewrite (such as
+    ``hoodie.properties``) would fail Hudi's next read with a stale checksum. Without the file,
+    Hadoop reads without checking."""
+    folder, name = os.path.split(path)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(folder, f".{name}.crc"))
+
+
 class _LocalBackend(_Backend):
     def join(self, root: str, rel: str) -> str:
         return os.path.join(root, *rel.split("/")) if rel else root
@@ -166,6 +178,7 @@ class _LocalBackend(_Backend):
             os.link(tmp, path)
         finally:
             os.unlink(tmp)
+        _drop_hadoop_checksum(path)
 
     def overwrite(self, path: str, data: bytes) -> None:
         tmp = self._write_temp(path, data)
@@ -175,6 +188,7 @@ class _LocalBackend(_Backend):
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+        _drop_hadoop_checksum(path)
 
     def read(self, path: str) -> bytes:
         with open(path, "rb") as f:
@@ -225,6 +239,7 @@ class _LocalBackend(_Backend):
                     os.rmdir(path)
             else:
                 os.unlink(path)
+                _drop_hadoop_checksum(path)
 
     def info(self, path: str) -> tuple[int, bool, float]:
         st = os.stat(path)

@@ -119,7 +119,8 @@ class Table:
         self, lock: LockHandle, change: Callable[[TableConfig], TableConfig]
     ) -> TableConfig:
         """Read, change and rewrite ``hoodie.properties`` under the table lock ``lock``, as Hudi
-        does (backup first). Only the migration of an old index layout rewrites it."""
+        does (backup first). Only the migration of an old index layout and a writer taking down Hudi's
+        own metadata table (:mod:`timeline.hudi_metadata`) rewrite it."""
         current = self.reload_table_config()
         updated = change(current)
         if updated == current:

@@ -44,6 +44,7 @@ from timeline.config import (
     EARLY_CONFLICT_CHECK_COMMITS,
     EARLY_CONFLICT_DETECTION,
     EARLY_CONFLICT_TRANSACTIONAL,
+    HUDI_METADATA_TABLE,
     MARKER_BATCH_INTERVAL_MS,
     MARKER_SERVER_URL,
     MARKER_THREADS,
@@ -71,6 +72,7 @@ from timeline.fs_view import (
     read_parquet_schema_bytes,
 )
 from timeline.hashing import buckets_of_keys
+from timeline.hudi_metadata import hudi_metadata_table_present, take_down_hudi_metadata_table
 from timeline.instant import Action, Instant, State
 from timeline.locks import LockHandle
 from timeline.markers import DirectMarkers, IOType, MarkerWriter
@@ -120,6 +122,7 @@ class WriteOptions:
     marker_batch_interval_ms: int = MARKER_BATCH_INTERVAL_MS.default
     marker_threads: int = MARKER_THREADS.default
     async_conflict_period_ms: int = ASYNC_CONFLICT_PERIOD_MS.default
+    hudi_metadata_table: str = HUDI_METADATA_TABLE.default  # drop or refuse
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "markers", marker_type(self.markers))
@@ -144,6 +147,7 @@ class WriteOptions:
             marker_batch_interval_ms=config.get(MARKER_BATCH_INTERVAL_MS),
             marker_threads=config.get(MARKER_THREADS),
             async_conflict_period_ms=config.get(ASYNC_CONFLICT_PERIOD_MS),
+            hudi_metadata_table=config.get(HUDI_METADATA_TABLE),
         )
 
 
@@ -224,7 +228,20 @@ class WriteClient:
                     "run `indexer migrate <base>` before writing (a write now would leave it stale)",
                 )
             self._lock_checked = True
+        self.check_hudi_metadata_table()
         return WriteTransaction(self, Operation(operation))
+
+    def check_hudi_metadata_table(self) -> None:
+        """With ``indexer.write.hudi_metadata_table=refuse``, fail when the table has Apache
+        Hudi's own metadata table (checked when a write starts and again at its commit)."""
+        if self.options.hudi_metadata_table == "refuse" and hudi_metadata_table_present(self.table):
+            raise TableConfigError(
+                self.table.storage.uri(PROPERTIES_FILE),
+                "the table has Apache Hudi's own metadata table, which this writer cannot update "
+                "(Hudi's readers would miss the commit); set "
+                f"{HUDI_METADATA_TABLE.key}=drop to take it down as a Hudi writer with the "
+                "metadata table off does, or write with Hudi",
+            )
 
     def write(self, operation: Operation, data: pa.Table) -> Instant:
         """Start, write ``data`` and commit; on any failure the write is aborted (or left to the
@@ -518,6 +535,8 @@ class WriteTransaction:
                 strategy.resolve(this, operation_of(timeline, candidate))
             self._finalize()
             self._update_metadata_table(lock)
+            self.client.check_hudi_metadata_table()
+            take_down_hudi_metadata_table(self.table, lock, f"commit {self.instant_time}")
             lock.ensure_valid()
             self._state = _TxnState.UNKNOWN
             try:

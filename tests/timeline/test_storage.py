@@ -198,3 +198,21 @@ def test_read_range(storage: Storage) -> None:
     assert storage.read_range("r/f", 7) == b"789"
     assert storage.read_range("r/f", -3) == b"789"
     assert storage.read_range("r/f", -100) == b"0123456789"
+
+
+def test_hadoop_checksums_of_files_we_rewrite_are_dropped(tmp_path: Any) -> None:
+    """Apache Hudi writes local tables through Hadoop's checksummed file system, which keeps a
+    ``.<name>.crc`` beside each file and checks it on read: after we rewrite hoodie.properties,
+    a stale one made Hudi fail with "Could not load Hoodie properties"."""
+    storage = Storage(str(tmp_path))
+    for name, act in (
+        ("hoodie.properties", lambda: storage.overwrite("hoodie.properties", b"new")),
+        ("gone", lambda: storage.delete("gone")),
+        ("fresh", lambda: storage.create("fresh", b"x")),
+    ):
+        if name != "fresh":
+            (tmp_path / name).write_bytes(b"old")
+        (tmp_path / f".{name}.crc").write_bytes(b"crc of the old bytes")
+        act()
+        assert not (tmp_path / f".{name}.crc").exists(), name
+    assert (tmp_path / "hoodie.properties").read_bytes() == b"new"

@@ -1,0 +1,63 @@
+"""Apache Hudi's own metadata table (``.hoodie/metadata``), seen from a writer that cannot update it.
+
+Hudi 0.15's readers, with its metadata table on, list a table's files from that table; so does
+its writer when it tags an upsert. A commit that does not add its files there is invisible to
+them: the harness shows Hudi's reader returning the rows as they were before our upsert, and
+Hudi's next upsert merging into the older file version, which loses our update.
+
+So a writer of ours does what Hudi's own writer does when its metadata setting is off
+(``HoodieTableMetadataUtil.deleteMetadataTable``): it clears ``hoodie.table.metadata.partitions``
+(and ``.inflight``) in ``hoodie.properties``, which Hudi's readers consult before using the
+metadata table, and then deletes ``.hoodie/metadata``. Hudi's readers fall back to listing
+storage, and Hudi's next writer with the metadata table on builds it again from storage. This
+happens under the table lock before our instant completes, so no reader sees our commit while
+Hudi's metadata table claims to be current.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from timeline.locks import LockHandle
+from timeline.table import Table
+from timeline.table_config import METADATA_PARTITIONS, METADATA_PARTITIONS_INFLIGHT, TableConfig
+
+logger = logging.getLogger(__name__)
+
+HUDI_METADATA_FOLDER = ".hoodie/metadata"
+
+
+def hudi_metadata_table_present(table: Table) -> bool:
+    """Whether Hudi's readers may use a metadata table of Hudi's on this table."""
+    config = table.reload_table_config()
+    return bool(
+        config.hudi_metadata_partitions
+        or config.props.get(METADATA_PARTITIONS_INFLIGHT, "").strip()
+        or table.storage.exists(f"{HUDI_METADATA_FOLDER}/.hoodie/hoodie.properties")
+    )
+
+
+def take_down_hudi_metadata_table(table: Table, lock: LockHandle, why: str) -> bool:
+    """Clear Hudi's metadata partitions in ``hoodie.properties``, then delete ``.hoodie/metadata``
+    (the order of Hudi's own writer). Whether there was anything to take down."""
+    if not hudi_metadata_table_present(table):
+        return False
+
+    def cleared(config: TableConfig) -> TableConfig:
+        props = dict(config.props)
+        for key in (METADATA_PARTITIONS, METADATA_PARTITIONS_INFLIGHT):
+            if key in props:
+                props[key] = ""
+        return TableConfig(props)
+
+    table.update_table_config(lock, cleared)
+    lock.ensure_valid()
+    table.storage.delete(HUDI_METADATA_FOLDER, recursive=True)
+    logger.warning(
+        "%s: took down Apache Hudi's metadata table (%s), which %s cannot update; Hudi's readers "
+        "list storage until Hudi's next writer with the metadata table on rebuilds it",
+        table.base_uri,
+        HUDI_METADATA_FOLDER,
+        why,
+    )
+    return True
