@@ -155,6 +155,8 @@ MARKERS_TYPE: ConfigKey[str] = _key(
         "(batched through a marker server, MARKERS<i> files).",
     )
 )
+
+
 def _hudi_metadata_choice(value: str) -> str:
     choice = value.strip().lower()
     if choice not in ("drop", "refuse"):

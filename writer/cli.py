@@ -131,6 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
             "print the instant time it committed. Exit 1 with a message on a write conflict or "
             "bad input; the failed write is rolled back."
         ),
+        epilog=(
+            "Tables Apache Hudi wrote: keys and partition paths are made by the table's key "
+            "generator (hoodie.properties). Give the settings Hudi does not store there as you "
+            "give them to Hudi, e.g. --conf hoodie.keygen.timebased.timestamp.type=EPOCHMILLISECONDS "
+            "or --conf hoodie.datasource.write.partitionpath.field=part:SIMPLE,ts:TIMESTAMP. A "
+            "commit takes Hudi's own metadata table down (indexer.write.hudi_metadata_table=drop; "
+            "=refuse fails instead). See the README's 'Writing to tables Apache Hudi writes'."
+        ),
     )
     parser.add_argument("base", help="table base path (local, file://, s3://)")
     parser.add_argument(

@@ -4,8 +4,8 @@ The generator is the table's ``hoodie.table.keygenerator.class`` (Hudi's Spark, 
 class names alike; absent, it is inferred as Hudi infers it):
 
 * **Simple**: one key field, its value as a string; one partition field;
-* **Complex**: keys ``f1:v1,f2:v2`` (a null value ``__null__``, an empty one ``__empty__``);
-  partition values joined with ``/``;
+* **Complex**: keys ``f1:v1,f2:v2`` (a null value ``__null__``, an empty one ``__empty__``), but
+  Simple's for one key field (what Hudi 0.15 writes); partition values joined with ``/``;
 * **NonPartitioned**: the key as Simple's (Complex's for several fields); partition ``""``;
 * **TimestampBased**: the partition is the field's time formatted with
   ``hoodie.keygen.timebased.*`` (``timestamp.type``, ``input.dateformat``, ``output.dateformat``,
@@ -430,7 +430,7 @@ class KeyGenerator:
 
     def record_keys(self, data: pa.Table) -> list[str]:
         columns = [_strings(_column(data, f), f) for f in self.key_fields]
-        if self.kind == "complex" or len(self.key_fields) > 1:
+        if len(self.key_fields) > 1:  # Complex with one field makes Simple's keys (Hudi 0.15)
             return self._complex_keys(columns)
         name = self.key_fields[0]
         out = columns[0]

@@ -6,6 +6,9 @@ with two, ``<name> (LIST) { repeated <type> array }``, and Spark's legacy writer
 ``bag`` and ``array``. Readers that read a table file by file with one schema (hudi-rs) refuse to
 mix the layouts, so a file we add to a table takes the layout of the table's newest base file.
 
+The root of the schema takes the table's name too (parquet-avro names it after the Avro record,
+``hoodie.<table>.<table>_record``; pyarrow calls it ``schema``).
+
 The layouts differ only in the footer: for a list whose elements are required (the two-level
 layout cannot hold a null element) the repetition and definition levels of both are identical,
 so the data pages stay as pyarrow wrote them and only the schema and the column paths in the
@@ -260,6 +263,12 @@ class Node:
         c: int | None = self.element.get(_SE_CONVERTED)
         return c
 
+    def set_converted(self, converted: int | None) -> None:
+        if converted is None:
+            self.element.fields = [f for f in self.element.fields if f[0] != _SE_CONVERTED]
+        else:
+            self.element.set(_SE_CONVERTED, _I32, converted)
+
     def child(self, name: str) -> Node | None:
         return next((c for c in self.children if c.name == name), None)
 
@@ -349,6 +358,11 @@ def _conform(ours: Node, template: Node, column: str) -> bool:
         if kv.name != t_kv.name:
             kv.rename(t_kv.name)
             changed = True
+        if kv.converted != t_kv.converted:
+            # parquet-avro marks the entries MAP_KEY_VALUE; Hudi's reader takes a map without
+            # that mark for the three-level list layout and then reads two-level lists as null
+            kv.set_converted(t_kv.converted)
+            changed = True
         if len(kv.children) == len(t_kv.children):
             for c, t in zip(kv.children, t_kv.children, strict=True):
                 if c.is_group and t.is_group:
@@ -373,7 +387,13 @@ def conform_layout(data: bytes, template: Node) -> bytes:
     meta = decode(footer)
     schema = meta.get(_FMD_SCHEMA)
     root = _tree(schema.items)
-    if not _conform(root, template, ""):
+    changed = _conform(root, template, "")
+    if root.name != template.name:
+        # the record's name: Hudi's merge compares the file's schema with its own by name, and
+        # rewrites every record of a file whose schema differs (losing two-level list values)
+        root.rename(template.name)
+        changed = True
+    if not changed:
         return data
     schema.items = _flatten(root)
     paths = _leaf_paths(root)

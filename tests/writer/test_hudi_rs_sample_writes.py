@@ -32,15 +32,12 @@ def _read(base: Path) -> pa.Table:
     return pa.Table.from_batches(batches)
 
 
-def parquet_layout(path: Path) -> list[tuple[str, int, int, str]]:
-    """The Parquet schema's columns, as stored (not Arrow's reading of them): path, levels, type."""
-    return [
-        (c.path, c.max_definition_level, c.max_repetition_level, c.physical_type)
-        for c in pq.ParquetFile(path).schema
-    ]
+def parquet_layout(path: Path) -> str:
+    """The Parquet schema as stored (not Arrow's reading of it): names, levels, annotations."""
+    return "\n".join(str(pq.ParquetFile(path).schema).splitlines()[1:])  # after its address
 
 
-def _data_files(base: Path) -> dict[Path, list[tuple[str, int, int, str]]]:
+def _data_files(base: Path) -> dict[Path, str]:
     return {
         p: parquet_layout(p)
         for p in base.rglob("*.parquet")
@@ -83,7 +80,7 @@ def test_an_upsert_of_every_row_with_one_column_changed(
             assert row[column] == was[column], column
 
     template = next(iter(stored_schemas.values()))
-    assert any(".array." in c[0] for c in template), "the sample stores two-level lists"
+    assert "repeated group field_id=-1 array {" in template, "the sample stores two-level lists"
     new = {p: s for p, s in _data_files(base).items() if p not in stored_schemas}
     assert new
     for path, schema in new.items():

@@ -161,3 +161,68 @@ def test_spark_engine_tags_through_the_bloom_index(tmp_path: Path, spark: Any) -
         assert records(table)["k007"]["fare"] == -7.0 and len(records(table)) == 20
     assert results[False] == 10  # every file of the partition
     assert 1 <= results[True] <= 3  # the file with k007, and at most a false positive or two
+
+
+def test_schema_on_write_and_nested_columns_as_the_local_engine(tmp_path: Path, spark: Any) -> None:
+    """The Spark engine takes the schema and layout from the same rules as the local engine: a
+    new column, a promoted type and another column order, with struct, list and map values."""
+    nested = pa.schema(
+        [
+            ("uuid", pa.string()),
+            ("city", pa.string()),
+            ("ts", pa.int32()),
+            ("fare", pa.float32()),
+            ("rider", pa.struct([("name", pa.string()), ("stars", pa.int32())])),
+            ("tags", pa.list_(pa.string())),
+            ("attrs", pa.map_(pa.string(), pa.string())),
+        ]
+    )
+
+    def batch(ids: range, ts: int, extra: bool = False) -> pa.Table:
+        data = pa.Table.from_pylist(
+            [
+                {
+                    "uuid": f"k{i}",
+                    "city": "sf" if i % 2 else "la",
+                    "ts": ts,
+                    "fare": i + 0.5,
+                    "rider": {"name": f"r{i}", "stars": i % 5},
+                    "tags": [f"t{i}"] * (i % 3),
+                    "attrs": [("k", str(i))],
+                }
+                for i in ids
+            ],
+            schema=nested,
+        )
+        if extra:  # long, double, a new column, another order
+            data = data.cast(
+                pa.schema([f.with_type(pa.int64()) if f.name == "ts" else f for f in nested])
+            )
+            data = data.set_column(3, "fare", data.column("fare").cast(pa.float64()))
+            data = data.append_column("tip", pa.array([1.5] * data.num_rows))
+            data = data.select(["tip", *reversed(nested.names)])
+        return data
+
+    results = {}
+    for engine in ("local", "spark"):
+        table = make_table(str(tmp_path / engine))
+        client = SparkWriteClient(table, spark) if engine == "spark" else WriteClient(table)
+
+        for op, data in (
+            (Operation.INSERT, batch(range(6), 1)),
+            (Operation.UPSERT, batch(range(0, 6, 2), 2, extra=True)),
+        ):
+            if engine == "spark":
+                client.write(op, frame(spark, data, tmp_path / "in"))
+            else:
+                client.write(op, data)
+        got = records(table)
+        assert got["k2"]["tip"] == 1.5 and got["k1"]["tip"] is None
+        assert got["k2"]["ts"] == 2 and got["k1"]["ts"] == 1
+        assert got["k4"]["rider"] == {"name": "r4", "stars": 4}
+        assert got["k4"]["tags"] == ["t4"] and dict(got["k5"]["attrs"]) == {"k": "5"}
+        assert len(got) == 6
+        results[engine] = {
+            k: {c: v for c, v in r.items() if c != "_hoodie_commit_seqno"} for k, r in got.items()
+        }
+    assert results["local"] == results["spark"]

@@ -1,0 +1,158 @@
+"""Our writer on tables Apache Hudi 0.15 creates, through both engines: for each key generator and
+partition style, Hudi creates the table (its metadata table on) and writes a first batch with
+struct, list and map columns; we index it; then our writer upserts every row with one column
+changed, deletes one key and inserts new rows with nested values. After each of our commits, Hudi's
+Spark reader (its metadata table on and off) and hudi-rs read exactly the expected rows; then
+Hudi's writer upserts on top of our commits and its reader still reads the expected rows. Our index
+equals a rebuild throughout."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from indexer.indexer import AsyncIndexer
+from metadata_table.layout import PARTITIONS
+from timeline import Table
+from timeline.config import Config
+from timeline.hudi_metadata import HUDI_METADATA_FOLDER
+from writer.client import WriteClient
+from writer.spark import SparkWriteClient
+
+from ..hudi_peer.peer import HudiPeer, HudiTable
+from ..hudi_peer.rows import by_key, make_rows
+from ..hudi_peer.tables import HUDI_READER_FAILS, KEYGEN_READ_TS, KEYGEN_TABLES, KEYGEN_TS
+from ..indexer.test_indexer import assert_exact
+from .test_failed_writes import hudi_rs
+
+pytestmark = pytest.mark.hudi
+
+#: what Hudi does not keep in hoodie.properties: the writer is given it as Hudi's writer is
+_UNSTORED = ("hoodie.keygen.timebased.", "hoodie.datasource.write.partitionpath.field")
+
+
+def _open(hudi_table: HudiTable, tmp_path: Path) -> Table:
+    settings = {k: v for k, v in hudi_table.options().items() if k.startswith(_UNSTORED)}
+    config = Config.resolve(
+        explicit={"indexer.lock.url": f"sqlite:///{tmp_path / 'locks.db'}", **settings}
+    )
+    return Table.open(hudi_table.path, config)
+
+
+def _writer(engine: str, table: Table, spark: Any) -> Callable[[str, pa.Table], None]:
+    if engine == "local":
+        client = WriteClient(table)
+        return lambda op, rows: (client.write(op, rows), None)[1]  # type: ignore[arg-type]
+    spark_client = SparkWriteClient(table, spark)
+    return lambda op, rows: (
+        spark_client.write(op, spark.createDataFrame(rows)),  # type: ignore[arg-type]
+        None,
+    )[1]
+
+
+def _assert_reads(
+    hudi: HudiPeer, hudi_table: HudiTable, expected: dict[Any, Any], style: str
+) -> None:
+    """Hudi's reader (metadata table on and off; hudi-rs where Hudi 0.15 cannot read the
+    table) and hudi-rs read exactly ``expected``: no duplicate record key, no row missing."""
+    readers: dict[str, list[dict[str, Any]]] = {"hudi-rs": hudi_rs(hudi_table.path, {})}
+    if style not in HUDI_READER_FAILS:
+        for metadata in (True, False):
+            readers[f"hudi metadata={metadata}"] = hudi.read(
+                hudi_table, metadata=metadata
+            ).to_pylist()
+    for name, rows in readers.items():
+        keys = [r["_hoodie_record_key"] for r in rows]
+        assert len(keys) == len(set(keys)), f"{name}: a record key appears twice"
+        want = expected
+        if style in KEYGEN_READ_TS and name.startswith("hudi "):
+            want = {k: {**v, "ts": KEYGEN_READ_TS[style]} for k, v in expected.items()}
+        got = by_key(rows)
+        assert set(got) == set(want), (name, sorted(set(got) ^ set(want)))
+        wrong = {
+            k: {c: (got[k][c], want[k][c]) for c in want[k] if got[k].get(c) != want[k][c]}
+            for k in want
+            if got[k] != want[k]
+        }
+        assert not wrong, (name, wrong)
+
+
+@pytest.mark.parametrize("engine", ["local", "spark"])
+@pytest.mark.parametrize("style", sorted(KEYGEN_TABLES))
+def test_hudi_tables_take_our_upserts_deletes_and_inserts(
+    hudi: HudiPeer, spark: Any, tmp_path: Path, style: str, engine: str
+) -> None:
+    hudi_table = HudiTable(str(tmp_path / style), **KEYGEN_TABLES[style])  # type: ignore[arg-type]
+    first = make_rows(range(12), ts=KEYGEN_TS)
+    hudi.write(hudi_table, "insert", first)
+    table = _open(hudi_table, tmp_path)
+    AsyncIndexer(table, spark=spark).run(list(PARTITIONS))
+    write = _writer(engine, table, spark)
+    expected = by_key(first)
+
+    changed = make_rows(range(12), ts=KEYGEN_TS, fare_offset=1000.0)
+    write("upsert", changed)
+    assert not (Path(hudi_table.path) / HUDI_METADATA_FOLDER).exists(), "Hudi's was taken down"
+    expected = by_key(changed)
+    _assert_reads(hudi, hudi_table, expected, style)
+
+    write("delete", make_rows([3], ts=KEYGEN_TS))
+    del expected[3]
+    _assert_reads(hudi, hudi_table, expected, style)
+
+    new = make_rows(range(100, 104), ts=KEYGEN_TS)
+    write("insert", new)
+    expected |= by_key(new)
+    _assert_reads(hudi, hudi_table, expected, style)
+    assert_exact(table)
+
+    # Hudi's writer on top of our commits (its metadata table on: it builds it again)
+    again = make_rows([0, 5, 101], ts=KEYGEN_TS, fare_offset=5000.0)
+    hudi.write(hudi_table, "upsert", again)
+    assert (Path(hudi_table.path) / HUDI_METADATA_FOLDER / ".hoodie").is_dir()
+    expected |= by_key(again)
+    _assert_reads(hudi, hudi_table, expected, style)
+    AsyncIndexer(table).sync()
+    assert_exact(table)
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        dict(keygen="complex", record_key=("id",), partition_fields=("part",)),
+        dict(keygen="simple", partition_fields=("fare",), hive_style=True),
+        dict(keygen="complex", record_key=("id", "flag"), partition_fields=("flag", "day")),
+        dict(keygen="nonpartitioned", record_key=("id", "name"), partition_fields=()),
+    ],
+    ids=["complex-one-key", "double-hive", "boolean-date-nulls", "nonpartitioned-two-keys"],
+)
+def test_our_key_generator_remakes_every_key_and_path_hudi_wrote(
+    hudi: HudiPeer, tmp_path: Path, layout: dict[str, Any]
+) -> None:
+    """Java's value strings (``1.0E7``, ``true``, dates), ``__null__`` and the default partition,
+    and Complex with one key field (Simple's keys): whatever Hudi stored, we make the same."""
+    import datetime as dt
+
+    import pyarrow.parquet as pq
+
+    rows = make_rows(range(6))
+    rows = rows.set_column(4, "fare", pa.array([1.0, 1e7, 0.5, 2.25, 1e-4, -3.0]))
+    rows = rows.append_column("flag", pa.array([True, False, None, True, False, None]))
+    rows = rows.append_column("day", pa.array([dt.date(2024, 3, d) for d in range(1, 7)]))
+    hudi_table = HudiTable(str(tmp_path / "t"), **layout)
+    hudi.write(hudi_table, "insert", rows)
+    table = _open(hudi_table, tmp_path)
+    keygen = WriteClient(table)._key_generator()
+    stored = [
+        pq.read_table(p)
+        for p in Path(hudi_table.path).rglob("*.parquet")
+        if ".hoodie" not in p.relative_to(hudi_table.path).parts
+    ]
+    data = pa.concat_tables(stored)
+    assert data.num_rows == 6
+    assert keygen.record_keys(data) == data.column("_hoodie_record_key").to_pylist()
+    assert keygen.partition_paths(data) == data.column("_hoodie_partition_path").to_pylist()
