@@ -156,3 +156,33 @@ def test_our_key_generator_remakes_every_key_and_path_hudi_wrote(
     assert data.num_rows == 6
     assert keygen.record_keys(data) == data.column("_hoodie_record_key").to_pylist()
     assert keygen.partition_paths(data) == data.column("_hoodie_partition_path").to_pylist()
+
+
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_schema_on_write_reads_in_hudi(
+    hudi: HudiPeer, spark: Any, tmp_path: Path, engine: str
+) -> None:
+    """A new nullable column, an int promoted to long and a float to double, columns in another
+    order: Hudi's reader reads the old rows and ours, and Hudi's writer writes on top."""
+    base = make_rows(range(6))
+    narrow = base.append_column("n", pa.array(range(6), pa.int32())).append_column(
+        "w", pa.array([0.5] * 6, pa.float32())
+    )
+    hudi_table = HudiTable(str(tmp_path / "t"), extra={"hoodie.parquet.small.file.limit": "0"})
+    hudi.write(hudi_table, "insert", narrow)
+    table = _open(hudi_table, tmp_path)
+    wider = make_rows([0, 1], ts=2, fare_offset=7.0)
+    wider = wider.append_column("n", pa.array([100, 101], pa.int64()))
+    wider = wider.append_column("w", pa.array([2.5, 3.5], pa.float64()))
+    wider = wider.append_column("tip", pa.array([1.0, 2.0]))
+    wider = wider.select(list(reversed(wider.column_names)))
+    _writer(engine, table, spark)("upsert", wider)
+
+    expected = {k: {**v, "tip": None} for k, v in by_key(narrow).items()}
+    expected |= by_key(wider)
+    _assert_reads(hudi, hudi_table, expected, "simple")
+    again = make_rows([2], ts=3).append_column("n", pa.array([7], pa.int64()))
+    again = again.append_column("w", pa.array([1.25])).append_column("tip", pa.array([9.0]))
+    hudi.write(hudi_table, "upsert", again)
+    expected |= by_key(again)
+    _assert_reads(hudi, hudi_table, expected, "simple")
