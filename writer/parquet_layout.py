@@ -249,6 +249,13 @@ class Node:
     def rename(self, name: str) -> None:
         self.element.set(_SE_NAME, _BINARY, name.encode())
 
+    def take_name(self, other: Node) -> bool:
+        """Take ``other``'s name; whether it differed."""
+        if self.name == other.name:
+            return False
+        self.rename(other.name)
+        return True
+
     @property
     def repetition(self) -> int | None:
         r: int | None = self.element.get(_SE_REPETITION)
@@ -339,12 +346,7 @@ def _conform(ours: Node, template: Node, column: str) -> bool:
                 return True
             if len(t_repeated.children) == 1:
                 t_element = t_repeated.children[0]
-                if wrapper.name != t_repeated.name:
-                    wrapper.rename(t_repeated.name)
-                    changed = True
-                if element.name != t_element.name:
-                    element.rename(t_element.name)
-                    changed = True
+                changed = wrapper.take_name(t_repeated) | element.take_name(t_element)
                 return _conform(element, t_element, column) or changed
         return False
     if (
@@ -355,9 +357,7 @@ def _conform(ours: Node, template: Node, column: str) -> bool:
         and len(template.children) == 1
     ):
         kv, t_kv = ours.children[0], template.children[0]
-        if kv.name != t_kv.name:
-            kv.rename(t_kv.name)
-            changed = True
+        changed = kv.take_name(t_kv)
         if kv.converted != t_kv.converted:
             # parquet-avro marks the entries MAP_KEY_VALUE; Hudi's reader takes a map without
             # that mark for the three-level list layout and then reads two-level lists as null
@@ -387,12 +387,8 @@ def conform_layout(data: bytes, template: Node) -> bytes:
     meta = decode(footer)
     schema = meta.get(_FMD_SCHEMA)
     root = _tree(schema.items)
-    changed = _conform(root, template, "")
-    if root.name != template.name:
-        # the record's name: Hudi's merge compares the file's schema with its own by name, and
-        # rewrites every record of a file whose schema differs (losing two-level list values)
-        root.rename(template.name)
-        changed = True
+    # the root is the record's name (parquet-avro's ``hoodie.<table>.<table>_record``)
+    changed = _conform(root, template, "") | root.take_name(template)
     if not changed:
         return data
     schema.items = _flatten(root)
