@@ -147,6 +147,19 @@ def read_parquet_schema(storage: Storage, path: str) -> pa.Schema:
     return read_parquet_schema_bytes(storage.read(path), path)
 
 
+def parquet_footer(storage: Storage, path: str, guess: int = 64 * 1024) -> bytes:
+    """The footer of a Parquet file as the smallest Parquet byte string holding it (``PAR1``,
+    footer, length, ``PAR1``): enough to read its schema, in one ranged read of the file's end
+    (two when the footer is larger than ``guess``)."""
+    tail = storage.read_range(path, -guess, None)
+    if len(tail) < 12 or tail[-4:] != b"PAR1":
+        raise NotParquetError(path, "no Parquet footer at its end")
+    length = int.from_bytes(tail[-8:-4], "little")
+    if length + 8 > len(tail):
+        tail = storage.read_range(path, -(length + 8), None)
+    return b"PAR1" + tail[-(length + 8) :]
+
+
 def read_parquet_schema_bytes(data: bytes, path: str) -> pa.Schema:
     """The schema of the Parquet file ``data`` (read from ``path``)."""
     try:
@@ -163,11 +176,7 @@ def read_parquet(storage: Storage, path: str, columns: list[str] | None = None) 
     returned; its destructor then takes the GIL, and if the interpreter is exiting by then the
     thread is unwound through C++ and the process aborts ("terminate called without an active
     exception", exit 134; apache/arrow#33975)."""
-    return parquet_from_bytes(storage.read(path), path, columns)
-
-
-def parquet_from_bytes(data: bytes, path: str, columns: list[str] | None = None) -> pa.Table:
-    """The Parquet file ``data`` (read from ``path``) as a table, as :func:`read_parquet`."""
+    data = storage.read(path)
     try:
         return pq.ParquetFile(pa.BufferReader(data)).read(columns=columns, use_threads=False)
     except (pa.ArrowInvalid, OSError) as e:

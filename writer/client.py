@@ -67,7 +67,7 @@ from timeline.failpoints import failpoint
 from timeline.fs_view import (
     BaseFile,
     FileSystemView,
-    parquet_from_bytes,
+    parquet_footer,
     read_parquet,
     read_parquet_schema_bytes,
 )
@@ -380,23 +380,23 @@ class WriteTransaction:
         newest = max(self.view.latest_base_files(), key=lambda b: b.instant_time, default=None)
         table_schema = template = None
         if newest is not None:
-            data = self.table.storage.read(newest.path)
-            stored = read_parquet_schema_bytes(data, newest.path)
+            footer = parquet_footer(self.table.storage, newest.path)
+            stored = read_parquet_schema_bytes(footer, newest.path)
             table_schema = pa.schema([f for f in stored if f.name not in META_COLUMNS])
-            template = footer_schema(data)
-            self._verify_keys(newest, data, stored)
+            template = footer_schema(footer)
+            self._verify_keys(newest, stored)
         schema = evolve(table_schema, incoming) if incoming is not None else None
         self._schema = schema
         self.layout = FileLayout(schema, template)
         return self.layout
 
-    def _verify_keys(self, newest: BaseFile, data: bytes, stored: pa.Schema) -> None:
+    def _verify_keys(self, newest: BaseFile, stored: pa.Schema) -> None:
         keygen = self.client.keygen
         if keygen is None or newest.path in self.client.verified_files:
             return
         wanted = [RECORD_KEY, PARTITION_PATH, *keygen.fields()]
         if all(c in stored.names for c in wanted):
-            rows = parquet_from_bytes(data, newest.path, wanted).slice(0, 1000)
+            rows = read_parquet(self.table.storage, newest.path, wanted).slice(0, 1000)
             keygen.verify(rows, self.table.storage.uri(newest.path))
         self.client.verified_files.add(newest.path)
 
