@@ -9,6 +9,10 @@ DATE 'yyyy-mm-dd' and TIMESTAMP 'yyyy-mm-dd hh:mm:ss' (UTC).
 ``might_match(stats)`` answers "can this file contain a matching row?" from min, max, null count
 and value count; it says True whenever a statistic it needs is missing, so a file is pruned only
 when its stats prove no row can match.
+
+``mask(stats)`` gives the same answer for every file at once, on Arrow arrays
+(:class:`ArrowStats`, one entry per file); it returns None where the types involved need Python's
+comparison rules (decimals, mixed kinds), and the caller then asks ``might_match`` file by file.
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from timeline.errors import FilterSyntaxError
 
@@ -34,8 +41,50 @@ class ColumnStats:
 Stats = Mapping[str, ColumnStats]
 
 
+@dataclass(frozen=True)
+class ColumnArrays:
+    """One column's stats for every file of a listing, aligned with it: ``present`` says which
+    files have a stats record; ``kind`` is the VALUE_TYPE all of them share."""
+
+    kind: str
+    present: pa.BooleanArray
+    minimum: pa.Array
+    maximum: pa.Array
+    null_count: pa.Int64Array
+    value_count: pa.Int64Array
+
+
+#: column -> its arrays, or None when its records do not share one kind
+ArrowStats = Mapping[str, ColumnArrays | None]
+
+# literal types each stats kind compares with as Python does (see _comparable)
+_VECTOR_KINDS: dict[str, tuple[type, ...]] = {
+    "int": (int, float),
+    "float": (int, float),
+    "string": (str,),
+    "binary": (bytes,),
+    "bool": (bool,),
+    "date": (dt.date,),
+    "timestamp": (dt.datetime,),
+}
+_ARROW_OPS = {"<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal}
+
+
+def _true(n: int) -> pa.BooleanArray:
+    return pa.array([True] * n, pa.bool_())
+
+
+def _only_nulls(c: ColumnArrays) -> pa.BooleanArray:
+    """Files whose column holds nulls only (both counts known), as in ``Compare.might_match``."""
+    return pc.fill_null(pc.greater_equal(c.null_count, c.value_count), False)
+
+
 class Expr:
     def might_match(self, stats: Stats) -> bool:
+        raise NotImplementedError
+
+    def mask(self, stats: ArrowStats, files: int) -> pa.BooleanArray | None:
+        """``might_match`` for each of ``files`` files at once, or None (see the module)."""
         raise NotImplementedError
 
     def columns(self) -> set[str]:
@@ -106,6 +155,61 @@ class Compare(Expr):
             return bool(mx >= v)
         raise ValueError(self.op)
 
+    def mask(self, stats: ArrowStats, files: int) -> pa.BooleanArray | None:
+        if self.column not in stats:
+            return _true(files)
+        c = stats[self.column]
+        if c is None:
+            return None
+        literal = _arrow_literal(c, self.value)
+        if literal is None:
+            return None
+        if literal is True:  # Python finds them incomparable: the file is kept
+            compared: pa.BooleanArray = _true(files)
+        else:
+            if self.op == "=":
+                compared = pc.and_(
+                    pc.less_equal(c.minimum, literal), pc.greater_equal(c.maximum, literal)
+                )
+            elif self.op in ("<", "<="):
+                compared = _ARROW_OPS[self.op](c.minimum, literal)
+            else:
+                compared = _ARROW_OPS[self.op](c.maximum, literal)
+            # a missing min or max proves nothing
+            unknown = pc.or_(pc.is_null(c.minimum), pc.is_null(c.maximum))
+            compared = pc.or_(pc.fill_null(compared, True), unknown)
+        kept = pc.and_(pc.invert(_only_nulls(c)), compared)
+        return pc.or_(pc.invert(c.present), kept)
+
+
+_EXACT = 2**53  # integers a double holds exactly
+
+
+def _arrow_literal(c: ColumnArrays, v: Any) -> pa.Scalar | bool | None:
+    """``v`` as an Arrow scalar comparable with the column's stats as Python compares them;
+    True when Python finds them incomparable (every file kept); None when only Python can say."""
+    if v is None:
+        return True
+    types = _VECTOR_KINDS.get(c.kind)
+    if types is None or isinstance(v, decimal.Decimal):
+        return None
+    if isinstance(v, bool) != (c.kind == "bool") or not isinstance(v, types):
+        return True
+    if c.kind == "date" and isinstance(v, dt.datetime):
+        return True
+    if c.kind in ("int", "float") and isinstance(v, int | float):
+        if isinstance(v, float) and c.kind == "int":
+            if not (v.is_integer() and abs(v) <= _EXACT):
+                return None
+            v = int(v)
+        if isinstance(v, int) and abs(v) > _EXACT and c.kind == "float":
+            return None
+        if isinstance(v, int) and not -(2**63) <= v < 2**63:
+            return None
+    if isinstance(v, dt.datetime):
+        v = _utc_naive(v)
+    return pa.scalar(v, type=c.minimum.type)
+
 
 @dataclass(frozen=True)
 class In(Expr):
@@ -117,6 +221,15 @@ class In(Expr):
 
     def might_match(self, stats: Stats) -> bool:
         return any(Compare(self.column, "=", v).might_match(stats) for v in self.values)
+
+    def mask(self, stats: ArrowStats, files: int) -> pa.BooleanArray | None:
+        out = pa.array([False] * files, pa.bool_())
+        for v in self.values:
+            one = Compare(self.column, "=", v).mask(stats, files)
+            if one is None:
+                return None
+            out = pc.or_(out, one)
+        return out
 
 
 @dataclass(frozen=True)
@@ -135,6 +248,19 @@ class IsNull(Expr):
             return s.value_count is None or s.null_count < s.value_count
         return s.null_count > 0
 
+    def mask(self, stats: ArrowStats, files: int) -> pa.BooleanArray | None:
+        if self.column not in stats:
+            return _true(files)
+        c = stats[self.column]
+        if c is None:
+            return None
+        if self.negated:
+            known = pc.fill_null(pc.less(c.null_count, c.value_count), True)
+            answer = pc.or_(known, pc.is_null(c.null_count))
+        else:
+            answer = pc.fill_null(pc.greater(c.null_count, 0), True)
+        return pc.or_(pc.invert(c.present), answer)
+
 
 @dataclass(frozen=True)
 class And(Expr):
@@ -147,6 +273,10 @@ class And(Expr):
     def might_match(self, stats: Stats) -> bool:
         return self.left.might_match(stats) and self.right.might_match(stats)
 
+    def mask(self, stats: ArrowStats, files: int) -> pa.BooleanArray | None:
+        left, right = self.left.mask(stats, files), self.right.mask(stats, files)
+        return None if left is None or right is None else pc.and_(left, right)
+
 
 @dataclass(frozen=True)
 class Or(Expr):
@@ -158,6 +288,10 @@ class Or(Expr):
 
     def might_match(self, stats: Stats) -> bool:
         return self.left.might_match(stats) or self.right.might_match(stats)
+
+    def mask(self, stats: ArrowStats, files: int) -> pa.BooleanArray | None:
+        left, right = self.left.mask(stats, files), self.right.mask(stats, files)
+        return None if left is None or right is None else pc.or_(left, right)
 
 
 @dataclass(frozen=True)

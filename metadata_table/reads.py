@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from metadata_table.bloom import SplitBlockBloomFilter, hash_value
-from metadata_table.filters import ColumnStats, Expr, parse_filter
+from metadata_table.filters import ColumnArrays, ColumnStats, Expr, parse_filter
 from metadata_table.layout import (
     BLOOM_FILTERS,
     COLUMN_STATS,
@@ -71,6 +72,7 @@ class IndexedSnapshot:
         self._view: FileSystemView | None = None
         self._unapplied: dict[str, list[Instant]] = {}
         self._lost: dict[str, str | None] = {}
+        self._column_tables: dict[str, pa.Table] = {}
 
     @cached_property
     def reader(self) -> MetadataReader:
@@ -179,20 +181,65 @@ class IndexedSnapshot:
             )
         return by_file
 
+    def _column_records(self, column: str) -> pa.Table:
+        """One column's live stats records with each file's ``path``; read once per snapshot."""
+        if column not in self._column_tables:
+            records = self.reader.read(COLUMN_STATS, prefix=column_prefix(column))
+            partition, name = records.column("partition"), records.column("file_name")
+            path = pc.if_else(
+                pc.equal(partition, NON_PARTITIONED),
+                name,
+                pc.binary_join_element_wise(partition, name, "/"),
+            )
+            self._column_tables[column] = records.append_column("path", path)
+        return self._column_tables[column]
+
+    def _arrow_stats(self, columns: set[str], paths: pa.Array) -> dict[str, ColumnArrays | None]:
+        """Each column's stats aligned with ``paths`` (see :class:`ColumnArrays`); a column
+        whose records do not share one value kind maps to None."""
+        out: dict[str, ColumnArrays | None] = {}
+        for column in sorted(columns):
+            records = self._column_records(column)
+            if not records.num_rows:
+                continue  # no file has stats for it: nothing is pruned on it
+            kinds = pc.unique(records.column("value_type")).to_pylist()
+            if len(kinds) != 1 or kinds[0] is None:
+                out[column] = None
+                continue
+            kind = kinds[0]
+            at = pc.index_in(paths, value_set=records.column("path"))
+            out[column] = ColumnArrays(
+                kind,
+                pc.is_valid(at),
+                pc.take(pc.struct_field(records.column("min_value"), kind), at),
+                pc.take(pc.struct_field(records.column("max_value"), kind), at),
+                pc.take(records.column("null_count"), at),
+                pc.take(records.column("value_count"), at),
+            )
+        return out
+
     def prune(self, expr: Expr | str) -> PruneResult:
-        """The latest base files that may hold rows matching ``expr``."""
+        """The latest base files that may hold rows matching ``expr``: evaluated on Arrow arrays
+        over all files at once, or file by file when the types need Python's comparison."""
         if isinstance(expr, str):
             expr = parse_filter(expr)
         files = self.view.latest_base_files()
         if not self.uses(COLUMN_STATS):
             return PruneResult(files, len(files), used_index=False)
         behind = self._unapplied_times(COLUMN_STATS)
-        stats = self._stats_by_file(expr.columns())
-        kept = [
-            f
-            for f in files
-            if f.instant_time in behind or f.path not in stats or expr.might_match(stats[f.path])
-        ]
+        arrays = self._arrow_stats(expr.columns(), pa.array([f.path for f in files], pa.string()))
+        mask = expr.mask(arrays, len(files)) if None not in arrays.values() else None
+        if mask is None:
+            stats = self._stats_by_file(expr.columns())
+            keep = [f.path not in stats or expr.might_match(stats[f.path]) for f in files]
+        else:
+            # a file without any stats record for these columns is kept, as file by file
+            unrecorded = pa.array([True] * len(files))
+            for c in arrays.values():
+                if c is not None:
+                    unrecorded = pc.and_(unrecorded, pc.invert(c.present))
+            keep = pc.or_(mask, unrecorded).to_pylist()
+        kept = [f for f, k in zip(files, keep, strict=True) if k or f.instant_time in behind]
         return PruneResult(kept, len(files), used_index=True, unapplied=tuple(sorted(behind)))
 
     def spark_paths(self, expr: Expr | str) -> list[str]:
