@@ -471,6 +471,13 @@ class KeyGenerator:
             strings = [v or DEFAULT_PARTITION for v in _strings(values, part.name)]
         if self.url_encode:
             strings = [escape_path_name(s) for s in strings]
+        elif part.timestamp is None:
+            # Hudi would make a deeper folder of a value with a slash: refused, as '.' and '..'
+            for v in set(strings):
+                if v in (".", "..") or "/" in v or "\\" in v or "\x00" in v:
+                    raise BadRecordsError(
+                        part.name, f"partition value {v!r} cannot be a folder name"
+                    )
         if self.hive_style:
             strings = [f"{part.name}={s}" for s in strings]
         return strings

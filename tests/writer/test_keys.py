@@ -204,3 +204,22 @@ def test_settings_that_do_not_make_the_stored_keys_are_refused() -> None:
     complex_keys = config("id,ts", "ts", "ComplexKeyGenerator")
     with pytest.raises(TableConfigError, match="record key 'id:1,ts:1709294400000' for a row"):
         KeyGenerator.of(complex_keys).verify(stored, "f.parquet")
+
+
+def test_a_value_that_would_make_another_folder_is_refused_unless_url_encoded() -> None:
+    """Hudi writes a slash in a partition value as a deeper folder; we refuse it (and '.', '..'),
+    naming the column; URL encoding escapes it, and a time format's slashes are the layout."""
+    rows = pa.table({"id": [1], "part": ["a/b"]})
+    with pytest.raises(BadRecordsError, match=r"'part'.*'a/b' cannot be a folder name"):
+        KeyGenerator.of(config("id", "part", "SimpleKeyGenerator")).partition_paths(rows)
+    encoded = config(
+        "id",
+        "part",
+        "SimpleKeyGenerator",
+        **{"hoodie.datasource.write.partitionpath.urlencode": "true"},
+    )
+    assert KeyGenerator.of(encoded).partition_paths(rows) == ["a%2Fb"]
+    with pytest.raises(BadRecordsError, match=r"'\.\.' cannot be a folder name"):
+        KeyGenerator.of(config("id", "part", None)).partition_paths(
+            pa.table({"id": [1], "part": [".."]})
+        )
