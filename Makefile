@@ -59,7 +59,7 @@ bench-markers: $(VENV)/.installed-test
 	$(PY) scripts/bench/markers.py
 
 # The full suite: writes docs/benchmarks.md and docs/bench-*.png (about 20 minutes on 2 cores).
-bench: $(VENV)/.installed-bench system-deps
+bench: $(VENV)/.installed-bench system-deps hudi-peer
 	$(PY) scripts/bench/run_all.py
 	$(PY) scripts/bench/schedule_lock.py
 

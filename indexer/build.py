@@ -3,9 +3,11 @@
 The driver lists the data files committed up to t and starts, through the metadata table's
 :class:`~metadata_table.partition_writer.PartitionWriter`, one metadata compaction instant per
 partition (a :class:`~metadata_table.partition_writer.PartitionBuild` each). Executors read each
-data file's footer once and make every build's records from it; a shuffle by (partition, file
-group) then gives each task one file group, whose base file the build writes behind a marker in
-the indexing instant's marker folder (so an aborted attempt's files are found and deleted). This
+data file's footer once and make every build's records from it, as Arrow tables: one per file
+group per task, shipped as Arrow IPC bytes (no row is ever a Python object). A shuffle by
+(partition, file group) then gives each task one file group, whose base file the build writes
+behind a marker in the indexing instant's marker folder (so an aborted attempt's files are found
+and deleted). This
 module only orchestrates Spark: it never names or writes a metadata-table file itself. pyspark is
 imported here only, lazily, so the kernel needs no JVM.
 """
@@ -32,25 +34,25 @@ def _records_task(
     builds: Sequence[PartitionBuild],
     slots: dict[tuple[int, int], int],
     failpoint: str | None = None,
-) -> Iterator[tuple[int, dict[str, Any]]]:
+) -> Iterator[tuple[int, bytes]]:
     if failpoint:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
         task_failpoint("build.task", failpoint, ctx.attemptNumber() if ctx else 0)
-    for number, group, row in file_records(storage, files, builds):
-        yield slots[(number, group)], row
+    for number, group, records in file_records(storage, files, builds):
+        yield slots[(number, group)], records
 
 
 def _write_task(
     index: int,
-    rows: Iterator[tuple[int, dict[str, Any]]],
+    parts: Iterator[tuple[int, bytes]],
     storage: Storage,
     slot_builds: list[tuple[PartitionBuild, int]],
     marker_instant: str,
 ) -> Iterator[tuple[str, str, int]]:
     build, group = slot_builds[index]
-    yield build.write_group(storage, group, [row for _, row in rows], marker_instant)
+    yield build.write_group(storage, group, [records for _, records in parts], marker_instant)
 
 
 def run_build(

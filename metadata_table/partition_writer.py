@@ -42,7 +42,7 @@ from metadata_table.maintenance import compact
 from metadata_table.migrate import MigrationResult, has_legacy_index, migrate
 from metadata_table.reader import MetadataReader
 from metadata_table.records import DataFileInfo, info_from_storage
-from metadata_table.table import MetadataTable, check_indexable, write_base_file
+from metadata_table.table import MetadataTable, check_indexable, split_by_group, write_base_file
 from metadata_table.validate import PartitionReport, validate
 from timeline.commit_metadata import CommitMetadata
 from timeline.errors import MarkerAlreadyExistsError, StorageFileNotFoundError
@@ -76,16 +76,16 @@ class PartitionBuild:
     def group_of(self, key: str) -> int:
         return file_group_of(key, self.groups)
 
-    def records(self, info: DataFileInfo) -> pa.Table:
-        """This partition's records of one data file (from its footer)."""
-        return index_type(self.partition).records([info], self.columns)
+    def records(self, infos: Sequence[DataFileInfo]) -> pa.Table:
+        """This partition's records of some data files (from their footers), as one table."""
+        return index_type(self.partition).records(infos, self.columns)
 
     def write_group(
-        self, storage: Storage, group: int, rows: list[dict[str, Any]], marker_instant: str
+        self, storage: Storage, group: int, parts: Sequence[bytes], marker_instant: str
     ) -> tuple[str, str, int]:
         """Write file group ``group``'s base file, its marker first (in ``marker_instant``'s
-        folder, so a failed attempt's files are found and deleted). ``storage`` is the data
-        table's. A retried task finds its marker, and its file whole (creates are atomic).
+        folder, so a failed attempt's files are found and deleted), from the group's records in
+        ``parts`` (what :func:`file_records` made). ``storage`` is the data table's. A retried task finds its marker, and its file whole (creates are atomic).
         Returns (partition, file group, size)."""
         fg = file_group_id(self.partition, group)
         name = base_file_name(fg, self.instant)
@@ -93,7 +93,9 @@ class PartitionBuild:
             DirectMarkers(storage, marker_instant).create(
                 Marker(f"{METADATA_FOLDER}/{self.partition}", name, IOType.CREATE)
             )
-        records = pa.Table.from_pylist(rows, schema=index_type(self.partition).schema)
+        schema = index_type(self.partition).schema
+        tables = [_from_ipc(p).cast(schema) for p in parts]
+        records = pa.concat_tables(tables) if tables else schema.empty_table()
         size = write_base_file(
             storage.child(METADATA_FOLDER),
             self.partition,
@@ -131,16 +133,46 @@ def _lost(reader: MetadataReader, partitions: Sequence[str]) -> dict[str, str]:
     return {p: reason for p, reason in found.items() if reason}
 
 
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as out:
+        out.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _from_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.BufferReader(data)).read_all()
+
+
+#: data files whose records a build task makes at once (bounded: each holds its bloom filter)
+_RECORDS_CHUNK = 500
+
+
 def file_records(
     storage: Storage, files: Iterator[DataFile], builds: Sequence[PartitionBuild]
-) -> Iterator[tuple[int, int, dict[str, Any]]]:
-    """(build index, file group, record) of every record ``builds`` need from ``files``, each
-    file's footer read once (a Spark task's body)."""
-    for partition, name, size, instant in files:
-        info = info_from_storage(storage, partition, name, size, instant)
+) -> Iterator[tuple[int, int, bytes]]:
+    """(build index, file group, records) for ``files``: each file's footer read once, and per
+    file group of each build one Arrow table, as Arrow IPC stream bytes for the shuffle; no row
+    is ever a Python object (a Spark task's body)."""
+    per_build: list[list[pa.Table]] = [[] for _ in builds]
+    chunk: list[DataFileInfo] = []
+
+    def flush() -> None:
         for number, build in enumerate(builds):
-            for row in build.records(info).to_pylist():
-                yield number, build.group_of(row["key"]), row
+            per_build[number].append(build.records(chunk))
+        chunk.clear()
+
+    for partition, name, size, instant in files:
+        chunk.append(info_from_storage(storage, partition, name, size, instant))
+        if len(chunk) == _RECORDS_CHUNK:
+            flush()
+    if chunk:
+        flush()
+    for number, build in enumerate(builds):
+        if per_build[number]:
+            records = pa.concat_tables(per_build[number])
+            for group, table in split_by_group(records, build.groups).items():
+                yield number, group, _ipc(table)
 
 
 class PartitionWriter:

@@ -140,7 +140,7 @@ class MetadataTable:
         is called with (groups written, groups)."""
         count = groups or len(self.file_groups(partition)) or DEFAULT_FILE_GROUPS[partition]
         inflight = self.begin_base_files(partition, covers_upto, instant_time, count)
-        by_group = _split_by_group(records, count)
+        by_group = split_by_group(records, count)
         sizes = {}
         for index in range(count):
             fg = file_group_id(partition, index)
@@ -243,7 +243,7 @@ class MetadataTable:
         before each write, and with ``keep`` a log that exists is kept (an interrupted attempt
         wrote it, from the same data files). Returns the log files' names."""
         names = []
-        for index, part in sorted(_split_by_group(rows, groups).items()):
+        for index, part in sorted(split_by_group(rows, groups).items()):
             name = log_file_name(file_group_id(partition, index), data_instant)
             if before is not None:
                 before(name)
@@ -298,7 +298,8 @@ def write_base_file(
         return storage.info(f"{partition}/{base_file_name(fg, instant_time)}").size
 
 
-def _split_by_group(records: pa.Table, groups: int) -> dict[int, pa.Table]:
+def split_by_group(records: pa.Table, groups: int) -> dict[int, pa.Table]:
+    """Records by file group (of ``groups``), from their keys."""
     if records.num_rows == 0:
         return {}
     index = [file_group_of(k, groups) for k in records.column("key").to_pylist()]
