@@ -7,9 +7,8 @@ data file's footer once and make every build's records from it, as Arrow tables:
 group per task, shipped as Arrow IPC bytes (no row is ever a Python object). A shuffle by
 (partition, file group) then gives each task one file group, whose base file the build writes
 behind a marker in the indexing instant's marker folder (so an aborted attempt's files are found
-and deleted). This
-module only orchestrates Spark: it never names or writes a metadata-table file itself. pyspark is
-imported here only, lazily, so the kernel needs no JVM.
+and deleted). This module only orchestrates Spark: it never names or writes a metadata-table file
+itself. pyspark is imported here only, lazily, so the kernel needs no JVM.
 """
 
 from __future__ import annotations

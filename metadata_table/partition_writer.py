@@ -36,7 +36,6 @@ from metadata_table.layout import (
     NOTHING,
     base_file_name,
     file_group_id,
-    file_group_of,
 )
 from metadata_table.maintenance import compact
 from metadata_table.migrate import MigrationResult, has_legacy_index, migrate
@@ -73,9 +72,6 @@ class PartitionBuild:
     instant: str
     covers_upto: str
 
-    def group_of(self, key: str) -> int:
-        return file_group_of(key, self.groups)
-
     def records(self, infos: Sequence[DataFileInfo]) -> pa.Table:
         """This partition's records of some data files (from their footers), as one table."""
         return index_type(self.partition).records(infos, self.columns)
@@ -85,8 +81,9 @@ class PartitionBuild:
     ) -> tuple[str, str, int]:
         """Write file group ``group``'s base file, its marker first (in ``marker_instant``'s
         folder, so a failed attempt's files are found and deleted), from the group's records in
-        ``parts`` (what :func:`file_records` made). ``storage`` is the data table's. A retried task finds its marker, and its file whole (creates are atomic).
-        Returns (partition, file group, size)."""
+        ``parts`` (what :func:`file_records` made). ``storage`` is the data table's. A retried
+        task finds its marker, and its file whole (creates are atomic). Returns (partition, file
+        group, size)."""
         fg = file_group_id(self.partition, group)
         name = base_file_name(fg, self.instant)
         with contextlib.suppress(MarkerAlreadyExistsError):
