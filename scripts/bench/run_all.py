@@ -434,7 +434,9 @@ def section_peer(report: Report, root: Path, counts: list[int]) -> None:
     from scripts.bench.synthetic import make_table
     from tests.hudi_peer.peer import HudiTable, start_peer
 
-    peer = start_peer(root / "peer-scratch")
+    scratch = root / "peer-scratch"
+    scratch.mkdir(parents=True, exist_ok=True)
+    peer = start_peer(scratch)
     rows = []
     try:
         for files in counts:
@@ -515,6 +517,19 @@ def plots(report: Report, out: Path) -> list[str]:
         fig.tight_layout()
         fig.savefig(out / "bench-writers.png")
         made.append("bench-writers.png")
+    if "peer" in report.figures:
+        rows = report.figures["peer"]
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        x = range(len(rows))
+        ax.bar([i - 0.2 for i in x], [r[1] for r in rows], 0.4, label="ours: indexer run")
+        ax.bar([i + 0.2 for i in x], [r[2] for r in rows], 0.4, label="Hudi HoodieIndexer")
+        ax.set_xticks(list(x), [f"{r[0]:,} files" for r in rows])
+        ax.set_ylabel("seconds, JVM start included")
+        ax.set_title("column_stats + bloom_filters")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "bench-peer.png")
+        made.append("bench-peer.png")
     plt.close("all")
     return made
 
