@@ -120,12 +120,16 @@ class IndexedSnapshot:
 
     def indexed_files(self) -> list[FileInfo]:
         """Every data file the ``files`` partition lists."""
-        rows = self.reader.read(FILES, columns=["partition", "file_name", "size"]).to_pylist()
+        rows = self.reader.read(FILES, columns=["partition", "file_name", "size"])
         out = []
-        for row in rows:
-            partition = data_partition(row["partition"])
-            path = f"{partition}/{row['file_name']}" if partition else row["file_name"]
-            out.append(FileInfo(path, row["size"], False))
+        for partition, name, size in zip(
+            rows.column("partition").to_pylist(),
+            rows.column("file_name").to_pylist(),
+            rows.column("size").to_pylist(),
+            strict=True,
+        ):
+            folder = data_partition(partition)
+            out.append(FileInfo(f"{folder}/{name}" if folder else name, size, False))
         return out
 
     @property
