@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +72,24 @@ _ARROW_OPS = {"<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.great
 
 def _true(n: int) -> pa.BooleanArray:
     return pa.array([True] * n, pa.bool_())
+
+
+def _column_mask(
+    stats: ArrowStats,
+    column: str,
+    files: int,
+    answer: Callable[[ColumnArrays, int], pa.BooleanArray | None],
+) -> pa.BooleanArray | None:
+    """A one-column predicate's mask: every file kept when no file has stats for ``column``,
+    None when its stats need Python, else ``answer`` for the files with a record (the others
+    are kept)."""
+    if column not in stats:
+        return _true(files)
+    c = stats[column]
+    if c is None:
+        return None
+    got = answer(c, files)
+    return None if got is None else pc.or_(pc.invert(c.present), got)
 
 
 def _only_nulls(c: ColumnArrays) -> pa.BooleanArray:
@@ -156,11 +174,9 @@ class Compare(Expr):
         raise ValueError(self.op)
 
     def mask(self, stats: ArrowStats, files: int) -> pa.BooleanArray | None:
-        if self.column not in stats:
-            return _true(files)
-        c = stats[self.column]
-        if c is None:
-            return None
+        return _column_mask(stats, self.column, files, self._answer)
+
+    def _answer(self, c: ColumnArrays, files: int) -> pa.BooleanArray | None:
         literal = _arrow_literal(c, self.value)
         if literal is None:
             return None
@@ -178,8 +194,7 @@ class Compare(Expr):
             # a missing min or max proves nothing
             unknown = pc.or_(pc.is_null(c.minimum), pc.is_null(c.maximum))
             compared = pc.or_(pc.fill_null(compared, True), unknown)
-        kept = pc.and_(pc.invert(_only_nulls(c)), compared)
-        return pc.or_(pc.invert(c.present), kept)
+        return pc.and_(pc.invert(_only_nulls(c)), compared)
 
 
 _EXACT = 2**53  # integers a double holds exactly
@@ -249,17 +264,12 @@ class IsNull(Expr):
         return s.null_count > 0
 
     def mask(self, stats: ArrowStats, files: int) -> pa.BooleanArray | None:
-        if self.column not in stats:
-            return _true(files)
-        c = stats[self.column]
-        if c is None:
-            return None
-        if self.negated:
-            known = pc.fill_null(pc.less(c.null_count, c.value_count), True)
-            answer = pc.or_(known, pc.is_null(c.null_count))
-        else:
-            answer = pc.fill_null(pc.greater(c.null_count, 0), True)
-        return pc.or_(pc.invert(c.present), answer)
+        return _column_mask(stats, self.column, files, self._answer)
+
+    def _answer(self, c: ColumnArrays, files: int) -> pa.BooleanArray:
+        if self.negated:  # unknown counts keep the file
+            return pc.fill_null(pc.less(c.null_count, c.value_count), True)
+        return pc.fill_null(pc.greater(c.null_count, 0), True)
 
 
 @dataclass(frozen=True)
