@@ -37,11 +37,9 @@ def hudi_metadata_table_present(table: Table) -> bool:
     )
 
 
-def take_down_hudi_metadata_table(table: Table, lock: LockHandle, why: str) -> bool:
+def take_down_hudi_metadata_table(table: Table, lock: LockHandle, why: str) -> None:
     """Clear Hudi's metadata partitions in ``hoodie.properties``, then delete ``.hoodie/metadata``
-    (the order of Hudi's own writer). Whether there was anything to take down."""
-    if not hudi_metadata_table_present(table):
-        return False
+    (the order of Hudi's own writer); for a table :func:`hudi_metadata_table_present` found."""
 
     def cleared(config: TableConfig) -> TableConfig:
         props = dict(config.props)
@@ -60,4 +58,3 @@ def take_down_hudi_metadata_table(table: Table, lock: LockHandle, why: str) -> b
         HUDI_METADATA_FOLDER,
         why,
     )
-    return True

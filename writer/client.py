@@ -228,13 +228,17 @@ class WriteClient:
                     "run `indexer migrate <base>` before writing (a write now would leave it stale)",
                 )
             self._lock_checked = True
-        self.check_hudi_metadata_table()
+        if self.options.hudi_metadata_table == "refuse":
+            self.hudi_metadata_table(None, "")  # fail before writing anything
         return WriteTransaction(self, Operation(operation))
 
-    def check_hudi_metadata_table(self) -> None:
-        """With ``indexer.write.hudi_metadata_table=refuse``, fail when the table has Apache
-        Hudi's own metadata table (checked when a write starts and again at its commit)."""
-        if self.options.hudi_metadata_table == "refuse" and hudi_metadata_table_present(self.table):
+    def hudi_metadata_table(self, lock: LockHandle | None, why: str) -> None:
+        """Apache Hudi's own metadata table, if the table has one: refused (with
+        ``indexer.write.hudi_metadata_table=refuse``), else taken down under ``lock`` (at a
+        commit; a write's start only checks)."""
+        if not hudi_metadata_table_present(self.table):
+            return
+        if self.options.hudi_metadata_table == "refuse":
             raise TableConfigError(
                 self.table.storage.uri(PROPERTIES_FILE),
                 "the table has Apache Hudi's own metadata table, which this writer cannot update "
@@ -242,6 +246,8 @@ class WriteClient:
                 f"{HUDI_METADATA_TABLE.key}=drop to take it down as a Hudi writer with the "
                 "metadata table off does, or write with Hudi",
             )
+        if lock is not None:
+            take_down_hudi_metadata_table(self.table, lock, why)
 
     def write(self, operation: Operation, data: pa.Table) -> Instant:
         """Start, write ``data`` and commit; on any failure the write is aborted (or left to the
@@ -535,8 +541,7 @@ class WriteTransaction:
                 strategy.resolve(this, operation_of(timeline, candidate))
             self._finalize()
             self._update_metadata_table(lock)
-            self.client.check_hudi_metadata_table()
-            take_down_hudi_metadata_table(self.table, lock, f"commit {self.instant_time}")
+            self.client.hudi_metadata_table(lock, f"commit {self.instant_time}")
             lock.ensure_valid()
             self._state = _TxnState.UNKNOWN
             try:

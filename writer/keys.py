@@ -282,10 +282,12 @@ class TimestampFormat:
             get("input.timezone", zone),
             unit,
         )
-        try:
-            _zone(fmt.output_zone), _zone(fmt.input_zone)
+        try:  # every setting is checked now, not at the first row that needs it
+            for zone in (fmt.output_zone, fmt.input_zone):
+                _zone(zone)
             format_java(dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC), output)
-            [_strptime_format(p) for p in inputs]
+            for pattern in inputs:
+                _strptime_format(pattern)
         except ValueError as e:
             raise TableConfigError(where, f"{TIMEBASED}*: {e}") from e
         return fmt
