@@ -95,6 +95,10 @@ class SparkCluster:
                 raise RuntimeError(f"the Spark cluster did not start {count} workers:\n{logs}")
             time.sleep(0.5)
 
+    def executor_logs(self, i: int) -> set[Path]:
+        """The stderr files of every executor worker ``i`` has started (one per app and executor)."""
+        return set((self.folder / f"worker{i}-work").glob("app-*/*/stderr"))
+
     def kill_worker(self, i: int) -> None:
         """SIGKILL worker ``i`` with its executors (a machine lost)."""
         process = self.workers.pop(i)

@@ -253,10 +253,12 @@ def test_index_build_on_the_cluster(tmp_path: Path, spark_cluster: SparkCluster)
 
 
 def test_killing_a_worker_mid_build(tmp_path: Path, spark_cluster: SparkCluster) -> None:
-    """Every first task attempt of the build stalls; a worker dies with its executor meanwhile.
-    Spark reschedules on the other worker, or the build aborts and a second run completes."""
+    """Every first task attempt of the build stalls; a worker dies with its executor while a task
+    stalls there. Spark reschedules on the other worker, or the build aborts and a second run
+    completes."""
     base = tmp_path / "t"
     table = indexed_table(base, 6)
+    earlier_apps = spark_cluster.executor_logs(1)
     env = {k: v for k, v in os.environ.items() if k != "AIX_FAILPOINT"}
     env["AIX_FAILPOINT"] = "build.task:sleep=8"
     command = [sys.executable, "-m", "indexer", "run", str(base)]
@@ -275,7 +277,14 @@ def test_killing_a_worker_mid_build(tmp_path: Path, spark_cluster: SparkCluster)
         while not any("indexer.build: building" in line for line in list(lines)):
             assert process.poll() is None and time.monotonic() < deadline, "".join(lines)[-3000:]
             time.sleep(0.2)
-        time.sleep(3)  # the first attempts of the build's tasks stall on both executors
+        # Kill only once a build task stalls on worker 1: the app may get its executor there
+        # late (the previous test's executor can still hold the worker's one core).
+        while not any(
+            "failpoint build.task" in log.read_text(errors="replace")
+            for log in spark_cluster.executor_logs(1) - earlier_apps
+        ):
+            assert process.poll() is None and time.monotonic() < deadline, "".join(lines)[-3000:]
+            time.sleep(0.2)
         spark_cluster.kill_worker(1)
         process.wait(timeout=300)
         drain.join()
