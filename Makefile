@@ -33,9 +33,10 @@ demo: $(VENV)/.installed system-deps
 hudi-peer: system-deps
 	@bash scripts/hudi-peer-env.sh
 
-# pytest exits 5 when it collects no test; that is not a failure of the suite.
+# pytest exits 5 when it collects no test; that is not a failure of the suite. The 30 slowest
+# tests are listed at the end, so a run that nears CI's time budget shows where the time went.
 test: $(VENV)/.installed-test system-deps hudi-peer
-	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	@$(PY) -m pytest --durations=30 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
 # The inner loop: everything but the tests marked slow (a JVM, a cluster, the reliability suites);
