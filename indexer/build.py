@@ -1,4 +1,5 @@
-"""The index build as a PySpark job: base files for every data file visible at t.
+"""The index build: base files for every data file visible at t, as a PySpark job or, for a
+table small enough that starting Spark would cost more than the build, in this process.
 
 The driver lists the data files committed up to t and starts, through the metadata table's
 :class:`~metadata_table.partition_writer.PartitionWriter`, one metadata compaction instant per
@@ -9,16 +10,26 @@ group per task, shipped as Arrow IPC bytes (no row is ever a Python object). A s
 behind a marker in the indexing instant's marker folder (so an aborted attempt's files are found
 and deleted). This module only orchestrates Spark: it never names or writes a metadata-table file
 itself. pyspark is imported here only, lazily, so the kernel needs no JVM.
+
+:func:`run_build_local` runs the same two steps (records from each footer, then one base file per
+file group behind its marker) in this process, with the same functions the Spark tasks call, so
+both engines write the same files.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from metadata_table.partition_writer import DataFile, PartitionBuild, file_records
+from metadata_table.partition_writer import (
+    RECORDS_CHUNK,
+    DataFile,
+    PartitionBuild,
+    file_records,
+)
 from timeline.failpoints import current, task_failpoint
 from timeline.storage import Storage
 
@@ -103,6 +114,39 @@ def run_build(
     return sizes
 
 
+def run_build_local(
+    storage: Storage,
+    files: list[DataFile],
+    builds: Sequence[PartitionBuild],
+    marker_instant: str,
+    progress: Progress | None = None,
+) -> dict[str, dict[str, int]]:
+    """:func:`run_build` in this process: no Spark session, so no JVM to start. Progress counts
+    chunks of data files read, then file groups written."""
+    chunks = [files[i : i + RECORDS_CHUNK] for i in range(0, len(files), RECORDS_CHUNK)]
+    groups = [(n, build, g) for n, build in enumerate(builds) for g in range(build.groups)]
+    total = len(chunks) + len(groups)
+    logger.info(
+        "building %s over %d data files in this process",
+        ",".join(b.partition for b in builds),
+        len(files),
+    )
+    parts: dict[tuple[int, int], list[bytes]] = defaultdict(list)
+    for done, chunk in enumerate(chunks, start=1):
+        for number, group, part in file_records(storage, iter(chunk), builds):
+            parts[(number, group)].append(part)
+        if progress is not None:
+            progress(done, total)
+    sizes: dict[str, dict[str, int]] = {b.partition: {} for b in builds}
+    for done, (number, build, group) in enumerate(groups, start=len(chunks) + 1):
+        records = parts.pop((number, group), [])
+        partition, fg, size = build.write_group(storage, group, records, marker_instant)
+        sizes[partition][fg] = size
+        if progress is not None:
+            progress(done, total)
+    return sizes
+
+
 def _watch(sc: Any, progress: Progress, stop: threading.Event, total: int) -> threading.Thread:
     """Report the build job's finished tasks out of ``total`` (both stages) every half second:
     a stage seen active and then gone counts as finished."""
@@ -125,4 +169,4 @@ def _watch(sc: Any, progress: Progress, stop: threading.Event, total: int) -> th
     return thread
 
 
-__all__ = ["run_build"]
+__all__ = ["run_build", "run_build_local"]

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from tqdm import tqdm  # type: ignore[import-untyped]
 
-from indexer.indexer import DEFAULT_TIMEOUT_SECONDS, AsyncIndexer, IndexerOptions
+from indexer.indexer import DEFAULT_TIMEOUT_SECONDS, ENGINES, AsyncIndexer, IndexerOptions
 from timeline.cli import (
     EXIT_ERROR,
     EXIT_OK,
@@ -29,6 +29,7 @@ from timeline.cli import (
     spark_conf_from_args,
     spark_master_from_args,
 )
+from timeline.config import LOCAL_BUILD_MAX_FILES
 from timeline.table import Table
 
 
@@ -37,7 +38,8 @@ def _list(value: str | None) -> list[str]:
 
 
 class _Progress:
-    """Progress bars (tqdm) on stderr for long steps, one bar per step ("build" in Spark tasks;
+    """Progress bars (tqdm) on stderr for long steps, one bar per step ("build" in tasks: Spark's,
+    or in this process chunks of data files read and file groups written;
     "catch-up", "sync", "compact" and "validate" in instants, file groups or partitions); nothing when stderr is not a
     terminal or the output is JSON."""
 
@@ -84,6 +86,7 @@ def _indexer(args: argparse.Namespace, progress: _Progress | None = None) -> Asy
         spark_master=spark_master_from_args(args),
         spark_conf=spark_conf_from_args(args),
         parallelism=getattr(args, "parallelism", None),
+        engine=getattr(args, "engine", "auto"),
         timeout=getattr(args, "timeout", DEFAULT_TIMEOUT_SECONDS),
         retries=getattr(args, "retry", 0),
         progress=progress,
@@ -371,6 +374,15 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--columns", help="columns for column_stats (default: all)")
         if spark:
             add_spark_options(p)
+            p.add_argument(
+                "--engine",
+                choices=ENGINES,
+                default="auto",
+                help="where the build runs: spark; local (this process, no JVM); auto: spark when "
+                "a master is named (--spark-master, the config file, spark-submit), else local "
+                f"up to {LOCAL_BUILD_MAX_FILES.key} data files ({LOCAL_BUILD_MAX_FILES.default}) "
+                "and spark beyond (default auto)",
+            )
             p.add_argument("--parallelism", type=int, help="build tasks (default 2 x cores)")
             p.add_argument(
                 "--timeout",

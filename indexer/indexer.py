@@ -5,7 +5,8 @@ contiguous completed write timeline; create every file group of the requested pa
 base files); write ``Ti.indexing.requested`` with the plan; mark the partitions inflight, so from
 then on every commit writes its updates to them (writers read ``hoodie.properties`` under the lock).
 
-``execute`` (no lock while building): ``Ti.indexing.inflight``; a PySpark job builds base files
+``execute`` (no lock while building): ``Ti.indexing.inflight``; a PySpark job (or, for a small
+table and no Spark master named, this process: :meth:`AsyncIndexer.engine`) builds base files
 for every data file committed up to t; catch-up: every write instant after t (and pending
 cleans/rollbacks before t) is waited for, with a deadline (an instant whose writer's heartbeat
 expired is skipped, it will be rolled back), and each completed one is checked *per partition and
@@ -29,10 +30,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from indexer.build import run_build
+from indexer.build import run_build, run_build_local
 from indexer.plan import IndexPlan, PartitionPlan, is_hudi_plan
 from metadata_table.layout import PARTITIONS, check_partition
 from metadata_table.partition_writer import NOTHING, MigrationResult, PartitionWriter
+from timeline.config import LOCAL_BUILD_MAX_FILES
 from timeline.errors import (
     BuildCancelledError,
     CatchUpTimeoutError,
@@ -55,12 +57,13 @@ from timeline.instant import (
 )
 from timeline.locks import LockHandle
 from timeline.removals import REMOVAL_ACTIONS
-from timeline.spark import spark_session
+from timeline.spark import spark_session, under_spark_submit
 from timeline.table import Table
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_SECONDS = 900.0
+ENGINES = ("auto", "local", "spark")
 _WAIT_ACTIONS = REMOVAL_ACTIONS
 
 
@@ -69,6 +72,8 @@ class IndexerOptions:
     spark_master: str | None = None
     spark_conf: dict[str, str] = field(default_factory=dict)
     parallelism: int | None = None
+    #: where the build runs: "spark", "local" (this process) or "auto" (:meth:`AsyncIndexer.engine`)
+    engine: str = "auto"
     timeout: float = DEFAULT_TIMEOUT_SECONDS
     retries: int = 0
     backoff: float = 2.0
@@ -109,6 +114,23 @@ class AsyncIndexer:
         if self.cancel.is_set():
             raise BuildCancelledError()
         self.phase = phase
+
+    def engine(self, data_files: int) -> str:
+        """Where a build over ``data_files`` runs. ``auto`` is Spark when a session was handed in
+        or a master named (``--spark-master``, the config file, spark-submit); otherwise this
+        process for at most ``indexer.build.local.max.files`` data files, since starting Spark's
+        JVM costs more than reading that many footers, and Spark beyond."""
+        engine = self.options.engine
+        if engine not in ENGINES:
+            raise ConfigError(
+                "engine", f"unknown build engine {engine!r}: use {', '.join(ENGINES)}"
+            )
+        if engine != "auto":
+            return engine
+        if self._spark is not None or self.options.spark_master or under_spark_submit():
+            return "spark"
+        limit = self.table.config.get(LOCAL_BUILD_MAX_FILES)
+        return "local" if data_files <= limit else "spark"
 
     @property
     def spark(self) -> Any:
@@ -310,15 +332,19 @@ class AsyncIndexer:
         ]
         failpoint("build.mid")
         files = self.writer.visible_files(self.table.timeline.load(), plan.index_upto, state)
-        sizes = run_build(
-            self.table.storage,
-            files,
-            builds,
-            instant.timestamp,
-            self.spark,
-            self.options.parallelism,
-            progress=self._reporter("build"),
-        )
+        storage, progress = self.table.storage, self._reporter("build")
+        if self.engine(len(files)) == "local":
+            sizes = run_build_local(storage, files, builds, instant.timestamp, progress)
+        else:
+            sizes = run_build(
+                storage,
+                files,
+                builds,
+                instant.timestamp,
+                self.spark,
+                self.options.parallelism,
+                progress=progress,
+            )
         for build in builds:
             self.writer.complete_build(build, sizes[build.partition])
 

@@ -142,7 +142,7 @@ def _from_ipc(data: bytes) -> pa.Table:
 
 
 #: data files whose records a build task makes at once (bounded: each holds its bloom filter)
-_RECORDS_CHUNK = 500
+RECORDS_CHUNK = 500
 
 
 def file_records(
@@ -161,7 +161,7 @@ def file_records(
 
     for partition, name, size, instant in files:
         chunk.append(info_from_storage(storage, partition, name, size, instant))
-        if len(chunk) == _RECORDS_CHUNK:
+        if len(chunk) == RECORDS_CHUNK:
             flush()
     if chunk:
         flush()

@@ -314,6 +314,19 @@ BLOOM_FILTER_FILE_GROUPS: ConfigKey[int] = _key(
     )
 )
 
+LOCAL_BUILD_MAX_FILES: ConfigKey[int] = _key(
+    ConfigKey(
+        "indexer.build.local.max.files",
+        int,
+        5_000,
+        "With --engine auto (the default) and no Spark master named, an index build over at most "
+        "this many data files runs in the indexer's own process instead of starting Spark. "
+        "0: always Spark.",
+        lambda v: v >= 0,
+        "must be 0 or positive",
+    )
+)
+
 _BOOL: Callable[[str], bool] = _parse_bool
 
 

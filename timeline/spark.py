@@ -60,7 +60,7 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    under_submit = "PYSPARK_GATEWAY_PORT" in os.environ and master is None
+    under_submit = under_spark_submit() and master is None
     builder = (
         SparkSession.builder.appName("async-indexer")
         .config("spark.ui.enabled", "false")
@@ -84,6 +84,11 @@ def spark_session(master: str | None = None, conf: dict[str, str] | None = None)
         session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def under_spark_submit() -> bool:
+    """Whether spark-submit (or a PySpark shell) started this process: it configured Spark."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def _gateway_running() -> bool:

@@ -1,0 +1,129 @@
+"""The build in the indexer's own process (``--engine local``, and ``auto`` on a small table with
+no Spark master named): which engine runs, the same files as Spark's build, and a kill between
+two of its base files ends, after another run, in exact indexes."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from indexer.indexer import AsyncIndexer, IndexerOptions
+from metadata_table.layout import PARTITIONS
+from metadata_table.table import MetadataTable
+from timeline import Table
+from timeline.config import Config
+from timeline.errors import ConfigError
+
+from .test_indexer import ALL, assert_exact, make_table
+
+TRACED = re.compile(r"failpoint storage\.write#(\d+) trace: create (\S+)")
+
+
+def lock_config(base: Path) -> dict[str, str]:
+    """The lock :func:`make_table` gave ``base``."""
+    return {"indexer.lock.url": f"sqlite:///{base.parent / (base.name + '.locks')}"}
+
+
+def indexer_cli(
+    base: Path, *args: str, failpoint: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "AIX_FAILPOINT"}
+    if failpoint:
+        env["AIX_FAILPOINT"] = failpoint
+    command = [sys.executable, "-m", "indexer", "run", str(base), "--index-types", ",".join(ALL)]
+    return subprocess.run(
+        [
+            *command,
+            *args,
+            "--conf",
+            f"indexer.lock.url={lock_config(base)['indexer.lock.url']}",
+            "-v",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+
+
+def base_files(table: Table) -> dict[str, list[str]]:
+    """Partition -> the file groups of its base files (instant times differ between builds)."""
+    storage = MetadataTable(table).storage
+    return {
+        p: sorted(e.name.split("_")[0] for e in storage.list(p) if e.name.endswith(".parquet"))
+        for p in PARTITIONS
+    }
+
+
+def test_which_engine_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    table = make_table(tmp_path / "t")
+
+    def engine(files: int, spark: Any = None, config: Table | None = None, **options: Any) -> str:
+        return AsyncIndexer(config or table, IndexerOptions(**options), spark=spark).engine(files)
+
+    assert engine(10) == "local"  # auto, no master named
+    assert engine(5000) == "local" and engine(5001) == "spark"  # the default limit
+    assert engine(10, spark_master="local[1]") == "spark"  # a master named
+    assert engine(10, spark=object()) == "spark"  # a session handed in
+    assert engine(10, engine="local", spark_master="local[1]") == "local"
+    assert engine(10, engine="spark") == "spark"
+    never = Config.resolve(
+        explicit={"indexer.build.local.max.files": "0", "indexer.lock.url": "sqlite://"}
+    )
+    assert engine(1, config=Table.open(table.storage.uri(), never)) == "spark"
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")  # spark-submit configured Spark
+    assert engine(10) == "spark"
+    with pytest.raises(ConfigError, match="unknown build engine 'ray'"):
+        engine(10, engine="ray")
+
+
+def test_the_local_build_writes_what_the_spark_build_writes(tmp_path: Path, spark: Any) -> None:
+    table = make_table(tmp_path / "local" / "t")
+    shutil.copytree(tmp_path / "local", tmp_path / "spark")
+    twin = Table.open(str(tmp_path / "spark" / "t"), table.config)
+    local = AsyncIndexer(table, IndexerOptions(engine="local"))
+    local.run(ALL)
+    assert local._spark is None, "the local build started Spark"
+    AsyncIndexer(twin, spark=spark).run(ALL)
+    assert_exact(table)
+    assert_exact(twin)
+    assert base_files(table) == base_files(twin)
+    assert MetadataTable(table).reader(table.timeline.load()).read("column_stats").to_pylist() == (
+        MetadataTable(twin).reader(twin.timeline.load()).read("column_stats").to_pylist()
+    )
+
+
+def test_a_kill_between_local_base_files_then_run_converges(tmp_path: Path) -> None:
+    """The CLI's default on a small table builds in this process; SIGKILL it right before it
+    writes the build's second column_stats base file, with the first one written, then run
+    again."""
+    make_table(tmp_path / "trace" / "t")
+    shutil.copytree(tmp_path / "trace", tmp_path / "kill")
+    traced = indexer_cli(tmp_path / "trace" / "t", failpoint="storage.write:trace")
+    assert traced.returncode == 0, traced.stderr[-3000:]
+    assert re.search(r"over \d+ data files in this process", traced.stderr), traced.stderr[-3000:]
+    # the last one: scheduling wrote each file group's empty base file before the build
+    second, _ = [
+        (int(n), path)
+        for n, path in TRACED.findall(traced.stderr)
+        if re.fullmatch(r"column_stats/col-stats-0001-0_\d+\.parquet", path)
+    ][-1]
+    base = tmp_path / "kill" / "t"
+    killed = indexer_cli(base, failpoint=f"storage.write@{second}:kill")
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    table = Table.open(str(base), Config.resolve(explicit=lock_config(base)))
+    names = [e.name for e in MetadataTable(table).storage.list("column_stats")]
+    groups: dict[str, set[str]] = {n.split("_")[1]: set() for n in names}
+    for n in names:
+        groups[n.split("_")[1]].add(n.split("_")[0])
+    assert {"col-stats-0000-0"} in groups.values(), names  # one base file of two, at one instant
+    again = indexer_cli(base)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert_exact(table)
