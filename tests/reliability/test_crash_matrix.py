@@ -8,7 +8,12 @@ every storage mutation a run makes (creates, overwrites, deletes: instant files,
 config and its backup, metadata base files, markers, data files); then each point kills a fresh
 copy of the table right before its N-th mutation (``storage.write@N:kill``). Abort points are the
 mutations after an injected failure in the catch-up. Without ``AIX_SOAK=1`` the indexer points
-after Spark starts are sampled (every third), which keeps the suite within CI's budget.
+after the build starts are sampled (every fourth), which keeps the suite within CI's budget.
+
+The killed indexer builds in its own process (``--engine local``), so its build's base files and
+markers are crash points too (a Spark task's writes are not: the task is another process, and
+the cluster tests kill those); the restart builds with Spark, so each point also shows that one
+engine resumes what the other left.
 """
 
 from __future__ import annotations
@@ -154,8 +159,8 @@ def indexer_args(folder: Path) -> list[str]:
         base,
         "--index-types",
         ",".join(ALL),
-        "--spark-master",
-        "local[1]",
+        "--engine",
+        "local",
         *conf_args(folder),
     ]
 
@@ -175,10 +180,10 @@ def indexer_points(
     tmp = tmp_path_factory.mktemp("indexer-trace")
     plain, err = _trace(indexer_template, tmp, "storage.write:trace")
     assert plain, err[-3000:]
-    spark_from = next(i for i, m in enumerate(plain) if ".indexing.inflight" in m) + 1
+    build_from = next(i for i, m in enumerate(plain) if ".indexing.inflight" in m) + 1
     points = []
     for n, what in enumerate(plain, start=1):
-        if sampled(n, len(plain), dense_until=spark_from, every=4):
+        if sampled(n, len(plain), dense_until=build_from, every=4):
             points.append((f"storage.write@{n}:kill", f"run #{n} before {what}"))
     failing, err = _trace(indexer_template, tmp, "catchup.mid;storage.write:trace")
     start = err.index("failpoint catchup.mid#1")
