@@ -318,7 +318,7 @@ LOCAL_BUILD_MAX_FILES: ConfigKey[int] = _key(
     ConfigKey(
         "indexer.build.local.max.files",
         int,
-        5_000,
+        10_000,
         "With --engine auto (the default) and no Spark master named, an index build over at most "
         "this many data files runs in the indexer's own process instead of starting Spark. "
         "0: always Spark.",
