@@ -78,9 +78,14 @@ class IndexerOptions:
     retries: int = 0
     backoff: float = 2.0
     poll_interval: float = 0.2
-    #: called as progress(step, done, total) for "build" (Spark tasks), "catch-up" and "sync"
+    #: called as progress(step, done, total) for "build" (tasks), "catch-up" and "sync"
     #: (instants) and "compact" (file groups)
     progress: Callable[[str, int, int], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            reason = f"unknown build engine {self.engine!r}: use {', '.join(ENGINES)}"
+            raise ConfigError("engine", reason)
 
 
 @dataclass(frozen=True)
@@ -121,10 +126,6 @@ class AsyncIndexer:
         process for at most ``indexer.build.local.max.files`` data files, since starting Spark's
         JVM costs more than reading that many footers, and Spark beyond."""
         engine = self.options.engine
-        if engine not in ENGINES:
-            raise ConfigError(
-                "engine", f"unknown build engine {engine!r}: use {', '.join(ENGINES)}"
-            )
         if engine != "auto":
             return engine
         if self._spark is not None or self.options.spark_master or under_spark_submit():
