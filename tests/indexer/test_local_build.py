@@ -65,8 +65,8 @@ def base_files(table: Table) -> dict[str, list[str]]:
 def test_which_engine_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     table = make_table(tmp_path / "t")
 
-    def engine(files: int, spark: Any = None, config: Table | None = None, **options: Any) -> str:
-        return AsyncIndexer(config or table, IndexerOptions(**options), spark=spark).engine(files)
+    def engine(files: int, spark: Any = None, on: Table | None = None, **options: Any) -> str:
+        return AsyncIndexer(on or table, IndexerOptions(**options), spark=spark).engine(files)
 
     assert engine(10) == "local"  # auto, no master named
     assert engine(10_000) == "local" and engine(10_001) == "spark"  # the default limit
@@ -77,7 +77,7 @@ def test_which_engine_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     never = Config.resolve(
         explicit={"indexer.build.local.max.files": "0", "indexer.lock.url": "sqlite://"}
     )
-    assert engine(1, config=Table.open(table.storage.uri(), never)) == "spark"
+    assert engine(1, on=Table.open(table.storage.uri(), never)) == "spark"
     monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "1")  # spark-submit configured Spark
     assert engine(10) == "spark"
     with pytest.raises(ConfigError, match="unknown build engine 'ray'"):
