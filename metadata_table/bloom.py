@@ -17,6 +17,8 @@ import math
 import struct
 from collections.abc import Iterable
 
+import numpy as np
+import pyarrow as pa
 import xxhash
 
 from timeline.errors import BloomFilterFormatError
@@ -85,6 +87,34 @@ class SplitBlockBloomFilter:
 
     def might_contain(self, value: str | bytes) -> bool:
         return self.might_contain_hash(hash_value(value))
+
+
+def might_contain_each(bitsets: pa.Array | pa.ChunkedArray, h: int) -> np.ndarray:
+    """For every filter of ``bitsets`` (binary, one SBBF bitset each), whether it may hold the
+    value of hash ``h``: one pass over the bitsets' Arrow buffers, no filter made a Python
+    object. A null (no filter known) may hold anything."""
+    array = bitsets.combine_chunks() if isinstance(bitsets, pa.ChunkedArray) else bitsets
+    array = array.cast(pa.large_binary())
+    n = len(array)
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    _, offsets_buffer, data_buffer = array.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int64)[array.offset : array.offset + n + 1]
+    data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer else np.zeros(0, np.uint8)
+    sizes = offsets[1:] - offsets[:-1]
+    valid = array.is_valid().to_numpy(zero_copy_only=False) & (sizes > 0)
+    if np.any(sizes[valid] % _BLOCK_BYTES):
+        raise BloomFilterFormatError("a bitset is not whole 32-byte blocks")
+    blocks = (sizes // _BLOCK_BYTES).astype(np.uint64)
+    block = ((np.uint64(h >> 32) * blocks) >> np.uint64(32)).astype(np.int64)
+    start = np.where(valid, offsets[:-1] + block * _BLOCK_BYTES, 0)
+    key = h & 0xFFFFFFFF
+    masks = np.array([1 << (((key * s) & 0xFFFFFFFF) >> 27) for s in _SALT], dtype=np.uint32)
+    at = start[valid, None] + np.arange(_BLOCK_BYTES)[None, :]
+    words = np.ascontiguousarray(data[at]).view("<u4")  # (valid files, 8 words)
+    out = np.ones(n, dtype=bool)
+    out[valid] = np.all((words & masks) == masks, axis=1)
+    return out
 
 
 # --- reading the filter out of a Parquet file ----------------------------------------------------

@@ -20,10 +20,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from metadata_table.bloom import SplitBlockBloomFilter, hash_value
+from metadata_table.bloom import SplitBlockBloomFilter, hash_value, might_contain_each
 from metadata_table.filters import ColumnArrays, ColumnStats, Expr, parse_filter
 from metadata_table.layout import (
     BLOOM_FILTERS,
@@ -35,7 +36,7 @@ from metadata_table.layout import (
     enc,
 )
 from metadata_table.reader import MetadataReader
-from metadata_table.records import python_value
+from metadata_table.records import RECORD_KEY, python_value
 from metadata_table.table import MetadataTable
 from timeline.errors import IndexStateError
 from timeline.fs_view import BaseFile, FileSystemView
@@ -73,6 +74,7 @@ class IndexedSnapshot:
         self._unapplied: dict[str, list[Instant]] = {}
         self._lost: dict[str, str | None] = {}
         self._column_tables: dict[str, pa.Table] = {}
+        self._bloom_table: pa.Table | None = None
 
     @cached_property
     def reader(self) -> MetadataReader:
@@ -189,13 +191,7 @@ class IndexedSnapshot:
         """One column's live stats records with each file's ``path``; read once per snapshot."""
         if column not in self._column_tables:
             records = self.reader.read(COLUMN_STATS, prefix=column_prefix(column))
-            partition, name = records.column("partition"), records.column("file_name")
-            path = pc.if_else(
-                pc.equal(partition, NON_PARTITIONED),
-                name,
-                pc.binary_join_element_wise(partition, name, "/"),
-            )
-            self._column_tables[column] = records.append_column("path", path)
+            self._column_tables[column] = _with_paths(records)
         return self._column_tables[column]
 
     def _arrow_stats(self, columns: set[str], paths: pa.Array) -> dict[str, ColumnArrays | None]:
@@ -296,21 +292,67 @@ class IndexedSnapshot:
             or any(bloom.might_contain_hash(h) for h in hashes)
         ]
 
+    def _bloom_records(self) -> pa.Table:
+        """Every live bloom filter record with its file's ``path``; read once per snapshot."""
+        if self._bloom_table is None:
+            records = self.reader.read(
+                BLOOM_FILTERS, columns=["partition", "file_name", "bloom_filter"]
+            )
+            self._bloom_table = _with_paths(records)
+        return self._bloom_table
+
     def lookup_keys(
         self, keys: Iterable[str], partition: str | None = None
     ) -> dict[str, list[str]]:
-        """Record key -> paths of the latest base files that may hold it."""
+        """Record key -> paths of the latest base files that may hold it: files whose record key
+        range (column_stats of ``_hoodie_record_key``, when indexed) holds the key and whose
+        bloom filter may hold it, both tested on Arrow arrays over all files at once. A file
+        without a record, or written by an instant an index does not reflect, is kept."""
         wanted = list(keys)
-        partitions = [partition] if partition is not None else self.list_partitions()
+        files = self.view.latest_base_files() if partition is None else self.list_files(partition)
         out: dict[str, list[str]] = {k: [] for k in wanted}
-        for p in partitions:
-            files = self.list_files(p)
-            blooms = self.blooms(p) if self.uses(BLOOM_FILTERS) else {}
+        if not wanted or not files:
+            return out
+        paths = pa.array([f.path for f in files], pa.string())
+        blooms = None
+        if self.uses(BLOOM_FILTERS):
+            records = self._bloom_records()
+            at = pc.index_in(paths, value_set=records.column("path"))
+            blooms = pc.take(records.column("bloom_filter"), at)  # null: no filter, read it
             behind = self._unapplied_times(BLOOM_FILTERS)
-            for key in wanted:
-                h = hash_value(key)
-                for f in files:
-                    bloom = None if f.instant_time in behind else blooms.get(f.file_name)
-                    if bloom is None or bloom.might_contain_hash(h):
-                        out[key].append(f.path)
+            if behind:
+                stale = pa.array([f.instant_time in behind for f in files], pa.bool_())
+                blooms = pc.if_else(stale, pa.scalar(None, blooms.type), blooms)
+        ranges = None
+        if self.uses(COLUMN_STATS):
+            arrays = self._arrow_stats({RECORD_KEY}, paths).get(RECORD_KEY)
+            if arrays is not None and arrays.kind == "string":
+                behind = self._unapplied_times(COLUMN_STATS)
+                unknown = pc.or_(
+                    pc.invert(arrays.present),
+                    pa.array([f.instant_time in behind for f in files], pa.bool_()),
+                )
+                ranges = (arrays, unknown)
+        for key in wanted:
+            keep = np.ones(len(files), dtype=bool)
+            if blooms is not None:
+                keep &= might_contain_each(blooms, hash_value(key))
+            if ranges is not None:
+                arrays, unknown = ranges
+                inside = pc.and_kleene(
+                    pc.less_equal(arrays.minimum, key), pc.greater_equal(arrays.maximum, key)
+                )
+                keep &= pc.or_(pc.fill_null(inside, True), unknown).to_numpy(zero_copy_only=False)
+            out[key] = [files[i].path for i in np.flatnonzero(keep)]
         return out
+
+
+def _with_paths(records: pa.Table) -> pa.Table:
+    """Records with a ``partition`` and ``file_name``, plus the data file's ``path``."""
+    partition, name = records.column("partition"), records.column("file_name")
+    path = pc.if_else(
+        pc.equal(partition, NON_PARTITIONED),
+        name,
+        pc.binary_join_element_wise(partition, name, "/"),
+    )
+    return records.append_column("path", path)

@@ -5,13 +5,19 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import io
+import random
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from metadata_table.bloom import SplitBlockBloomFilter, parse_bloom_filter
+from metadata_table.bloom import (
+    SplitBlockBloomFilter,
+    hash_value,
+    might_contain_each,
+    parse_bloom_filter,
+)
 from metadata_table.layout import column_stats_key, enc, file_group_of, file_key
 from metadata_table.records import (
     column_stats_records,
@@ -43,6 +49,31 @@ def test_our_filter_is_bit_identical_to_arrows() -> None:
     assert all(native.might_contain(k) for k in keys)
     false_positives = sum(native.might_contain(f"absent-{i}") for i in range(20000))
     assert false_positives / 20000 < 0.02
+
+
+def test_probing_many_filters_at_once_answers_as_each_filter_does() -> None:
+    rng = random.Random(7)
+    filters = []
+    for n in range(60):  # sizes from one block to 64 blocks, some filled densely
+        bloom = SplitBlockBloomFilter(bytes(32 * 2 ** rng.randrange(7)))
+        for i in range(rng.randrange(1, 400)):
+            bloom.insert_hash(hash_value(f"{n}-{i}"))
+        filters.append(bytes(bloom.bitset))
+    values: list[bytes | None] = [*filters[:30], None, *filters[30:], b""]
+    array = pa.array(values, pa.binary())
+    chunked = pa.chunked_array([array.slice(0, 17), array.slice(17)])
+    probes = [f"{n}-{i}" for n in range(0, 60, 7) for i in range(5)] + [f"x{i}" for i in range(300)]
+    for value in probes:
+        h = hash_value(value)
+        expected = [
+            v is None or v == b"" or SplitBlockBloomFilter(v).might_contain_hash(h) for v in values
+        ]
+        assert might_contain_each(array, h).tolist() == expected, value
+        assert might_contain_each(chunked, h).tolist() == expected, value
+        assert might_contain_each(array.slice(31), h).tolist() == expected[31:], value
+    assert might_contain_each(pa.array([], pa.binary()), 1).tolist() == []
+    with pytest.raises(BloomFilterFormatError):
+        might_contain_each(pa.array([b"\x00" * 33]), 1)
 
 
 def test_bad_bloom_bytes() -> None:

@@ -248,6 +248,43 @@ def test_reads_listing_pruning_and_bloom_lookup(tmp_path: Path) -> None:
     assert by_city["ny"] in [f.path for f in fresh]
 
 
+def test_key_lookup_narrows_by_key_range_then_bloom_filter(tmp_path: Path) -> None:
+    table = make_table(tmp_path)
+    client = WriteClient(table)
+    for city, lo in (("sf", 0), ("la", 100), ("ny", 200)):
+        client.insert(rows(keys(lo, lo + 100), city=city))  # one file per city, keys clustered
+    files = {f.partition_path: f.path for f in IndexedSnapshot(table).view.latest_base_files()}
+    assert len(files) == 3
+    everything = sorted(files.values())
+    no_index = IndexedSnapshot(table).lookup_keys(["k0150", "nope"])
+    assert {k: sorted(v) for k, v in no_index.items()} == {"k0150": everything, "nope": everything}
+
+    initialize(table, [COLUMN_STATS])  # key ranges alone (bloom_filters not built)
+    by_range = IndexedSnapshot(table).lookup_keys(["k0150", "k0000", "k0299", "k9999", "a"])
+    assert by_range == {
+        "k0150": [files["la"]],
+        "k0000": [files["sf"]],
+        "k0299": [files["ny"]],
+        "k9999": [],
+        "a": [],
+    }
+    assert IndexedSnapshot(table).lookup_keys(["k0150"], partition="sf") == {"k0150": []}
+
+    initialize(table, [BLOOM_FILTERS])
+    snapshot = IndexedSnapshot(table)
+    found = snapshot.lookup_keys(keys(0, 300))
+    assert found == {k: [files[["sf", "la", "ny"][int(k[1:]) // 100]]] for k in keys(0, 300)}
+    # a key inside a file's range that its bloom filter rules out is not looked for there
+    absent = [f"k0{n:03d}x" for n in range(200)]
+    assert sum(len(v) for v in snapshot.lookup_keys(absent).values()) < 20
+
+    client.insert(rows(keys(300, 310), city="la"))  # a new file, reflected through log files
+    assert snapshot.lookup_keys(["k0305"]) == {"k0305": []}, "a snapshot keeps what it read"
+    fresh = IndexedSnapshot(table).lookup_keys(["k0305", "k0150"])
+    assert len(fresh["k0305"]) == 1 and fresh["k0305"][0] not in everything
+    assert fresh["k0150"] == [files["la"]]
+
+
 def test_upsert_tagging_reads_fewer_files_with_bloom_filters(tmp_path: Path) -> None:
     def files_read_by_upsert(base: Path, with_index: bool) -> int:
         table = make_table(base)
