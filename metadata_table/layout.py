@@ -34,10 +34,11 @@ import re
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from timeline.errors import UnknownPartitionError
-from timeline.fs_view import read_parquet
+from timeline.fs_view import parquet_file, read_parquet_file
 from timeline.hashing import stable_hash
 from timeline.index_state import INDEX_FOLDER
 from timeline.storage import Storage
@@ -190,6 +191,11 @@ SCHEMAS = {
 }
 
 
+#: rows per row group of a metadata file: its key statistics let a prefix read (one column's
+#: stats, one partition's filters) decode only the row groups that may hold the prefix
+ROW_GROUP_ROWS = 16_384
+
+
 def write_records(
     storage: Storage, path: str, records: pa.Table, covers_upto: str | None = None
 ) -> int:
@@ -198,17 +204,42 @@ def write_records(
     if covers_upto is not None:
         records = records.replace_schema_metadata({COVERS_UPTO: covers_upto.encode()})
     sink = pa.BufferOutputStream()
-    pq.write_table(records, sink, compression="zstd")
+    pq.write_table(records, sink, compression="zstd", row_group_size=ROW_GROUP_ROWS)
     data = sink.getvalue().to_pybytes()
     storage.create(path, data)
     return len(data)
 
 
 def read_records(
-    storage: Storage, path: str, columns: list[str] | None = None
+    storage: Storage, path: str, columns: list[str] | None = None, prefix: str | None = None
 ) -> tuple[pa.Table, str | None]:
-    """Records of one file and, for a base file, its watermark."""
-    table = read_parquet(storage, path, columns)
+    """Records of one file and, for a base file, its watermark. With ``prefix``, only records
+    whose key starts with it, from the row groups whose key range may hold such keys."""
+    file = parquet_file(storage, path)
+    groups = None if prefix is None else _row_groups_with(file.metadata, prefix)
+    table = read_parquet_file(file, path, columns, groups)
     meta = table.schema.metadata or {}
     covers = meta.get(COVERS_UPTO)
-    return table.replace_schema_metadata(None), covers.decode() if covers else None
+    table = table.replace_schema_metadata(None)
+    if prefix and table.num_rows:
+        table = table.filter(pc.starts_with(table.column("key"), prefix))
+    return table, covers.decode() if covers else None
+
+
+def _row_groups_with(metadata: pq.FileMetaData, prefix: str) -> list[int] | None:
+    """Row groups whose ``key`` statistics do not rule out a key starting with ``prefix`` (a key
+    at or above the prefix that does not start with it is above every key that does); None
+    (every group) when a group has no statistics."""
+    names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
+    if "key" not in names:
+        return None
+    column = names.index("key")
+    groups = []
+    for index in range(metadata.num_row_groups):
+        stats = metadata.row_group(index).column(column).statistics
+        if stats is None or not stats.has_min_max:
+            return None
+        low, high = stats.min, stats.max
+        if high >= prefix and (low < prefix or low.startswith(prefix)):
+            groups.append(index)
+    return groups

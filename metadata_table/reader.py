@@ -232,24 +232,18 @@ class MetadataReader:
             watermark = NOTHING
             base_rows = schema.empty_table()
             if base is not None:
-                base_rows, covers = read_records(self.storage, base.path, wanted)
+                base_rows, covers = read_records(self.storage, base.path, wanted, prefix)
                 watermark = covers or NOTHING
             log_rows = [
-                _prefixed(read_records(self.storage, log.path, wanted)[0], prefix)
+                read_records(self.storage, log.path, wanted, prefix)[0]
                 for log in logs
                 if is_after(log.instant, watermark)
             ]
-            parts.append(_merge(partition, _prefixed(base_rows, prefix), log_rows))
+            parts.append(_merge(partition, base_rows, log_rows))
         merged = pa.concat_tables(parts) if parts else schema.empty_table()
         if not include_deleted:
             merged = merged.filter(pc.invert(merged.column("is_deleted")))
         return merged.sort_by("key")
-
-
-def _prefixed(rows: pa.Table, prefix: str | None) -> pa.Table:
-    if not prefix or rows.num_rows == 0:
-        return rows
-    return rows.filter(pc.starts_with(rows.column("key"), prefix))
 
 
 def _merge(partition: str, base: pa.Table, logs: list[pa.Table]) -> pa.Table:

@@ -183,9 +183,30 @@ def read_parquet(storage: Storage, path: str, columns: list[str] | None = None) 
     returned; its destructor then takes the GIL, and if the interpreter is exiting by then the
     thread is unwound through C++ and the process aborts ("terminate called without an active
     exception", exit 134; apache/arrow#33975)."""
+    return read_parquet_file(parquet_file(storage, path), path, columns)
+
+
+def parquet_file(storage: Storage, path: str) -> pq.ParquetFile:
+    """A Parquet file read into memory, its footer parsed (:class:`NotParquetError` if not one)."""
     data = storage.read(path)
     try:
-        return pq.ParquetFile(pa.BufferReader(data)).read(columns=columns, use_threads=False)
+        return pq.ParquetFile(pa.BufferReader(data))
+    except (pa.ArrowInvalid, OSError) as e:
+        raise NotParquetError(path, str(e).splitlines()[0]) from e
+
+
+def read_parquet_file(
+    file: pq.ParquetFile,
+    path: str,
+    columns: list[str] | None = None,
+    row_groups: list[int] | None = None,
+) -> pa.Table:
+    """Some columns (all: None) of some row groups (all: None) of ``file``, on this thread (see
+    :func:`read_parquet`)."""
+    try:
+        if row_groups is None:
+            return file.read(columns=columns, use_threads=False)
+        return file.read_row_groups(row_groups, columns=columns, use_threads=False)
     except (pa.ArrowInvalid, OSError) as e:
         raise NotParquetError(path, str(e).splitlines()[0]) from e
 

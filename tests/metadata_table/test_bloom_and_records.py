@@ -18,7 +18,14 @@ from metadata_table.bloom import (
     might_contain_each,
     parse_bloom_filter,
 )
-from metadata_table.layout import column_stats_key, enc, file_group_of, file_key
+from metadata_table.layout import (
+    _row_groups_with,
+    column_stats_key,
+    enc,
+    file_group_of,
+    file_key,
+    read_records,
+)
 from metadata_table.records import (
     column_stats_records,
     info_from_bytes,
@@ -169,3 +176,26 @@ def test_not_parquet_is_a_clear_error(tmp_path: Path) -> None:
     storage.create("p/bad.parquet", b"this is not parquet at all")
     with pytest.raises(NotParquetError, match=r"p/bad\.parquet"):
         info_from_storage(storage, "p", "bad.parquet", 26, "20261121101500123")
+
+
+def test_a_prefix_read_decodes_only_the_row_groups_that_may_hold_the_prefix(
+    tmp_path: Path,
+) -> None:
+    storage = Storage(str(tmp_path))
+    keys = sorted(
+        f"{c}|{p}|f{n:03d}" for c in ("a", "b", "b|x", "c") for p in "pq" for n in range(50)
+    )
+    records = pa.table({"key": keys, "n": list(range(len(keys)))})
+    storage.create("m.parquet", _parquet(records, row_group_size=40))
+    metadata = pq.read_metadata(str(tmp_path / "m.parquet"))
+    assert metadata.num_row_groups == 10
+    for prefix in ("a|", "b|", "b|x|", "b|p|f01", "c|q|f049", "0", "d", "b|z", ""):
+        read, _ = read_records(storage, "m.parquet", ["key", "n"], prefix)
+        assert read.column("key").to_pylist() == [k for k in keys if k.startswith(prefix)], prefix
+    assert _row_groups_with(metadata, "a|") == [0, 1, 2]  # keys 0..99 of 400
+    assert _row_groups_with(metadata, "b|p|f01") == [2]  # rows 110..119 of group 80..119
+    assert _row_groups_with(metadata, "b|q|") == [3, 4]  # rows 150..199
+    assert _row_groups_with(metadata, "d") == [] and _row_groups_with(metadata, "0") == []
+    assert _row_groups_with(metadata, "") == list(range(10))
+    no_stats = _parquet(records, row_group_size=40, write_statistics=False)
+    assert _row_groups_with(pq.read_metadata(pa.BufferReader(no_stats)), "a|") is None
