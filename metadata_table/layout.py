@@ -22,7 +22,9 @@ record of data instants up to and including that time. Readers apply, on top of 
 file of a group, the log files of data instants that are *completed on the data timeline* and
 later than that watermark.
 
-Keys keep one partition's and one column's records together so a prefix scan finds them:
+Files are written in row groups of :data:`ROW_GROUP_ROWS` records; a prefix read decodes only
+the row groups whose ``key`` statistics may hold the prefix. Keys keep one partition's and one
+column's records together so a prefix scan finds them:
 ``files`` and ``bloom_filters``: ``enc(partition)|enc(file)``; ``column_stats``:
 ``enc(column)|enc(partition)|enc(file)``, where ``enc`` percent-encodes ``%`` and ``|`` (an
 unpartitioned table's partition is ``.``).

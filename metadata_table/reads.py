@@ -223,24 +223,34 @@ class IndexedSnapshot:
         over all files at once, or file by file when the types need Python's comparison."""
         if isinstance(expr, str):
             expr = parse_filter(expr)
-        files = self.view.latest_base_files()
+        files, paths = self._listing
         if not self.uses(COLUMN_STATS):
-            return PruneResult(files, len(files), used_index=False)
+            return PruneResult(list(files), len(files), used_index=False)
         behind = self._unapplied_times(COLUMN_STATS)
-        arrays = self._arrow_stats(expr.columns(), pa.array([f.path for f in files], pa.string()))
+        arrays = self._arrow_stats(expr.columns(), paths)
         mask = expr.mask(arrays, len(files)) if None not in arrays.values() else None
         if mask is None:
             stats = self._stats_by_file(expr.columns())
-            keep = [f.path not in stats or expr.might_match(stats[f.path]) for f in files]
+            keep = np.array(
+                [f.path not in stats or expr.might_match(stats[f.path]) for f in files], dtype=bool
+            )
         else:
             # a file without any stats record for these columns is kept, as file by file
-            unrecorded = pa.array([True] * len(files))
+            unrecorded = pa.array(np.ones(len(files), dtype=bool))
             for c in arrays.values():
                 if c is not None:
                     unrecorded = pc.and_(unrecorded, pc.invert(c.present))
-            keep = pc.or_(mask, unrecorded).to_pylist()
-        kept = [f for f, k in zip(files, keep, strict=True) if k or f.instant_time in behind]
+            keep = pc.or_(mask, unrecorded).to_numpy(zero_copy_only=False)
+        if behind:
+            keep = keep | np.array([f.instant_time in behind for f in files], dtype=bool)
+        kept = [files[i] for i in np.flatnonzero(keep)]
         return PruneResult(kept, len(files), used_index=True, unapplied=tuple(sorted(behind)))
+
+    @cached_property
+    def _listing(self) -> tuple[list[BaseFile], pa.Array]:
+        """The latest base files of every partition and their paths, once per snapshot."""
+        files = self.view.latest_base_files()
+        return files, pa.array([f.path for f in files], pa.string())
 
     def spark_paths(self, expr: Expr | str) -> list[str]:
         """Full paths of the files to read, for ``spark.read.parquet(*paths)``."""
@@ -309,11 +319,14 @@ class IndexedSnapshot:
         bloom filter may hold it, both tested on Arrow arrays over all files at once. A file
         without a record, or written by an instant an index does not reflect, is kept."""
         wanted = list(keys)
-        files = self.view.latest_base_files() if partition is None else self.list_files(partition)
+        if partition is None:
+            files, paths = self._listing
+        else:
+            files = self.list_files(partition)
+            paths = pa.array([f.path for f in files], pa.string())
         out: dict[str, list[str]] = {k: [] for k in wanted}
         if not wanted or not files:
             return out
-        paths = pa.array([f.path for f in files], pa.string())
         blooms = None
         if self.uses(BLOOM_FILTERS):
             records = self._bloom_records()

@@ -117,11 +117,16 @@ class FileSystemView:
 
     def latest_base_files(self, partitions: Iterable[str] | None = None) -> list[BaseFile]:
         """The newest committed base file of every live file group (optionally of some partitions)."""
-        wanted = set(partitions) if partitions is not None else None
+        if partitions is None:
+            return list(self._latest)
+        wanted = set(partitions)
+        return [b for b in self._latest if b.partition_path in wanted]
+
+    @cached_property
+    def _latest(self) -> list[BaseFile]:
+        """Worked out once per view: the view is of one timeline snapshot and one listing."""
         latest: dict[tuple[str, str], BaseFile] = {}
         for base in self.all_base_files:
-            if wanted is not None and base.partition_path not in wanted:
-                continue
             if base.instant_time not in self._committed:
                 continue
             key = (base.partition_path, base.file_id)

@@ -4,7 +4,8 @@ PNG plots (docs/bench-*.png).
 1. index build (`column_stats,bloom_filters`) against (a) the lower bound: one process reading
    every file's Parquet footer and bloom filter bytes with pyarrow, no Spark; (b) the naive way:
    a Spark SQL full scan computing per-file min / max / null counts grouped by input_file_name();
-2. scaling: build time and peak memory at several file counts;
+2. scaling: tables of 2,000, 20,000 and 100,000 small files (scripts/bench/synthetic.py): the
+   footer-read bound, build time and peak memory, prune() and one-key lookup latency;
 3. data skipping: a 1%-selective range query and a point lookup through Spark, on all files vs the
    files prune() / the bloom lookup keep; prune() and bloom lookup latency;
 4. writers under indexing: p50/p95 commit latency and lock waits of a writer committing every
@@ -15,8 +16,8 @@ PNG plots (docs/bench-*.png).
    JVM start, at 1,000 files;
 7. peer: Apache Hudi's own HoodieIndexer against `indexer run` on copies of one table.
 
-    python scripts/bench/run_all.py [--files 2000] [--rows 10000] [--scaling 500,2000,8000]
-                                    [--scaling-rows 1000] [--listing-files 10000]
+    python scripts/bench/run_all.py [--files 2000] [--rows 10000] [--scaling 2000,20000,100000]
+                                    [--scaling-rows 20] [--listing-files 10000]
                                     [--e2e-files 1000] [--peer-files 2000,20000]
                                     [--sections build,skipping,scaling,writers,listing,e2e,peer]
 """
@@ -239,22 +240,122 @@ def section_build(report: Report, table: Table, spark: Any, files: int, rows: in
     )
 
 
+def _median_ms(call: Any, times: int) -> float:
+    samples = []
+    for _ in range(times):
+        began = time.perf_counter()
+        call()
+        samples.append((time.perf_counter() - began) * 1000)
+    return statistics.median(samples)
+
+
+def _read_latencies(
+    table: Table, snapshot: IndexedSnapshot, expr: str, key: str
+) -> dict[str, float]:
+    """prune() and a one-key lookup: medians on fresh snapshots and on ``snapshot``."""
+    return {
+        "prune_fresh": _median_ms(lambda: IndexedSnapshot(table).prune(expr), 5),
+        "prune_kept": _median_ms(lambda: snapshot.prune(expr), 20),
+        "lookup_fresh": _median_ms(lambda: IndexedSnapshot(table).lookup_keys([key]), 5),
+        "lookup_kept": _median_ms(lambda: snapshot.lookup_keys([key]), 20),
+    }
+
+
 def section_scaling(report: Report, root: Path, spark: Any, counts: list[int], rows: int) -> None:
+    """Tables of N small files (scripts/bench/synthetic.py, 100 partitions): the footer-read
+    bound, the build with Spark warm and its peak memory, then prune() and a one-key lookup, each
+    on a fresh snapshot (listing and index reads included) and on one kept snapshot."""
+    from scripts.bench.synthetic import make_table
+
     results = []
     for count in counts:
-        table = generate(root / f"scale-{count}", count, rows, commit_files=max(50, count // 20))
+        base = root / f"scale-{count}"
+        began = time.perf_counter()
+        table = make_table(base, count, rows, partitions=100, config=_config(root))
+        made = time.perf_counter() - began
+        bound = lower_bound(table)
+        if not results:
+            build(table, spark)  # Spark warm: its first job starts the Python workers
         seconds, peak = build(table, spark)
-        results.append((count, seconds, peak))
-        print(f"  scaling: {count} files -> {seconds:.2f}s, peak {peak} MB", flush=True)
+        initialize(table, [FILES])  # listings from the index, as a reader gets them
+        total = count * rows
+        expr = f"ts >= {total // 2} AND ts < {total // 2 + total // 100}"  # 1% of the files
+        key = f"k-{total // 2 + 7:010d}"  # in file count // 2 (the generator's key layout)
+        snapshot = IndexedSnapshot(table)
+        kept = len(snapshot.prune(expr).candidates)
+        holders = snapshot.lookup_keys([key])[key]
+        assert any(f"{count // 2 + 1:012x}-0_" in p for p in holders), "lookup lost the key"
+        figures = {
+            "files": count,
+            "made": made,
+            "bound": bound,
+            "build": seconds,
+            "peak": peak,
+            **_read_latencies(table, snapshot, expr, key),
+            "kept": kept,
+            "holders": len(holders),
+        }
+        results.append(figures)
+        print(f"  scaling: {figures}", flush=True)
+        shutil.rmtree(base, ignore_errors=True)
     report.figures["scaling"] = results
-    per_file = [s / c * 1000 for c, s, _ in results]
-    lines = "\n".join(f"| {c} | {s:.2f} | {s / c * 1000:.2f} | {p} |" for c, s, p in results)
-    report.add(
-        f"## Scaling ({rows} rows per file)\n\n"
-        "| data files | build seconds | ms per file | peak RSS MB (driver + JVM + workers) |\n|---|---|---|---|\n"
-        f"{lines}\n\nms per file from the smallest to the largest run: "
-        f"{per_file[0]:.2f} -> {per_file[-1]:.2f} (linear cost keeps it flat or falling)\n"
-    )
+    lines = [
+        f"## Scaling: tables of small files ({rows} rows per file, 100 partitions, "
+        "scripts/bench/synthetic.py)",
+        "",
+        "| data files | footer-read bound s | build s (Spark warm) | build / bound | ms per file "
+        "| peak RSS MB (driver + JVM + workers) | prune() ms, fresh snapshot | prune() ms, kept "
+        "snapshot | one-key lookup ms, fresh | one-key lookup ms, kept |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['files']:,} | {r['bound']:.2f} | {r['build']:.2f} | "
+            f"**{r['build'] / r['bound']:.2f}x** | {r['build'] / r['files'] * 1000:.2f} | "
+            f"{r['peak']} | {r['prune_fresh']:.0f} | {r['prune_kept']:.1f} | "
+            f"{r['lookup_fresh']:.0f} | {r['lookup_kept']:.1f} |"
+        )
+
+    def at(files: int, name: str) -> float | None:
+        return next((r[name] for r in results if r["files"] == files), None)
+
+    def verdict(value: float | None, target: float, what: str) -> str:
+        if value is None:
+            return f"{what}: not measured at that size"
+        return (
+            f"{what}: {value:.2f} (target <= {target:g}: {'met' if value <= target else 'not met'})"
+        )
+
+    ratio = {r["files"]: r["build"] / r["bound"] for r in results}
+    largest = results[-1]
+    lines += [
+        "",
+        "- " + verdict(ratio.get(2000), 2, "build / bound at 2,000 files"),
+        "- " + verdict(ratio.get(20000), 2, "build / bound at 20,000 files"),
+        "- " + verdict(ratio.get(100000), 1.5, "build / bound at 100,000 files"),
+        "- "
+        + verdict(at(20000, "prune_kept"), 100, "prune() ms at 20,000 files, kept snapshot")
+        + "; fresh: "
+        + (f"{at(20000, 'prune_fresh'):.0f} ms" if at(20000, "prune_fresh") else "-"),
+        "- "
+        + verdict(at(100000, "prune_kept"), 250, "prune() ms at 100,000 files, kept snapshot")
+        + "; fresh: "
+        + (f"{at(100000, 'prune_fresh'):.0f} ms" if at(100000, "prune_fresh") else "-"),
+        "- "
+        + verdict(
+            at(100000, "lookup_kept"), 100, "one-key lookup ms at 100,000 files, kept snapshot"
+        )
+        + "; fresh: "
+        + (f"{at(100000, 'lookup_fresh'):.0f} ms" if at(100000, "lookup_fresh") else "-"),
+        f"- ms per file from {results[0]['files']:,} to {largest['files']:,} files: "
+        f"{results[0]['build'] / results[0]['files'] * 1000:.2f} -> "
+        f"{largest['build'] / largest['files'] * 1000:.2f} (linear cost keeps it flat or falling)",
+        f"- at {largest['files']:,} files the 1% range keeps {largest['kept']:,} files and the key "
+        f"lookup {largest['holders']} (the file that holds it). A fresh snapshot lists the table "
+        "from the files partition and reads the index; a kept snapshot (a reader between two "
+        "timeline moves) has both in memory.",
+    ]
+    report.add("\n".join(lines) + "\n")
 
 
 def section_skipping(
@@ -639,10 +740,15 @@ def plots(report: Report, out: Path) -> list[str]:
     if "scaling" in report.figures:
         data = report.figures["scaling"]
         fig, ax = plt.subplots(figsize=(6, 3.5))
-        ax.plot([c for c, _, _ in data], [s for _, s, _ in data], marker="o")
+        files = [r["files"] for r in data]
+        ax.plot(files, [r["build"] for r in data], marker="o", label="build (Spark warm)")
+        ax.plot(files, [r["bound"] for r in data], marker="o", label="footer-read bound")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
         ax.set_xlabel("data files")
-        ax.set_ylabel("build seconds")
+        ax.set_ylabel("seconds")
         ax.set_title("Build time by table size")
+        ax.legend()
         fig.tight_layout()
         fig.savefig(out / "bench-scaling.png")
         made.append("bench-scaling.png")
@@ -682,8 +788,8 @@ def main() -> int:
     )
     parser.add_argument("--files", type=int, default=2000)
     parser.add_argument("--rows", type=int, default=10_000)
-    parser.add_argument("--scaling", default="500,2000,8000")
-    parser.add_argument("--scaling-rows", type=int, default=1000)
+    parser.add_argument("--scaling", default="2000,20000,100000")
+    parser.add_argument("--scaling-rows", type=int, default=20)
     parser.add_argument("--listing-files", type=int, default=10_000)
     parser.add_argument("--peer-files", default="2000,20000")
     parser.add_argument("--e2e-files", type=int, default=1000)
@@ -721,17 +827,6 @@ def main() -> int:
         if "scaling" in sections:
             counts = [int(c) for c in args.scaling.split(",")]
             section_scaling(report, root, spark, counts, args.scaling_rows)
-            if "skipping" in sections:
-                largest = root / f"scale-{counts[-1]}"
-                big = Table.open(str(largest), _config(largest.parent))
-                section_skipping(
-                    report,
-                    big,
-                    spark,
-                    counts[-1],
-                    args.scaling_rows,
-                    f"{args.scaling_rows} rows per file",
-                )
         if "writers" in sections:
             section_writers(report, root)
         if "e2e" in sections:
