@@ -122,17 +122,13 @@ class IndexedSnapshot:
 
     def indexed_files(self) -> list[FileInfo]:
         """Every data file the ``files`` partition lists."""
-        rows = self.reader.read(FILES, columns=["partition", "file_name", "size"])
-        out = []
-        for partition, name, size in zip(
-            rows.column("partition").to_pylist(),
-            rows.column("file_name").to_pylist(),
-            rows.column("size").to_pylist(),
-            strict=True,
-        ):
-            folder = data_partition(partition)
-            out.append(FileInfo(f"{folder}/{name}" if folder else name, size, False))
-        return out
+        rows = _with_paths(self.reader.read(FILES, columns=["partition", "file_name", "size"]))
+        return [
+            FileInfo(path, size, False)
+            for path, size in zip(
+                rows.column("path").to_pylist(), rows.column("size").to_pylist(), strict=True
+            )
+        ]
 
     @property
     def view(self) -> FileSystemView:
