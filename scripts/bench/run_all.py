@@ -384,8 +384,10 @@ def section_skipping(
     full_s, full_n = query(all_paths)
     skip_s, skip_n = query(kept)
     key = f"k-{lo + 7:010d}-"
-    sample = spark.read.parquet(kept[0]).select("key").where(F.col("key").startswith(key)).first()
-    point_key = sample["key"] if sample else key
+    # the row's file is one of the kept ones (ts and key share the row number)
+    sample = spark.read.parquet(*kept).select("key").where(F.col("key").startswith(key)).first()
+    assert sample is not None, f"no key starts with {key}"
+    point_key = sample["key"]
     started = time.perf_counter()
     for _ in range(repeats):
         candidates = snapshot.lookup_keys([point_key])[point_key]
