@@ -336,10 +336,10 @@ class IndexedSnapshot:
         if self.uses(COLUMN_STATS):
             arrays = self._arrow_stats({RECORD_KEY}, paths).get(RECORD_KEY)
             if arrays is not None and arrays.kind == "string":
-                behind = self._unapplied_times(COLUMN_STATS)
+                stats_behind = self._unapplied_times(COLUMN_STATS)
                 unknown = pc.or_(
                     pc.invert(arrays.present),
-                    pa.array([f.instant_time in behind for f in files], pa.bool_()),
+                    pa.array([f.instant_time in stats_behind for f in files], pa.bool_()),
                 )
                 ranges = (arrays, unknown)
         for key in wanted:

@@ -326,6 +326,12 @@ def section_scaling(report: Report, root: Path, spark: Any, counts: list[int], r
             f"{what}: {value:.2f} (target <= {target:g}: {'met' if value <= target else 'not met'})"
         )
 
+    def kept_and_fresh(files: int, name: str, target: float, what: str) -> str:
+        fresh = at(files, f"{name}_fresh")
+        return verdict(at(files, f"{name}_kept"), target, f"{what}, kept snapshot") + (
+            f"; fresh: {fresh:.0f} ms" if fresh is not None else ""
+        )
+
     ratio = {r["files"]: r["build"] / r["bound"] for r in results}
     largest = results[-1]
     lines += [
@@ -333,20 +339,9 @@ def section_scaling(report: Report, root: Path, spark: Any, counts: list[int], r
         "- " + verdict(ratio.get(2000), 2, "build / bound at 2,000 files"),
         "- " + verdict(ratio.get(20000), 2, "build / bound at 20,000 files"),
         "- " + verdict(ratio.get(100000), 1.5, "build / bound at 100,000 files"),
-        "- "
-        + verdict(at(20000, "prune_kept"), 100, "prune() ms at 20,000 files, kept snapshot")
-        + "; fresh: "
-        + (f"{at(20000, 'prune_fresh'):.0f} ms" if at(20000, "prune_fresh") else "-"),
-        "- "
-        + verdict(at(100000, "prune_kept"), 250, "prune() ms at 100,000 files, kept snapshot")
-        + "; fresh: "
-        + (f"{at(100000, 'prune_fresh'):.0f} ms" if at(100000, "prune_fresh") else "-"),
-        "- "
-        + verdict(
-            at(100000, "lookup_kept"), 100, "one-key lookup ms at 100,000 files, kept snapshot"
-        )
-        + "; fresh: "
-        + (f"{at(100000, 'lookup_fresh'):.0f} ms" if at(100000, "lookup_fresh") else "-"),
+        "- " + kept_and_fresh(20000, "prune", 100, "prune() ms at 20,000 files"),
+        "- " + kept_and_fresh(100000, "prune", 250, "prune() ms at 100,000 files"),
+        "- " + kept_and_fresh(100000, "lookup", 100, "one-key lookup ms at 100,000 files"),
         f"- ms per file from {results[0]['files']:,} to {largest['files']:,} files: "
         f"{results[0]['build'] / results[0]['files'] * 1000:.2f} -> "
         f"{largest['build'] / largest['files'] * 1000:.2f} (linear cost keeps it flat or falling)",
