@@ -355,8 +355,9 @@ def _request(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="indexer",
-        description="Build metadata-table indexes (files, column_stats, bloom_filters) of a Hudi "
-        "0.x table while writers keep writing. Exit 0 on success, 1 with a message otherwise.",
+        description="Build metadata-table indexes (files, column_stats, bloom_filters, "
+        "partition_stats) of a Hudi 0.x table while writers keep writing. Exit 0 on success, 1 "
+        "with a message otherwise.",
     )
     parser.add_argument("--help-config", action="store_true", help="list configuration keys")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -369,9 +370,14 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(
                 "--index-types",
                 required=True,
-                help="comma-separated: files, column_stats, bloom_filters",
+                help="comma-separated: files, column_stats, bloom_filters, partition_stats",
             )
-            p.add_argument("--columns", help="columns for column_stats (default: all)")
+            p.add_argument(
+                "--columns",
+                help="columns for column_stats and partition_stats (default: all; both index "
+                "the same columns, so an index of columns added later takes those of the one "
+                "that exists)",
+            )
         if spark:
             add_spark_options(p)
             p.add_argument(

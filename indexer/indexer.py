@@ -193,11 +193,12 @@ class AsyncIndexer:
             instant_time = self.table.timeline.generator.next(
                 after=newest.timestamp if newest else None
             )
+            chosen = self._columns(state, todo, columns)
             plans = []
             for partition in todo:
                 groups = self.writer.configured_groups(partition)
                 self.writer.create_partition(partition, groups, lock)
-                cols = tuple(columns) if self.writer.takes_columns(partition) else ()
+                cols = chosen if self.writer.takes_columns(partition) else ()
                 plans.append(PartitionPlan(partition, upto, cols, groups))
             plan = IndexPlan(tuple(plans))
             failpoint("schedule.before_plan")
@@ -216,6 +217,25 @@ class AsyncIndexer:
             seconds,
         )
         return ScheduleResult(requested, todo, skipped, seconds)
+
+    def _columns(
+        self, state: IndexState, todo: Sequence[str], columns: Sequence[str]
+    ) -> tuple[str, ...]:
+        """The columns the partitions that take columns (column_stats, partition_stats) index:
+        one choice for all of them, so a new one takes the choice of those that exist."""
+        existing = [p for p in state.partitions if self.writer.takes_columns(p)]
+        if not existing or not any(self.writer.takes_columns(p) for p in todo):
+            return tuple(columns)
+        current = state.column_stats_columns
+        if columns and tuple(columns) != current:
+            raise ConfigError(
+                "--columns",
+                f"{', '.join(existing)} already index{'es' if len(existing) == 1 else ''} "
+                f"{', '.join(current) or 'every column'}, and every index of columns indexes "
+                "the same ones: leave --columns out, or drop "
+                f"{', '.join(existing)} first to choose others",
+            )
+        return current
 
     def _mark_inflight(self, lock: LockHandle, plan: IndexPlan) -> None:
         """The plan's partitions become inflight; the columns of those that take columns are

@@ -53,6 +53,17 @@ class ColumnArrays:
     null_count: pa.Int64Array
     value_count: pa.Int64Array
 
+    def take(self, indices: pa.Array) -> ColumnArrays:
+        """The entries at ``indices`` (a subset of the listing)."""
+        return ColumnArrays(
+            self.kind,
+            self.present.take(indices),
+            self.minimum.take(indices),
+            self.maximum.take(indices),
+            self.null_count.take(indices),
+            self.value_count.take(indices),
+        )
+
 
 #: column -> its arrays, or None when its records do not share one kind
 ArrowStats = Mapping[str, ColumnArrays | None]

@@ -2,7 +2,9 @@
 
 An index type is its name (the metadata partition), its record schema (whose ``key`` column
 routes a record to a file group and orders a file), how its records are made from data files'
-footers, the configuration key of its file-group count, and whether it indexes chosen columns.
+footers, the configuration key of its file-group count, whether it indexes chosen columns, and
+whether a data instant's records are recomputed over whole data partitions (``partition_stats``:
+see :mod:`metadata_table.partition_stats`) rather than made from the instant's own files.
 The indexer, the partition writer, initialisation, compaction and validation all go through
 :func:`index_type`; a new index type is one more entry in :data:`INDEX_TYPES` and its records
 function, with no change to the code that builds, catches up, syncs or compacts it.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -22,6 +25,8 @@ from metadata_table.layout import (
     COLUMN_STATS_SCHEMA,
     FILES,
     FILES_SCHEMA,
+    PARTITION_STATS,
+    PARTITION_STATS_SCHEMA,
     check_partition,
 )
 from metadata_table.records import (
@@ -29,17 +34,20 @@ from metadata_table.records import (
     bloom_records,
     column_stats_records,
     files_records,
+    partition_stats_records,
 )
 from timeline.config import (
     BLOOM_FILTER_FILE_GROUPS,
     COLUMN_STATS_FILE_GROUPS,
     FILES_FILE_GROUPS,
+    PARTITION_STATS_FILE_GROUPS,
     Config,
     ConfigKey,
 )
 
-#: records of some data files; the second argument is the chosen columns (None: all)
-RecordsOf = Callable[[Sequence[DataFileInfo], Sequence[str] | None], pa.Table]
+#: records of some data files; the second argument is the chosen columns (None: all), the third
+#: when they are computed (an instant time, kept by recomputed types only)
+RecordsOf = Callable[[Sequence[DataFileInfo], Sequence[str] | None, str], pa.Table]
 
 
 @dataclass(frozen=True)
@@ -49,31 +57,53 @@ class IndexType:
     make_records: RecordsOf
     file_groups_key: ConfigKey[int]
     takes_columns: bool = False
+    #: an instant's records are its touched data partitions recomputed, not its files' records
+    recomputed: bool = False
+    #: fields that say when a record was made, not what it says (left out of comparisons)
+    volatile: tuple[str, ...] = ()
 
-    def records(self, infos: Sequence[DataFileInfo], columns: Sequence[str] = ()) -> pa.Table:
+    def records(
+        self, infos: Sequence[DataFileInfo], columns: Sequence[str] = (), computed: str = ""
+    ) -> pa.Table:
         """The records of ``infos``; ``columns`` (empty: all) only where the type takes them."""
         chosen = list(columns) or None if self.takes_columns else None
-        return self.make_records(infos, chosen)
+        return self.make_records(infos, chosen, computed)
 
     def configured_groups(self, config: Config) -> int:
         """File groups a new partition of this type gets."""
         return config.get(self.file_groups_key)
 
+    def comparable(self, records: pa.Table) -> list[dict[str, Any]]:
+        """Records as rows to compare with a rebuild's (volatile fields left out)."""
+        rows: list[dict[str, Any]] = records.drop_columns(list(self.volatile)).to_pylist()
+        return rows
+
 
 INDEX_TYPES: dict[str, IndexType] = {
-    FILES: IndexType(FILES, FILES_SCHEMA, lambda infos, _: files_records(infos), FILES_FILE_GROUPS),
+    FILES: IndexType(
+        FILES, FILES_SCHEMA, lambda infos, _c, _t: files_records(infos), FILES_FILE_GROUPS
+    ),
     COLUMN_STATS: IndexType(
         COLUMN_STATS,
         COLUMN_STATS_SCHEMA,
-        column_stats_records,
+        lambda infos, columns, _: column_stats_records(infos, columns),
         COLUMN_STATS_FILE_GROUPS,
         takes_columns=True,
     ),
     BLOOM_FILTERS: IndexType(
         BLOOM_FILTERS,
         BLOOM_FILTERS_SCHEMA,
-        lambda infos, _: bloom_records(infos),
+        lambda infos, _c, _t: bloom_records(infos),
         BLOOM_FILTER_FILE_GROUPS,
+    ),
+    PARTITION_STATS: IndexType(
+        PARTITION_STATS,
+        PARTITION_STATS_SCHEMA,
+        partition_stats_records,
+        PARTITION_STATS_FILE_GROUPS,
+        takes_columns=True,
+        recomputed=True,
+        volatile=("computed",),
     ),
 }
 

@@ -13,8 +13,9 @@ why not Hudi's ``.hoodie/metadata``)::
                                                             D wrote to file group fg (one per
                                                             deltacommit and file group), sorted
 
-Partitions are ``files``, ``column_stats`` and ``bloom_filters``; file group ids are
-``files-0000-0``, ``col-stats-0001-0``, ``bloom-filters-0003-0`` (defaults 1 / 2 / 4 groups). A
+Partitions are ``files``, ``column_stats``, ``bloom_filters`` and ``partition_stats``; file group
+ids are ``files-0000-0``, ``col-stats-0001-0``, ``bloom-filters-0003-0``,
+``partition-stats-0000-0`` (defaults 1 / 2 / 4 / 1 groups). A
 record goes to file group ``crc32(utf8(key)) mod n`` (the same in every process and language).
 
 A base file records in its Parquet key-value metadata ``aix.covers_upto``: it contains every
@@ -26,8 +27,8 @@ Files are written in row groups of :data:`ROW_GROUP_ROWS` records; a prefix read
 the row groups whose ``key`` statistics may hold the prefix. Keys keep one partition's and one
 column's records together so a prefix scan finds them:
 ``files`` and ``bloom_filters``: ``enc(partition)|enc(file)``; ``column_stats``:
-``enc(column)|enc(partition)|enc(file)``, where ``enc`` percent-encodes ``%`` and ``|`` (an
-unpartitioned table's partition is ``.``).
+``enc(column)|enc(partition)|enc(file)``; ``partition_stats``: ``enc(column)|enc(partition)``,
+where ``enc`` percent-encodes ``%`` and ``|`` (an unpartitioned table's partition is ``.``).
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ METADATA_FOLDER = INDEX_FOLDER
 FILES = "files"
 COLUMN_STATS = "column_stats"
 BLOOM_FILTERS = "bloom_filters"
-PARTITIONS = (FILES, COLUMN_STATS, BLOOM_FILTERS)
+PARTITION_STATS = "partition_stats"
+PARTITIONS = (FILES, COLUMN_STATS, BLOOM_FILTERS, PARTITION_STATS)
 COVERS_UPTO = b"aix.covers_upto"
 NOTHING = "00000000000000000"  # covers no data instant
 NON_PARTITIONED = "."
@@ -60,8 +62,13 @@ def data_partition(name: str) -> str:
     return "" if name == NON_PARTITIONED else name
 
 
-_FG_PREFIX = {FILES: "files", COLUMN_STATS: "col-stats", BLOOM_FILTERS: "bloom-filters"}
-DEFAULT_FILE_GROUPS = {FILES: 1, COLUMN_STATS: 2, BLOOM_FILTERS: 4}
+_FG_PREFIX = {
+    FILES: "files",
+    COLUMN_STATS: "col-stats",
+    BLOOM_FILTERS: "bloom-filters",
+    PARTITION_STATS: "partition-stats",
+}
+DEFAULT_FILE_GROUPS = {FILES: 1, COLUMN_STATS: 2, BLOOM_FILTERS: 4, PARTITION_STATS: 1}
 _BASE = re.compile(r"^(?P<fg>[a-z-]+-\d{4}-0)_(?P<t>\d{17})\.parquet$")
 _LOG = re.compile(r"^\.(?P<fg>[a-z-]+-\d{4}-0)\.log\.(?P<d>\d{17}|\d{14})$")
 
@@ -90,6 +97,10 @@ def file_key(partition: str, file_name: str) -> str:
 
 def column_stats_key(column: str, partition: str, file_name: str) -> str:
     return f"{enc(column)}|{file_key(partition, file_name)}"
+
+
+def partition_stats_key(column: str, partition: str) -> str:
+    return f"{enc(column)}|{enc(partition or NON_PARTITIONED)}"
 
 
 def column_prefix(column: str) -> str:
@@ -186,10 +197,34 @@ BLOOM_FILTERS_SCHEMA = pa.schema(
     ]
 )
 
+#: per data partition and column: the column stats of the partition's latest base files,
+#: aggregated (``file_count`` files had stats for the column). ``computed`` is when the record was
+#: worked out (an instant time): of several records of one key the newest computed wins, since
+#: each is recomputed from the whole partition as the table was then (see
+#: :mod:`metadata_table.partition_stats`).
+PARTITION_STATS_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("column_name", pa.string()),
+        ("partition", pa.string()),
+        ("value_type", pa.string()),
+        ("min_value", VALUE_TYPE),
+        ("max_value", VALUE_TYPE),
+        ("null_count", pa.int64()),
+        ("value_count", pa.int64()),
+        ("file_count", pa.int64()),
+        ("total_size", pa.int64()),
+        ("is_deleted", pa.bool_()),
+        ("instant", pa.string()),
+        ("computed", pa.string()),
+    ]
+)
+
 SCHEMAS = {
     FILES: FILES_SCHEMA,
     COLUMN_STATS: COLUMN_STATS_SCHEMA,
     BLOOM_FILTERS: BLOOM_FILTERS_SCHEMA,
+    PARTITION_STATS: PARTITION_STATS_SCHEMA,
 }
 
 

@@ -22,6 +22,7 @@ from metadata_table.layout import (
     check_partition,
     read_records,
 )
+from metadata_table.partition_stats import superseded
 from metadata_table.reader import MetadataReader
 from metadata_table.records import DataFileInfo, info_from_storage
 from metadata_table.table import MetadataTable, check_indexable
@@ -60,8 +61,26 @@ def build_records(
 ) -> pa.Table:
     """The records of ``partition`` computed from scratch over a snapshot: the oracle every
     incrementally maintained partition must equal."""
-    infos = committed_data_files(table, timeline, upto)
-    return index_type(partition).records(infos, columns or ()).sort_by("key")
+    return _base_records(table, timeline, partition, columns, upto).sort_by("key")
+
+
+def _base_records(
+    table: Table,
+    timeline: Timeline,
+    partition: str,
+    columns: Sequence[str] | None,
+    upto: str | None,
+    infos: Sequence[DataFileInfo] | None = None,
+) -> pa.Table:
+    """The records of ``partition`` over the committed data files up to ``upto`` (``infos``,
+    when the caller has read them): the latest ones for a recomputed type."""
+    kind = index_type(partition)
+    if infos is None:
+        infos = committed_data_files(table, timeline, upto)
+    if kind.recomputed:
+        older = superseded(table, timeline, upto)
+        infos = [i for i in infos if i.path not in older]
+    return kind.records(infos, columns or (), upto or "")
 
 
 def initialize(
@@ -97,7 +116,7 @@ def initialize(
         for partition in todo:
             kind = index_type(partition)
             count = (groups or {}).get(partition) or kind.configured_groups(table.config)
-            records = kind.records(base_infos, columns or ())
+            records = _base_records(table, timeline, partition, columns, upto, base_infos)
             mdt.write_base_files(
                 partition, records, upto, table.timeline.generator.next(), count, lock
             )
@@ -106,7 +125,7 @@ def initialize(
             by_instant[info.instant].append(info)
         for instant_time, infos in sorted(by_instant.items()):
             for partition in todo:
-                rows = index_type(partition).records(infos, columns or ())
+                rows = mdt.instant_records(partition, infos, columns or ())
                 mdt.write_logs(partition, instant_time, rows, lock)
         table.update_metadata_partitions(lock, add_inflight=todo)
         table.update_metadata_partitions(lock, complete=todo)

@@ -39,8 +39,9 @@ from metadata_table.layout import (
 )
 from metadata_table.maintenance import compact
 from metadata_table.migrate import MigrationResult, has_legacy_index, migrate
+from metadata_table.partition_stats import superseded
 from metadata_table.reader import MetadataReader
-from metadata_table.records import DataFileInfo, info_from_storage
+from metadata_table.records import DataFileInfo, aggregate_partition_stats, info_from_storage
 from metadata_table.table import MetadataTable, check_indexable, split_by_group, write_base_file
 from metadata_table.validate import PartitionReport, validate
 from timeline.commit_metadata import CommitMetadata
@@ -71,10 +72,17 @@ class PartitionBuild:
     columns: tuple[str, ...]
     instant: str
     covers_upto: str
+    #: paths of committed files that are not the latest of their file group at ``covers_upto``
+    #: (left out by an index type recomputed over latest files: ``partition_stats``)
+    superseded: frozenset[str] = frozenset()
 
     def records(self, infos: Sequence[DataFileInfo]) -> pa.Table:
-        """This partition's records of some data files (from their footers), as one table."""
-        return index_type(self.partition).records(infos, self.columns)
+        """This partition's records of some data files (from their footers), as one table; for
+        ``partition_stats``, partial aggregates that :meth:`write_group` combines."""
+        kind = index_type(self.partition)
+        if self.superseded:
+            infos = [i for i in infos if i.path not in self.superseded]
+        return kind.records(infos, self.columns)
 
     def write_group(
         self, storage: Storage, group: int, parts: Sequence[bytes], marker_instant: str
@@ -90,9 +98,11 @@ class PartitionBuild:
             DirectMarkers(storage, marker_instant).create(
                 Marker(f"{METADATA_FOLDER}/{self.partition}", name, IOType.CREATE)
             )
-        schema = index_type(self.partition).schema
-        tables = [_from_ipc(p).cast(schema) for p in parts]
-        records = pa.concat_tables(tables) if tables else schema.empty_table()
+        kind = index_type(self.partition)
+        tables = [_from_ipc(p).cast(kind.schema) for p in parts]
+        records = pa.concat_tables(tables) if tables else kind.schema.empty_table()
+        if kind.recomputed:  # the tasks' partial aggregates, as the table was at covers_upto
+            records = aggregate_partition_stats(records, self.covers_upto)
         size = write_base_file(
             storage.child(METADATA_FOLDER),
             self.partition,
@@ -226,8 +236,11 @@ class PartitionWriter:
         self, partition: str, covers_upto: str, groups: int, columns: Sequence[str]
     ) -> PartitionBuild:
         instant_time = self.table.timeline.generator.next()
+        older = frozenset[str]()
+        if index_type(partition).recomputed:
+            older = superseded(self.table, self.table.timeline.load(), covers_upto)
         self._mdt.begin_base_files(partition, covers_upto, instant_time, groups)
-        return PartitionBuild(partition, groups, tuple(columns), instant_time, covers_upto)
+        return PartitionBuild(partition, groups, tuple(columns), instant_time, covers_upto, older)
 
     def complete_build(self, build: PartitionBuild, sizes: Mapping[str, int]) -> None:
         inflight = Instant(build.instant, Action.COMPACTION, State.INFLIGHT)
@@ -273,9 +286,11 @@ class PartitionWriter:
     ) -> None:
         """Write, under the lock, the log files completed data instant ``instant`` lacks in the
         partitions named by ``columns`` (partition -> its columns); logs that exist are kept."""
-        infos = self._infos_of(instant)
+        metadata = CommitMetadata.from_bytes(self.table.timeline.read_content(instant))
+        infos = self._infos_of(instant, metadata)
+        touched = {s.partition_path for s in metadata.write_stats}
         for partition, cols in columns.items():
-            rows = index_type(partition).records(infos, cols)
+            rows = self._mdt.instant_records(partition, infos, cols, touched=touched)
             self._mdt.write_logs(partition, instant.timestamp, rows, lock)
 
     def apply(
@@ -284,13 +299,22 @@ class PartitionWriter:
         """Apply, under the lock, a completed instant these partitions do not reflect: a commit
         (its files' records) or a clean, rollback or restore (deletion records)."""
         reader = self._mdt.reader(self.table.timeline.load())
+        columns = tuple(state.column_stats_columns)
+        records = {}
         if instant.action in REMOVAL_ACTIONS:
             removal = reader.removal(instant)
-            records = {p: self._mdt.tombstones(reader, p, removal) for p in partitions}
+            touched = set(removal.deleted) | set(removal.whole_partitions)
+            for p in partitions:
+                if index_type(p).recomputed:
+                    records[p] = self._mdt.instant_records(p, [], columns, touched=touched)
+                else:
+                    records[p] = self._mdt.tombstones(reader, p, removal)
         else:
-            infos = self._infos_of(instant, reader.commit_metadata(instant))
-            columns = tuple(state.column_stats_columns)
-            records = {p: index_type(p).records(infos, columns) for p in partitions}
+            metadata = reader.commit_metadata(instant)
+            infos = self._infos_of(instant, metadata)
+            touched = {s.partition_path for s in metadata.write_stats}
+            for p in partitions:
+                records[p] = self._mdt.instant_records(p, infos, columns, touched=touched)
         self._mdt.apply_completed(instant.timestamp, records, lock)
 
     def _infos_of(

@@ -7,7 +7,8 @@ group is used; a log file ``.<fg>.log.<D>`` is applied when data instant D is co
 
 Several records of one key merge in data-instant order: ``files`` and ``bloom_filters`` keep the
 newest record (a newer tombstone wins); ``column_stats`` combine min-of-mins, max-of-maxes and
-summed counts since the newest tombstone. A reader also says what a partition reflects: which
+summed counts since the newest tombstone; ``partition_stats`` keep the record computed last
+(see :mod:`metadata_table.partition_stats`). A reader also says what a partition reflects: which
 completed data instants it lacks (``unapplied``), whether its files were lost, its size.
 """
 
@@ -25,6 +26,7 @@ import pyarrow.compute as pc
 from metadata_table.layout import (
     COLUMN_STATS,
     NOTHING,
+    PARTITION_STATS,
     SCHEMAS,
     MetadataFile,
     check_partition,
@@ -263,6 +265,8 @@ def _merge(partition: str, base: pa.Table, logs: list[pa.Table]) -> pa.Table:
 
 
 def _fold(partition: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    if partition == PARTITION_STATS:
+        return dict(max(rows, key=lambda r: (r["computed"] or "", r["instant"] or "")))
     state: dict[str, Any] | None = None
     for row in rows:
         if state is None or row["is_deleted"] or state["is_deleted"] or partition != COLUMN_STATS:

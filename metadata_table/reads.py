@@ -8,8 +8,13 @@ keys to the files that may hold them. A file that has no entry in the index is n
 
 A completed data instant that a partition does not reflect (a commit that did not go through this
 kernel: Apache Hudi's own writer, hudi-rs, a backfill tool) never makes an answer stale: its files
-are treated as not pruned and a warning names it; with ``files`` behind, listings come from storage.
-``indexer sync`` (or the daemon's next tick) applies such instants.
+are treated as not pruned and a warning names it; with ``files`` behind, listings come from storage;
+with ``partition_stats`` behind, no partition is dropped by it. ``indexer sync`` (or the daemon's
+next tick) applies such instants.
+
+With ``partition_stats`` completed, :meth:`prune` first drops whole data partitions whose
+aggregated stats prove that no row matches, and looks at file stats only in the others. A
+partition's record is used only when it counts as many files as the listing holds there.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from metadata_table.layout import (
     COLUMN_STATS,
     FILES,
     NON_PARTITIONED,
+    PARTITION_STATS,
     column_prefix,
     data_partition,
     enc,
@@ -55,6 +61,9 @@ class PruneResult:
     used_index: bool
     #: completed data instants the index does not reflect yet; their files were kept
     unapplied: tuple[str, ...] = ()
+    #: data partitions listed, and those dropped whole by ``partition_stats``
+    partitions: int = 0
+    partitions_pruned: int = 0
 
     @property
     def pruned(self) -> int:
@@ -74,6 +83,10 @@ class IndexedSnapshot:
         self._unapplied: dict[str, list[Instant]] = {}
         self._lost: dict[str, str | None] = {}
         self._column_tables: dict[str, pa.Table] = {}
+        self._partition_tables: dict[str, pa.Table] = {}
+        self._partition_aligned: dict[str, tuple[bool, ColumnArrays | None]] = {}
+        #: column -> (whether any file has stats for it, its arrays aligned with the listing)
+        self._listing_arrays: dict[str, tuple[bool, ColumnArrays | None]] = {}
         self._bloom_table: pa.Table | None = None
 
     @cached_property
@@ -215,38 +228,161 @@ class IndexedSnapshot:
         return out
 
     def prune(self, expr: Expr | str) -> PruneResult:
-        """The latest base files that may hold rows matching ``expr``: evaluated on Arrow arrays
-        over all files at once, or file by file when the types need Python's comparison."""
+        """The latest base files that may hold rows matching ``expr``: whole data partitions
+        dropped first by ``partition_stats``, then the files of the others by ``column_stats``;
+        evaluated on Arrow arrays over all partitions or files at once, or one by one when the
+        types need Python's comparison."""
         if isinstance(expr, str):
             expr = parse_filter(expr)
-        files, paths = self._listing
+        files, _ = self._listing
+        partitions, of_file = self._partitions
+        selected = np.arange(len(files))
+        dropped = 0
+        by_partition = self._partition_keep(expr)
+        if by_partition is not None:
+            keep_file = by_partition[of_file]
+            selected = np.flatnonzero(keep_file)
+            dropped = int(len(partitions) - np.count_nonzero(by_partition))
         if not self.uses(COLUMN_STATS):
-            return PruneResult(list(files), len(files), used_index=False)
+            return PruneResult(
+                [files[i] for i in selected],
+                len(files),
+                used_index=by_partition is not None,
+                partitions=len(partitions),
+                partitions_pruned=dropped,
+            )
         behind = self._unapplied_times(COLUMN_STATS)
-        arrays = self._arrow_stats(expr.columns(), paths)
+        chosen = [files[i] for i in selected] if by_partition is not None else files
+        arrays = self._listing_stats(expr.columns())
+        if by_partition is not None:
+            indices = pa.array(selected, pa.int64())
+            arrays = {c: None if a is None else a.take(indices) for c, a in arrays.items()}
+        keep = self._file_keep(expr, chosen, arrays)
+        if behind:
+            keep = keep | np.array([f.instant_time in behind for f in chosen], dtype=bool)
+        kept = [chosen[i] for i in np.flatnonzero(keep)]
+        return PruneResult(
+            kept,
+            len(files),
+            used_index=True,
+            unapplied=tuple(sorted(behind)),
+            partitions=len(partitions),
+            partitions_pruned=dropped,
+        )
+
+    def _listing_stats(self, columns: set[str]) -> dict[str, ColumnArrays | None]:
+        """:meth:`_arrow_stats` of the whole listing, worked out once per snapshot and column
+        (a column no file has stats for is left out)."""
+        missing = columns - self._listing_arrays.keys()
+        if missing:
+            found = self._arrow_stats(missing, self._listing[1])
+            for column in missing:
+                self._listing_arrays[column] = (column in found, found.get(column))
+        out = {}
+        for column in sorted(columns):
+            recorded, arrays = self._listing_arrays[column]
+            if recorded:
+                out[column] = arrays
+        return out
+
+    def _file_keep(
+        self, expr: Expr, files: Sequence[BaseFile], arrays: dict[str, ColumnArrays | None]
+    ) -> np.ndarray:
+        """Which of ``files`` their column stats (``arrays``, aligned with them) say may match
+        ``expr``."""
         mask = expr.mask(arrays, len(files)) if None not in arrays.values() else None
         if mask is None:
             stats = self._stats_by_file(expr.columns())
-            keep = np.array(
+            return np.array(
                 [f.path not in stats or expr.might_match(stats[f.path]) for f in files], dtype=bool
             )
-        else:
-            # a file without any stats record for these columns is kept, as file by file
-            unrecorded = pa.array(np.ones(len(files), dtype=bool))
-            for c in arrays.values():
-                if c is not None:
-                    unrecorded = pc.and_(unrecorded, pc.invert(c.present))
-            keep = pc.or_(mask, unrecorded).to_numpy(zero_copy_only=False)
-        if behind:
-            keep = keep | np.array([f.instant_time in behind for f in files], dtype=bool)
-        kept = [files[i] for i in np.flatnonzero(keep)]
-        return PruneResult(kept, len(files), used_index=True, unapplied=tuple(sorted(behind)))
+        # a file without any stats record for these columns is kept, as file by file
+        unrecorded = pa.array(np.ones(len(files), dtype=bool))
+        for c in arrays.values():
+            if c is not None:
+                unrecorded = pc.and_(unrecorded, pc.invert(c.present))
+        return np.asarray(pc.or_(mask, unrecorded).to_numpy(zero_copy_only=False), dtype=bool)
+
+    def _partition_records(self, column: str) -> pa.Table:
+        """One column's live partition_stats records; read once per snapshot."""
+        if column not in self._partition_tables:
+            records = self.reader.read(PARTITION_STATS, prefix=column_prefix(column))
+            self._partition_tables[column] = records
+        return self._partition_tables[column]
+
+    @cached_property
+    def _partition_names(self) -> tuple[pa.Array, np.ndarray]:
+        """The listing's data partitions as records name them, and their file counts."""
+        partitions, of_file = self._partitions
+        names = pa.array([p or NON_PARTITIONED for p in partitions], pa.string())
+        return names, np.bincount(of_file, minlength=len(partitions))
+
+    def _partition_arrays(self, column: str) -> tuple[bool, ColumnArrays | None]:
+        """(whether any partition has stats for ``column``, its stats aligned with the listing's
+        partitions, or None when they do not share one kind); once per snapshot and column. A
+        record is present only when its ``file_count`` is the listing's."""
+        if column not in self._partition_aligned:
+            rows = self._partition_records(column)
+            names, listed = self._partition_names
+            kinds = pc.unique(rows.column("value_type")).to_pylist()
+            arrays = None
+            if len(kinds) == 1 and kinds[0] is not None:
+                kind = kinds[0]
+                at = pc.index_in(names, value_set=rows.column("partition"))
+                counts = pc.fill_null(pc.take(rows.column("file_count"), at), -1)
+                arrays = ColumnArrays(
+                    kind,
+                    pc.equal(counts, pa.array(listed, pa.int64())),
+                    pc.take(pc.struct_field(rows.column("min_value"), kind), at),
+                    pc.take(pc.struct_field(rows.column("max_value"), kind), at),
+                    pc.take(rows.column("null_count"), at),
+                    pc.take(rows.column("value_count"), at),
+                )
+            self._partition_aligned[column] = (rows.num_rows > 0, arrays)
+        return self._partition_aligned[column]
+
+    def _partition_keep(self, expr: Expr) -> np.ndarray | None:
+        """Per listed data partition, whether ``partition_stats`` says it may hold a matching
+        row; None when ``partition_stats`` is not used (not completed, lost, or behind)."""
+        if not self.uses(PARTITION_STATS) or self.unapplied(PARTITION_STATS):
+            return None
+        names, listed = self._partition_names
+        arrays: dict[str, ColumnArrays | None] = {}
+        for column in sorted(expr.columns()):
+            recorded, aligned = self._partition_arrays(column)
+            if recorded:  # else no partition has stats for it: nothing is dropped on it
+                arrays[column] = aligned
+        mask = expr.mask(arrays, len(names)) if None not in arrays.values() else None
+        if mask is not None:
+            return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+        stats: dict[str, dict[str, ColumnStats]] = defaultdict(dict)
+        where = dict(zip(names.to_pylist(), listed.tolist(), strict=True))
+        for column in arrays:
+            for row in self._partition_records(column).to_pylist():
+                if where.get(row["partition"]) == row["file_count"]:
+                    kind = row["value_type"]
+                    stats[row["partition"]][column] = ColumnStats(
+                        python_value(kind, row["min_value"]),
+                        python_value(kind, row["max_value"]),
+                        row["null_count"],
+                        row["value_count"],
+                    )
+        return np.array([expr.might_match(stats[n]) for n in names.to_pylist()], dtype=bool)
 
     @cached_property
     def _listing(self) -> tuple[list[BaseFile], pa.Array]:
         """The latest base files of every partition and their paths, once per snapshot."""
         files = self.view.latest_base_files()
         return files, pa.array([f.path for f in files], pa.string())
+
+    @cached_property
+    def _partitions(self) -> tuple[list[str], np.ndarray]:
+        """The listing's data partitions, and each file's index among them."""
+        files, _ = self._listing
+        names = pa.array([f.partition_path for f in files], pa.string())
+        unique = pc.unique(names)
+        of_file = pc.index_in(names, value_set=unique).to_numpy(zero_copy_only=False)
+        return unique.to_pylist(), np.asarray(of_file, dtype=np.int64)
 
     def spark_paths(self, expr: Expr | str) -> list[str]:
         """Full paths of the files to read, for ``spark.read.parquet(*paths)``."""

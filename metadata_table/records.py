@@ -9,6 +9,9 @@
   unknown (null): such a file is never pruned on that column.
 * ``bloom_filters``: the Parquet split-block bloom filter of the record key column, read from the
   file when it has one (one row group); otherwise built from the key column.
+* ``partition_stats``: per data partition and column, the ``column_stats`` of some files
+  aggregated (:func:`aggregate_partition_stats`): min of mins, max of maxes, summed counts; a file
+  whose min/max is unknown makes the partition's unknown.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from metadata_table.bloom import BLOOM_TYPE, SplitBlockBloomFilter, parse_bloom_filter
@@ -29,6 +33,8 @@ from metadata_table.layout import (
     COLUMN_STATS_SCHEMA,
     FILES_SCHEMA,
     NON_PARTITIONED,
+    PARTITION_STATS_SCHEMA,
+    VALUE_TYPE,
     column_stats_key,
     file_key,
 )
@@ -51,6 +57,10 @@ class DataFileInfo:
     instant: str
     metadata: pq.FileMetaData
     bloom: bytes | None = None  # SBBF bitset of the record key column
+
+    @property
+    def path(self) -> str:
+        return f"{self.partition}/{self.file_name}" if self.partition else self.file_name
 
 
 def _bloom_from(data_at: Any, metadata: pq.FileMetaData) -> bytes | None:
@@ -78,10 +88,10 @@ def info_from_bytes(partition: str, file_name: str, instant: str, data: bytes) -
 
 
 def info_from_storage(
-    storage: Storage, partition: str, file_name: str, size: int, instant: str
+    storage: Storage, partition: str, file_name: str, size: int, instant: str, bloom: bool = True
 ) -> DataFileInfo:
-    """From storage, reading the footer (one ranged read, two for a large footer) and the bloom
-    filter bytes; the data pages are never read."""
+    """From storage, reading the footer (one ranged read, two for a large footer) and, with
+    ``bloom``, the bloom filter bytes; the data pages are never read."""
     path = f"{partition}/{file_name}" if partition else file_name
     tail = storage.read_range(path, -_TAIL)
     if len(tail) < 12 or tail[-4:] != b"PAR1":
@@ -95,6 +105,8 @@ def info_from_storage(
         metadata = pq.read_metadata(pa.BufferReader(b"PAR1" + tail[-(footer_len + 8) :]))
     except (pa.ArrowException, OSError) as e:
         raise NotParquetError(path, str(e)) from e
+    if not bloom:
+        return DataFileInfo(partition, file_name, size, instant, metadata)
     tail_start = size - len(tail)
 
     def data_at(offset: int, length: int) -> bytes:
@@ -102,12 +114,12 @@ def info_from_storage(
             return tail[offset - tail_start : offset - tail_start + length]
         return storage.read_range(path, offset, offset + length)
 
-    bloom = _bloom_from(data_at, metadata)
-    if bloom is None and RECORD_KEY in metadata.schema.to_arrow_schema().names:
+    bitset = _bloom_from(data_at, metadata)
+    if bitset is None and RECORD_KEY in metadata.schema.to_arrow_schema().names:
         keys = read_parquet(storage, path, [RECORD_KEY]).column(RECORD_KEY)
         values = [k for k in keys.to_pylist() if k is not None]
-        bloom = bytes(SplitBlockBloomFilter.build(values, ndv=len(values)).bitset)
-    return DataFileInfo(partition, file_name, size, instant, metadata, bloom)
+        bitset = bytes(SplitBlockBloomFilter.build(values, ndv=len(values)).bitset)
+    return DataFileInfo(partition, file_name, size, instant, metadata, bitset)
 
 
 # --- typed min/max -------------------------------------------------------------------------------
@@ -284,3 +296,177 @@ def bloom_records(infos: Iterable[DataFileInfo]) -> pa.Table:
         if i.bloom is not None
     ]
     return pa.Table.from_pylist(rows, schema=BLOOM_FILTERS_SCHEMA)
+
+
+# --- partition stats -----------------------------------------------------------------------------
+
+
+def _enc(values: pa.ChunkedArray) -> pa.ChunkedArray:
+    """:func:`metadata_table.layout.enc` on an array."""
+    return pc.replace_substring(pc.replace_substring(values, "%", "%25"), "|", "%7C")
+
+
+def partition_stats_records(
+    infos: Iterable[DataFileInfo], columns: Sequence[str] | None = None, computed: str = ""
+) -> pa.Table:
+    """One record per (column, data partition) of ``infos``: their column stats aggregated.
+    The caller chooses the files (a partition's latest base files, or a share of them that a
+    later aggregation combines)."""
+    stats = column_stats_records(infos, columns)
+    n = stats.num_rows
+    key = pc.binary_join_element_wise(
+        _enc(stats.column("column_name")), _enc(stats.column("partition")), "|"
+    )
+    per_file = pa.table(
+        {
+            "key": key,
+            "column_name": stats.column("column_name"),
+            "partition": stats.column("partition"),
+            "value_type": stats.column("value_type"),
+            "min_value": stats.column("min_value"),
+            "max_value": stats.column("max_value"),
+            "null_count": stats.column("null_count"),
+            "value_count": stats.column("value_count"),
+            "file_count": pa.array([1] * n, pa.int64()),
+            "total_size": stats.column("total_size"),
+            "is_deleted": pa.array([False] * n, pa.bool_()),
+            "instant": stats.column("instant"),
+            "computed": pa.array([computed] * n, pa.string()),
+        },
+        schema=PARTITION_STATS_SCHEMA,
+    )
+    return aggregate_partition_stats(per_file, computed)
+
+
+def _kind_struct(kind: str, values: pa.Array) -> pa.StructArray:
+    """A VALUE_TYPE array with only field ``kind`` set (from ``values``)."""
+    fields = [
+        values.cast(f.type) if f.name == kind else pa.nulls(len(values), f.type) for f in VALUE_TYPE
+    ]
+    return pa.StructArray.from_arrays(fields, fields=list(VALUE_TYPE))
+
+
+def aggregate_partition_stats(rows: pa.Table, computed: str) -> pa.Table:
+    """``rows`` (PARTITION_STATS_SCHEMA: one per file, or partial aggregates) combined into one
+    record per key, at ``computed``: min of the known mins, max of the maxes, summed counts (a
+    missing null count makes the sum unknown); the min/max is unknown when any part's is
+    unknown (a part with values but no min), or when parts disagree on the kind of value. Each
+    record's ``instant`` is the newest of its parts'. On Arrow, except for decimals (kept as
+    text), which are compared as numbers."""
+    rows = rows.filter(pc.invert(rows.column("is_deleted")))
+    if rows.num_rows == 0:
+        return PARTITION_STATS_SCHEMA.empty_table()
+    out = []
+    for kind in pc.unique(rows.column("value_type")).to_pylist():
+        part = rows.filter(pc.equal(rows.column("value_type"), kind))
+        if kind == "decimal":
+            out.append(_aggregate_in_python(part, computed))
+            continue
+        lo = pc.struct_field(part.column("min_value"), kind)
+        hi = pc.struct_field(part.column("max_value"), kind)
+        nulls = part.column("null_count")
+        all_null = pc.fill_null(pc.equal(nulls, part.column("value_count")), False)
+        unknown = pc.and_(pc.is_null(lo), pc.invert(all_null))
+        work = pa.table(
+            {
+                "key": part.column("key"),
+                "column_name": part.column("column_name"),
+                "partition": part.column("partition"),
+                "lo": lo,
+                "hi": hi,
+                "unknown": unknown,
+                "no_nulls": pc.is_null(nulls),
+                "null_count": nulls,
+                "value_count": part.column("value_count"),
+                "file_count": part.column("file_count"),
+                "total_size": part.column("total_size"),
+                "instant": part.column("instant"),
+            }
+        )
+        g = work.group_by("key", use_threads=False).aggregate(
+            [
+                ("column_name", "min"),
+                ("partition", "min"),
+                ("lo", "min"),
+                ("hi", "max"),
+                ("unknown", "any"),
+                ("no_nulls", "any"),
+                ("null_count", "sum"),
+                ("value_count", "sum"),
+                ("file_count", "sum"),
+                ("total_size", "sum"),
+                ("instant", "max"),
+            ]
+        )
+        unknown_g = g.column("unknown_any")
+        n = g.num_rows
+        lo_g = pc.if_else(unknown_g, pa.scalar(None, lo.type), g.column("lo_min"))
+        hi_g = pc.if_else(unknown_g, pa.scalar(None, hi.type), g.column("hi_max"))
+        nulls_g = pc.if_else(
+            g.column("no_nulls_any"), pa.scalar(None, pa.int64()), g.column("null_count_sum")
+        )
+        out.append(
+            pa.table(
+                {
+                    "key": g.column("key"),
+                    "column_name": g.column("column_name_min"),
+                    "partition": g.column("partition_min"),
+                    "value_type": pa.array([kind] * n, pa.string()),
+                    "min_value": _kind_struct(kind, lo_g.combine_chunks()),
+                    "max_value": _kind_struct(kind, hi_g.combine_chunks()),
+                    "null_count": nulls_g,
+                    "value_count": g.column("value_count_sum"),
+                    "file_count": g.column("file_count_sum"),
+                    "total_size": g.column("total_size_sum"),
+                    "is_deleted": pa.array([False] * n, pa.bool_()),
+                    "instant": g.column("instant_max"),
+                    "computed": pa.array([computed] * n, pa.string()),
+                },
+                schema=PARTITION_STATS_SCHEMA,
+            )
+        )
+    merged = pa.concat_tables(out)
+    if pc.count_distinct(merged.column("key")).as_py() != merged.num_rows:
+        merged = _aggregate_in_python(merged, computed)  # one column with several kinds
+    return merged.sort_by("key")
+
+
+def _aggregate_in_python(rows: pa.Table, computed: str) -> pa.Table:
+    """:func:`aggregate_partition_stats` row by row (decimals, and keys whose parts disagree on
+    the kind of value, which leaves their min/max unknown)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row in rows.to_pylist():
+        groups.setdefault(row["key"], []).append(row)
+    out = []
+    for key, parts in groups.items():
+        kinds = {p["value_type"] for p in parts}
+        kind = parts[0]["value_type"] if len(kinds) == 1 else None
+        values = [
+            (python_value(kind, p["min_value"]), python_value(kind, p["max_value"])) for p in parts
+        ]
+        unknown = kind is None or any(
+            lo is None and p["null_count"] != p["value_count"]
+            for (lo, _), p in zip(values, parts, strict=True)
+        )
+        known = [(lo, hi) for lo, hi in values if lo is not None]
+        lo = None if unknown or not known else min(v[0] for v in known)
+        hi = None if unknown or not known else max(v[1] for v in known)
+        nulls = [p["null_count"] for p in parts]
+        out.append(
+            {
+                "key": key,
+                "column_name": parts[0]["column_name"],
+                "partition": parts[0]["partition"],
+                "value_type": kind if kind is not None else parts[-1]["value_type"],
+                "min_value": typed_value(kind, _normalize(kind, lo)) if kind else {},
+                "max_value": typed_value(kind, _normalize(kind, hi)) if kind else {},
+                "null_count": None if None in nulls else sum(nulls),
+                "value_count": sum(p["value_count"] for p in parts),
+                "file_count": sum(p["file_count"] for p in parts),
+                "total_size": sum(p["total_size"] for p in parts),
+                "is_deleted": False,
+                "instant": max(p["instant"] for p in parts),
+                "computed": computed,
+            }
+        )
+    return pa.Table.from_pylist(out, schema=PARTITION_STATS_SCHEMA).sort_by("key")

@@ -24,7 +24,7 @@ import functools
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import pyarrow as pa
 
@@ -42,6 +42,7 @@ from metadata_table.layout import (
     log_file_name,
     write_records,
 )
+from metadata_table.partition_stats import recompute
 from metadata_table.reader import MetadataReader
 from metadata_table.records import DataFileInfo
 from timeline.errors import FileAlreadyExistsError, TableConfigError
@@ -261,8 +262,30 @@ class MetadataTable:
     def records_of(
         self, partitions: Iterable[str], infos: list[DataFileInfo], state: IndexState
     ) -> dict[str, pa.Table]:
+        """The records a commit not completed yet adds to each of ``partitions``, from its
+        files' footers (``infos``); under the table lock."""
         columns = state.column_stats_columns
-        return {p: index_type(p).records(infos, columns) for p in partitions}
+        return {p: self.instant_records(p, infos, columns, pending=True) for p in partitions}
+
+    def instant_records(
+        self,
+        partition: str,
+        infos: Sequence[DataFileInfo],
+        columns: Sequence[str],
+        pending: bool = False,
+        touched: Iterable[str] = (),
+    ) -> pa.Table:
+        """The records one data instant adds to ``partition``: its files' records, or, for an
+        index type that is recomputed (``partition_stats``), the data partitions it touched
+        (its files' partitions and ``touched``) worked out again from the table as it is now,
+        with ``infos`` in place of the files they replace when the instant is ``pending`` (not
+        completed yet). Under the table lock."""
+        kind = index_type(partition)
+        if not kind.recomputed:
+            return kind.records(infos, columns)
+        partitions = {i.partition for i in infos} | set(touched)
+        reader = self.reader(self.table.timeline.load())
+        return recompute(self.table, reader, partitions, columns, infos if pending else ())
 
     def tombstones(self, reader: MetadataReader, partition: str, removal: Removal) -> pa.Table:
         """Deletion records, at the removal's instant time, for every record of ``partition``

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from metadata_table.layout import COLUMN_STATS
+from metadata_table.index_types import index_type
 from metadata_table.maintenance import build_records
 from metadata_table.table import MetadataTable
 from timeline.table import Table
@@ -53,10 +53,11 @@ def validate(
     for partition in state.completed:
         if progress is not None:
             progress(len(reports), len(state.completed))
-        columns = list(state.column_stats_columns) or None if partition == COLUMN_STATS else None
-        ours = {r["key"]: r for r in reader.read(partition).to_pylist()}
+        kind = index_type(partition)
+        columns = list(state.column_stats_columns) or None if kind.takes_columns else None
+        ours = {r["key"]: r for r in kind.comparable(reader.read(partition))}
         rebuilt = {
-            r["key"]: r for r in build_records(table, timeline, partition, columns).to_pylist()
+            r["key"]: r for r in kind.comparable(build_records(table, timeline, partition, columns))
         }
         lost = reader.lost(partition)
         behind = [] if lost else reader.unapplied(partition)

@@ -313,6 +313,16 @@ BLOOM_FILTER_FILE_GROUPS: ConfigKey[int] = _key(
         "must be positive",
     )
 )
+PARTITION_STATS_FILE_GROUPS: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.metadata.index.partition.stats.file.group.count",
+        int,
+        1,
+        "File groups of the partition_stats partition (fixed when it is built).",
+        _positive,
+        "must be positive",
+    )
+)
 
 LOCAL_BUILD_MAX_FILES: ConfigKey[int] = _key(
     ConfigKey(

@@ -62,6 +62,12 @@ class InstantTimeGenerator:
         """
         return _millis_to_time(self._next_local())
 
+    def unclaimed_after(self, floor: str | None = None) -> str:
+        """A time later than ``floor`` and >= every time this process issued, not claimed: for
+        ordering records computed one after another under the table lock, whatever the
+        clocks of the processes that compute them."""
+        return _millis_to_time(self._next_local(_time_to_millis(floor) + 1 if floor else 0))
+
     def next(self, after: str | None = None) -> str:
         """A new instant time, claimed for this table, later than ``after`` when given (a writer
         passes the newest instant it has seen, so a lagging clock cannot go behind the timeline)."""

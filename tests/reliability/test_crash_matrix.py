@@ -31,6 +31,7 @@ import pyarrow as pa
 import pytest
 
 from indexer.indexer import AsyncIndexer, IndexerOptions
+from metadata_table.index_types import index_type
 from metadata_table.layout import PARTITIONS
 from metadata_table.maintenance import build_records, initialize
 from metadata_table.table import MetadataTable
@@ -125,9 +126,9 @@ def assert_converged(table: Table, want: dict[str, tuple[Any, ...]]) -> None:
     assert not stray, f"files of no completed commit: {stray}"
     reader = mdt.reader(timeline)
     for partition in table.reload_index_state().completed:
-        assert (
-            reader.read(partition).to_pylist()
-            == build_records(table, timeline, partition).to_pylist()
+        kind = index_type(partition)
+        assert kind.comparable(reader.read(partition)) == kind.comparable(
+            build_records(table, timeline, partition)
         ), partition
 
 
@@ -196,6 +197,7 @@ def indexer_points(
     named = ["build.mid", "execute.after_build", "catchup.mid", "complete.before"]
     named += ["complete.after_partitions"]
     points += [(f"{p}:kill", f"at {p}") for p in named]
+    assert len(points) <= INDEXER_SLOTS, f"{len(points)} points: raise INDEXER_SLOTS"
     return points
 
 
@@ -262,7 +264,9 @@ def writer_points(writer_template: Path, tmp_path_factory: pytest.TempPathFactor
     folder, _ = fresh(writer_template, tmp)
     done = run("writer", writer_args(folder, tmp / "in.parquet"), "storage.write:trace")
     assert done.returncode == 0, done.stderr[-3000:]
-    return mutations(done.stderr)
+    points = mutations(done.stderr)
+    assert len(points) <= WRITER_SLOTS, f"{len(points)} points: raise WRITER_SLOTS"
+    return points
 
 
 WRITER_SLOTS = 80  # more than a write makes; slots past the end are skipped
