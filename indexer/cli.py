@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from indexer.indexer import DEFAULT_TIMEOUT_SECONDS, ENGINES, AsyncIndexer, IndexerOptions
+from metadata_table.layout import PARTITIONS
 from timeline.cli import (
     EXIT_ERROR,
     EXIT_OK,
@@ -276,10 +277,11 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         return _print_json(status)
     print(f"table {status['table']}")
+    width = max(map(len, PARTITIONS))
     for partition, lag in status["lag"].items():
-        print(f"  {partition:<14} {_lag_line(lag)}")
+        print(f"  {partition:<{width}} {_lag_line(lag)}")
         if partition in status["lost"]:
-            print(f"  {'':<14} lost: {status['lost'][partition]}")
+            print(f"  {'':<{width}} lost: {status['lost'][partition]}")
     if not status["partitions"]:
         print("  no metadata partitions")
     if status["legacy_index"]:

@@ -1,7 +1,7 @@
 """`make demo`: the main job on embedded defaults (local table, SQLite, Spark local[2]).
 
 Two writer processes upsert overlapping keys into a table while the indexer daemon
-(`indexer serve`, column_stats and bloom_filters desired) builds those partitions with PySpark;
+(`indexer serve`, column_stats, bloom_filters and partition_stats desired) builds those partitions with PySpark;
 its progress is polled from the daemon's HTTP API. The demo ends with the index status and a
 data-skipping query: how many files a filter must scan with and without the index, and that both
 give the same answer.
@@ -46,7 +46,7 @@ master = "local[2]"
 
 [[tables]]
 base = "{base}"
-index_types = ["column_stats", "bloom_filters"]
+index_types = ["column_stats", "bloom_filters", "partition_stats"]
 lock_url = "{lock}"
 """
 FARE, FILTER_CITIES = 36.0, ["berlin", "oslo"]
@@ -118,7 +118,9 @@ def main() -> int:
     config_path = os.path.join(OUT, "service.toml")
     with open(config_path, "w") as f:
         f.write(SERVICE_TOML.format(out=OUT, base=BASE, lock=LOCK_URL))
-    print(f"\nstarting the daemon ({config_path}): column_stats and bloom_filters desired")
+    print(
+        f"\nstarting the daemon ({config_path}): column_stats, bloom_filters, partition_stats desired"
+    )
     daemon = subprocess.Popen(
         [sys.executable, "-m", "indexer", "serve", "--config", config_path],
         stdout=subprocess.PIPE,
@@ -146,7 +148,7 @@ def main() -> int:
                 last = line
             if all(
                 status["partitions"].get(p) == "completed"
-                for p in ("column_stats", "bloom_filters")
+                for p in ("column_stats", "bloom_filters", "partition_stats")
             ):
                 break
             time.sleep(0.5)
@@ -172,11 +174,14 @@ def main() -> int:
         f"  without the index: scan {len(all_files)} files -> {_query(table, all_files)} (rows, total fare)"
     )
     print(
-        f"  with column_stats: scan {len(pruned.candidates)} files -> "
+        f"  with partition_stats and column_stats: scan {len(pruned.candidates)} files -> "
         f"{_query(table, [f.path for f in pruned.candidates])}"
     )
     same = _query(table, all_files) == _query(table, [f.path for f in pruned.candidates])
-    print(f"  same answer: {same}; {pruned.pruned} of {pruned.total} files skipped")
+    print(
+        f"  same answer: {same}; {pruned.partitions_pruned} of {pruned.partitions} partitions "
+        f"dropped whole, {pruned.pruned} of {pruned.total} files skipped"
+    )
     return 0 if same else 1
 
 
