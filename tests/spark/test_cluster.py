@@ -23,7 +23,7 @@ from timeline.config import Config
 from timeline.instant import Action, State
 from writer.client import WriteClient
 
-from ..indexer.test_indexer import assert_exact
+from ..indexer.test_indexer import ALL, assert_exact
 from ..writer.test_failed_writes import hudi_rs, ours
 from .conftest import WORKER_HOSTS, SparkCluster
 
@@ -238,7 +238,7 @@ def index_run(base: Path, cluster: SparkCluster) -> None:
         "indexer",
         base,
         "--index-types",
-        "files,column_stats,bloom_filters",
+        ",".join(ALL),
         command_name="run",
         cluster=cluster,
     )
@@ -262,7 +262,7 @@ def test_killing_a_worker_mid_build(tmp_path: Path, spark_cluster: SparkCluster)
     env = {k: v for k, v in os.environ.items() if k != "AIX_FAILPOINT"}
     env["AIX_FAILPOINT"] = "build.task:sleep=8"
     command = [sys.executable, "-m", "indexer", "run", str(base)]
-    command += ["--index-types", "files,column_stats,bloom_filters", "--parallelism", "6"]
+    command += ["--index-types", ",".join(ALL), "--parallelism", "6"]
     command += ["--conf", f"indexer.lock.url={lock_url(base)}", "-v"]
     command += ["--spark-master", spark_cluster.url, *DRIVER]
     process = subprocess.Popen(
