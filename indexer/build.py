@@ -8,7 +8,8 @@ data file's footer once and make every build's records from it, as Arrow tables:
 group per task, shipped as Arrow IPC bytes (no row is ever a Python object). A shuffle by
 (partition, file group) then gives each task one file group, whose base file the build writes
 behind a marker in the indexing instant's marker folder (so an aborted attempt's files are found
-and deleted). This module only orchestrates Spark: it never names or writes a metadata-table file
+and deleted). The bloom filters (about 16 KB per data file) never go through the shuffle: the
+read tasks are laid out by the bloom_filters file groups and each writes its group's base file. This module only orchestrates Spark: it never names or writes a metadata-table file
 itself. pyspark is imported here only, lazily, so the kernel needs no JVM.
 
 :func:`run_build_local` runs the same two steps (records from each footer, then one base file per
@@ -38,31 +39,53 @@ logger = logging.getLogger(__name__)
 Progress = Callable[[int, int], None]  # (tasks done, tasks total)
 
 
+#: what a read task sends a file group's write task: records to write, or (for a partition
+#: written where read) the base file the read task wrote
+Payload = tuple[str, Any]
+
+
 def _records_task(
     files: Iterator[DataFile],
     storage: Storage,
     builds: Sequence[PartitionBuild],
     slots: dict[tuple[int, int], int],
     failpoint: str | None = None,
-) -> Iterator[tuple[int, bytes]]:
+    anchor: tuple[int, int, str] | None = None,
+) -> Iterator[tuple[int, Payload]]:
+    """Read ``files``' footers and send each file group its records. With ``anchor`` (build
+    number, file group, marker instant), ``files`` are exactly those whose records go to that
+    group of that build: the task writes that base file itself and sends only its size."""
     if failpoint:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
         task_failpoint("build.task", failpoint, ctx.attemptNumber() if ctx else 0)
+    own: list[bytes] = []
     for number, group, records in file_records(storage, files, builds):
-        yield slots[(number, group)], records
+        if anchor is not None and number == anchor[0]:
+            own.append(records)
+        else:
+            yield slots[(number, group)], ("records", records)
+    if anchor is not None:
+        number, group, marker_instant = anchor
+        written = builds[number].write_group(storage, group, own, marker_instant)
+        yield slots[(number, group)], ("written", written)
 
 
 def _write_task(
     index: int,
-    parts: Iterator[tuple[int, bytes]],
+    parts: Iterator[tuple[int, Payload]],
     storage: Storage,
     slot_builds: list[tuple[PartitionBuild, int]],
     marker_instant: str,
 ) -> Iterator[tuple[str, str, int]]:
     build, group = slot_builds[index]
-    yield build.write_group(storage, group, [records for _, records in parts], marker_instant)
+    payloads = [payload for _, payload in parts]
+    written = [value for kind, value in payloads if kind == "written"]
+    if written:  # its read task wrote it
+        yield written[0]
+        return
+    yield build.write_group(storage, group, [value for _, value in payloads], marker_instant)
 
 
 def run_build(
@@ -76,13 +99,36 @@ def run_build(
 ) -> dict[str, dict[str, int]]:
     """Build every file group of ``builds`` over ``files`` (``storage`` is the data table's).
     Returns partition -> file group -> base file size. The builds' metadata compaction instants
-    must be inflight; the caller completes them."""
+    must be inflight; the caller completes them.
+
+    When a build's partition is written where read (``bloom_filters``: large records, keyed by
+    data file), the read tasks are that partition's file groups, each over the data files whose
+    records go there; each writes its group's base file, and only the other partitions' records
+    are shuffled (``parallelism`` is then the number of those file groups)."""
     numbered = [(n, g) for n, b in enumerate(builds) for g in range(b.groups)]
     slot_builds = [(builds[n], g) for n, g in numbered]
     slots = {key: slot for slot, key in enumerate(numbered)}
     sc = spark.sparkContext
-    slices = max(1, min(len(files), parallelism or sc.defaultParallelism * 2)) if files else 1
     spec = current()
+    anchor = next((n for n, b in enumerate(builds) if b.written_where_read), None)
+    if anchor is not None:
+        by_group: list[list[DataFile]] = [[] for _ in range(builds[anchor].groups)]
+        for file in files:
+            by_group[builds[anchor].group_of(file)].append(file)
+        slices = len(by_group)
+        number = anchor
+
+        def read(index: int, it: Iterator[list[DataFile]]) -> Iterator[tuple[int, Payload]]:
+            group_files = (f for chunk in it for f in chunk)
+            owner = (number, index, marker_instant)
+            return _records_task(group_files, storage, builds, slots, spec, owner)
+
+        records = sc.parallelize(by_group, slices).mapPartitionsWithIndex(read)
+    else:
+        slices = max(1, min(len(files), parallelism or sc.defaultParallelism * 2)) if files else 1
+        records = sc.parallelize(files, slices).mapPartitions(
+            lambda it: _records_task(it, storage, builds, slots, spec)
+        )
     logger.info(
         "building %s over %d data files in %d tasks",
         ",".join(b.partition for b in builds),
@@ -94,9 +140,7 @@ def run_build(
     watcher = _watch(sc, progress, stop, tasks) if progress else None
     try:
         written = (
-            sc.parallelize(files, slices)
-            .mapPartitions(lambda it: _records_task(it, storage, builds, slots, spec))
-            .partitionBy(len(slot_builds), lambda slot: slot)
+            records.partitionBy(len(slot_builds), lambda slot: slot)
             .mapPartitionsWithIndex(
                 lambda i, it: _write_task(i, it, storage, slot_builds, marker_instant)
             )

@@ -61,6 +61,9 @@ class IndexType:
     recomputed: bool = False
     #: fields that say when a record was made, not what it says (left out of comparisons)
     volatile: tuple[str, ...] = ()
+    #: records keyed by data file and large: a Spark build lays its read tasks out by this
+    #: type's file groups, and each task writes its group's base file instead of shuffling them
+    written_where_read: bool = False
 
     def records(
         self, infos: Sequence[DataFileInfo], columns: Sequence[str] = (), computed: str = ""
@@ -95,6 +98,7 @@ INDEX_TYPES: dict[str, IndexType] = {
         BLOOM_FILTERS_SCHEMA,
         lambda infos, _c, _t: bloom_records(infos),
         BLOOM_FILTER_FILE_GROUPS,
+        written_where_read=True,
     ),
     PARTITION_STATS: IndexType(
         PARTITION_STATS,

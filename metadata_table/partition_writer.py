@@ -36,6 +36,8 @@ from metadata_table.layout import (
     NOTHING,
     base_file_name,
     file_group_id,
+    file_group_of,
+    file_key,
 )
 from metadata_table.maintenance import compact
 from metadata_table.migrate import MigrationResult, has_legacy_index, migrate
@@ -83,6 +85,17 @@ class PartitionBuild:
         if self.superseded:
             infos = [i for i in infos if i.path not in self.superseded]
         return kind.records(infos, self.columns)
+
+    @property
+    def written_where_read(self) -> bool:
+        """Whether a build's read tasks write this partition's file groups (one task per group,
+        holding the data files whose records go there), so its records are never shuffled."""
+        return index_type(self.partition).written_where_read
+
+    def group_of(self, file: DataFile) -> int:
+        """The file group a data file's records go to (for a type keyed by data file)."""
+        partition, name, _, _ = file
+        return file_group_of(file_key(partition, name), self.groups)
 
     def write_group(
         self, storage: Storage, group: int, parts: Sequence[bytes], marker_instant: str
