@@ -24,6 +24,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -187,13 +188,7 @@ class IndexedSnapshot:
         for row in self.column_stats(sorted(columns)).to_pylist():
             partition = data_partition(row["partition"])
             path = f"{partition}/{row['file_name']}" if partition else row["file_name"]
-            kind = row["value_type"]
-            by_file[path][row["column_name"]] = ColumnStats(
-                python_value(kind, row["min_value"]),
-                python_value(kind, row["max_value"]),
-                row["null_count"],
-                row["value_count"],
-            )
+            by_file[path][row["column_name"]] = _column_stats(row)
         return by_file
 
     def _column_records(self, column: str) -> pa.Table:
@@ -211,20 +206,7 @@ class IndexedSnapshot:
             records = self._column_records(column)
             if not records.num_rows:
                 continue  # no file has stats for it: nothing is pruned on it
-            kinds = pc.unique(records.column("value_type")).to_pylist()
-            if len(kinds) != 1 or kinds[0] is None:
-                out[column] = None
-                continue
-            kind = kinds[0]
-            at = pc.index_in(paths, value_set=records.column("path"))
-            out[column] = ColumnArrays(
-                kind,
-                pc.is_valid(at),
-                pc.take(pc.struct_field(records.column("min_value"), kind), at),
-                pc.take(pc.struct_field(records.column("max_value"), kind), at),
-                pc.take(records.column("null_count"), at),
-                pc.take(records.column("value_count"), at),
-            )
+            out[column] = _aligned(records, records.column("path"), paths)
         return out
 
     def prune(self, expr: Expr | str) -> PruneResult:
@@ -318,26 +300,17 @@ class IndexedSnapshot:
         return names, np.bincount(of_file, minlength=len(partitions))
 
     def _partition_arrays(self, column: str) -> tuple[bool, ColumnArrays | None]:
-        """(whether any partition has stats for ``column``, its stats aligned with the listing's
-        partitions, or None when they do not share one kind); once per snapshot and column. A
-        record is present only when its ``file_count`` is the listing's."""
+        """(whether any listed partition has a usable record for ``column``, its stats aligned
+        with the listing's partitions, or None when they do not share one kind); once per
+        snapshot and column. A record is usable only when its ``file_count`` is the listing's."""
         if column not in self._partition_aligned:
             rows = self._partition_records(column)
             names, listed = self._partition_names
-            kinds = pc.unique(rows.column("value_type")).to_pylist()
-            arrays = None
-            if len(kinds) == 1 and kinds[0] is not None:
-                kind = kinds[0]
-                at = pc.index_in(names, value_set=rows.column("partition"))
-                counts = pc.fill_null(pc.take(rows.column("file_count"), at), -1)
-                arrays = ColumnArrays(
-                    kind,
-                    pc.equal(counts, pa.array(listed, pa.int64())),
-                    pc.take(pc.struct_field(rows.column("min_value"), kind), at),
-                    pc.take(pc.struct_field(rows.column("max_value"), kind), at),
-                    pc.take(rows.column("null_count"), at),
-                    pc.take(rows.column("value_count"), at),
-                )
+            # a record counts only when it counts as many files as the listing holds there
+            listing = pc.take(pa.array(listed), pc.index_in(rows.column("partition"), names))
+            counted = pc.fill_null(pc.equal(rows.column("file_count"), listing), False)
+            rows = rows.filter(counted)
+            arrays = _aligned(rows, rows.column("partition"), names) if rows.num_rows else None
             self._partition_aligned[column] = (rows.num_rows > 0, arrays)
         return self._partition_aligned[column]
 
@@ -360,13 +333,7 @@ class IndexedSnapshot:
         for column in arrays:
             for row in self._partition_records(column).to_pylist():
                 if where.get(row["partition"]) == row["file_count"]:
-                    kind = row["value_type"]
-                    stats[row["partition"]][column] = ColumnStats(
-                        python_value(kind, row["min_value"]),
-                        python_value(kind, row["max_value"]),
-                        row["null_count"],
-                        row["value_count"],
-                    )
+                    stats[row["partition"]][column] = _column_stats(row)
         return np.array([expr.might_match(stats[n]) for n in names.to_pylist()], dtype=bool)
 
     @cached_property
@@ -490,6 +457,35 @@ class IndexedSnapshot:
                 keep &= pc.or_(pc.fill_null(inside, True), unknown).to_numpy(zero_copy_only=False)
             out[key] = [files[i].path for i in np.flatnonzero(keep)]
         return out
+
+
+def _aligned(records: pa.Table, keys: pa.Array, wanted: pa.Array) -> ColumnArrays | None:
+    """One column's stats ``records`` (keyed by ``keys``: files' paths, or partitions) aligned
+    with ``wanted``; None when the records do not share one value kind."""
+    kinds = pc.unique(records.column("value_type")).to_pylist()
+    if len(kinds) != 1 or kinds[0] is None:
+        return None
+    kind = kinds[0]
+    at = pc.index_in(wanted, value_set=keys)
+    return ColumnArrays(
+        kind,
+        pc.is_valid(at),
+        pc.take(pc.struct_field(records.column("min_value"), kind), at),
+        pc.take(pc.struct_field(records.column("max_value"), kind), at),
+        pc.take(records.column("null_count"), at),
+        pc.take(records.column("value_count"), at),
+    )
+
+
+def _column_stats(row: dict[str, Any]) -> ColumnStats:
+    """A stats record (column_stats or partition_stats) as :class:`ColumnStats`."""
+    kind = row["value_type"]
+    return ColumnStats(
+        python_value(kind, row["min_value"]),
+        python_value(kind, row["max_value"]),
+        row["null_count"],
+        row["value_count"],
+    )
 
 
 def _with_paths(records: pa.Table) -> pa.Table:

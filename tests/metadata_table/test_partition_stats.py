@@ -5,6 +5,7 @@ prune() to drop whole partitions."""
 
 from __future__ import annotations
 
+import decimal
 from pathlib import Path
 from typing import Any
 
@@ -170,3 +171,25 @@ def test_partition_stats_index_the_columns_column_stats_index(tmp_path: Path) ->
         (COLUMN_STATS, True),
         (PARTITION_STATS, True),
     ]
+
+
+def test_decimals_drop_partitions_by_the_row_by_row_rule(tmp_path: Path) -> None:
+    """Decimals are kept as text: the Arrow mask cannot compare them, and the partition-level
+    rule falls back to Python's comparison, with the same answer."""
+    table = Table.create(
+        str(tmp_path / "t"), "t", ["uuid"], ["city"], "ts", config=make_table(tmp_path / "x").config
+    )
+    amounts = [decimal.Decimal(v) for v in ("9.50", "10.25", "100.00", "2.75")]
+    batch = pa.table(
+        {
+            "uuid": ["a", "b", "c", "d"],
+            "city": ["sf", "sf", "la", "ny"],
+            "ts": pa.array([1, 1, 1, 1], pa.int64()),
+            "amount": pa.array(amounts, pa.decimal128(10, 2)),
+        }
+    )
+    WriteClient(table).insert(batch)
+    initialize(table, PARTS)
+    result = IndexedSnapshot(table).prune("amount > 50")
+    assert (result.partitions_pruned, {f.partition_path for f in result.candidates}) == (2, {"la"})
+    assert stats(table, "amount")["sf"][:2] == ("9.50", "10.25")
