@@ -35,7 +35,6 @@ from metadata_table.reader import MetadataReader
 from metadata_table.records import DataFileInfo, info_from_storage, partition_stats_records
 from timeline.errors import StorageFileNotFoundError
 from timeline.fs_view import BaseFile, FileSystemView
-from timeline.instant import is_after
 from timeline.storage import FileInfo, Storage
 from timeline.table import Table
 from timeline.timeline import Timeline
@@ -155,10 +154,7 @@ def superseded(table: Table, timeline: Timeline, upto: str | None = None) -> fro
     """Paths of committed base files (up to ``upto``) that are not the latest of their file
     group as of ``upto`` (older versions, replaced file groups): an index build over every
     committed file leaves these out of ``partition_stats``."""
-    limited = timeline
-    if upto is not None:
-        limited = timeline.filter(lambda i: not is_after(i.timestamp, upto))
-    view = FileSystemView(table.timeline, limited)
+    view = FileSystemView(table.timeline, timeline, as_of=upto)
     latest = {b.path for b in view.latest_base_files()}
     return frozenset(
         b.path
