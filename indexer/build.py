@@ -9,8 +9,9 @@ group per task, shipped as Arrow IPC bytes (no row is ever a Python object). A s
 (partition, file group) then gives each task one file group, whose base file the build writes
 behind a marker in the indexing instant's marker folder (so an aborted attempt's files are found
 and deleted). The bloom filters (about 16 KB per data file) never go through the shuffle: the
-read tasks are laid out by the bloom_filters file groups and each writes its group's base file. This module only orchestrates Spark: it never names or writes a metadata-table file
-itself. pyspark is imported here only, lazily, so the kernel needs no JVM.
+read tasks are laid out by the bloom_filters file groups and each writes its group's base file.
+This module only orchestrates Spark: it never names or writes a metadata-table file itself.
+pyspark is imported here only, lazily, so the kernel needs no JVM.
 
 :func:`run_build_local` runs the same two steps (records from each footer, then one base file per
 file group behind its marker) in this process, with the same functions the Spark tasks call, so

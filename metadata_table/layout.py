@@ -99,8 +99,14 @@ def column_stats_key(column: str, partition: str, file_name: str) -> str:
     return f"{enc(column)}|{file_key(partition, file_name)}"
 
 
-def partition_stats_key(column: str, partition: str) -> str:
-    return f"{enc(column)}|{enc(partition or NON_PARTITIONED)}"
+def partition_stats_keys(columns: pa.ChunkedArray, partitions: pa.ChunkedArray) -> pa.ChunkedArray:
+    """``partition_stats`` keys of records' ``column_name`` and ``partition`` values (already
+    ``.`` for an unpartitioned table): :func:`enc` on Arrow arrays."""
+
+    def encoded(values: pa.ChunkedArray) -> pa.ChunkedArray:
+        return pc.replace_substring(pc.replace_substring(values, "%", "%25"), "|", "%7C")
+
+    return pc.binary_join_element_wise(encoded(columns), encoded(partitions), "|")
 
 
 def column_prefix(column: str) -> str:

@@ -102,13 +102,15 @@ def recompute(
     reader: MetadataReader,
     partitions: Iterable[str],
     columns: Sequence[str],
-    pending: Sequence[DataFileInfo] = (),
+    infos: Sequence[DataFileInfo] = (),
+    pending: bool = False,
 ) -> pa.Table:
     """The ``partition_stats`` records of data ``partitions`` as the table is now (``reader``'s
-    data timeline, plus ``pending``); keys of those partitions that ``reader`` holds and that
-    are no longer produced (a column or a whole partition gone) become tombstones. Called under
-    the table lock; the records' ``computed`` is later than every record ``reader`` holds for
-    these partitions."""
+    data timeline, plus ``infos`` in place of the files they replace when their instant is
+    ``pending``; footers in ``infos`` are not read again); keys of those partitions that
+    ``reader`` holds and that are no longer produced (a column or a whole partition gone) become
+    tombstones. Called under the table lock; the records' ``computed`` is later than every
+    record ``reader`` holds for these partitions."""
     touched = set(partitions)
     if not touched:
         return PARTITION_STATS_SCHEMA.empty_table()
@@ -116,18 +118,18 @@ def recompute(
     current = current.filter(pc.is_in(current.column("partition"), value_set=_names(touched)))
     newest = pc.max(current.column("computed")).as_py() if current.num_rows else None
     computed = table.timeline.generator.unclaimed_after(newest)
-    own = {(i.partition, i.file_name): i for i in pending}
-    infos = []
-    for base in latest_files(table, reader.data_timeline, touched, pending):
-        info = own.get((base.partition_path, base.file_name))
+    known = {(i.partition, i.file_name): i for i in infos}
+    latest = []
+    for base in latest_files(table, reader.data_timeline, touched, infos if pending else ()):
+        info = known.get((base.partition_path, base.file_name))
         if info is None:
             try:
                 info = _FOOTERS.info(table.storage, base)
             except StorageFileNotFoundError:
                 logger.warning("%s is no longer on storage: left out of partition_stats", base)
                 continue
-        infos.append(info)
-    fresh = partition_stats_records(infos, list(columns) or None, computed)
+        latest.append(info)
+    fresh = partition_stats_records(latest, list(columns) or None, computed)
     gone = current.filter(
         pc.and_(
             pc.invert(current.column("is_deleted")),

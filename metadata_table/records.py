@@ -37,6 +37,7 @@ from metadata_table.layout import (
     VALUE_TYPE,
     column_stats_key,
     file_key,
+    partition_stats_keys,
 )
 from timeline.arrow_types import ScalarKind, scalar_kind
 from timeline.errors import NotParquetError
@@ -301,11 +302,6 @@ def bloom_records(infos: Iterable[DataFileInfo]) -> pa.Table:
 # --- partition stats -----------------------------------------------------------------------------
 
 
-def _enc(values: pa.ChunkedArray) -> pa.ChunkedArray:
-    """:func:`metadata_table.layout.enc` on an array."""
-    return pc.replace_substring(pc.replace_substring(values, "%", "%25"), "|", "%7C")
-
-
 def partition_stats_records(
     infos: Iterable[DataFileInfo], columns: Sequence[str] | None = None, computed: str = ""
 ) -> pa.Table:
@@ -314,9 +310,7 @@ def partition_stats_records(
     later aggregation combines)."""
     stats = column_stats_records(infos, columns)
     n = stats.num_rows
-    key = pc.binary_join_element_wise(
-        _enc(stats.column("column_name")), _enc(stats.column("partition")), "|"
-    )
+    key = partition_stats_keys(stats.column("column_name"), stats.column("partition"))
     per_file = pa.table(
         {
             "key": key,

@@ -285,7 +285,7 @@ class MetadataTable:
             return kind.records(infos, columns)
         partitions = {i.partition for i in infos} | set(touched)
         reader = self.reader(self.table.timeline.load())
-        return recompute(self.table, reader, partitions, columns, infos if pending else ())
+        return recompute(self.table, reader, partitions, columns, infos, pending)
 
     def tombstones(self, reader: MetadataReader, partition: str, removal: Removal) -> pa.Table:
         """Deletion records, at the removal's instant time, for every record of ``partition``
