@@ -41,14 +41,15 @@ def _list(value: str | None) -> list[str]:
 class _Progress:
     """Progress bars (tqdm) on stderr for long steps, one bar per step ("build" in tasks: Spark's,
     or in this process chunks of data files read and file groups written;
-    "catch-up", "sync", "compact" and "validate" in instants, file groups or partitions); nothing when stderr is not a
-    terminal or the output is JSON."""
+    "catch-up", "sync", "compact" and "validate" in instants, file groups or partitions; "resync"
+    as a build); nothing when stderr is not a terminal or the output is JSON."""
 
     UNITS: ClassVar[dict[str, str]] = {
         "build": "task",
         "compact": "file group",
         "catch-up": "instant",
         "sync": "instant",
+        "resync": "task",
         "validate": "partition",
     }
 
@@ -174,16 +175,22 @@ def _drop(args: argparse.Namespace) -> int:
 def _sync(args: argparse.Namespace) -> int:
     bar = _Progress(enabled=False if args.json else None)
     try:
-        applied = _indexer(args, bar).sync()
+        result = _indexer(args, bar).sync()
     finally:
         bar.close()
     if args.json:
-        return _print_json({"applied": applied})
-    if not applied:
+        return _print_json(
+            {"applied": result.applied, "resynced": result.resynced, "lost": result.lost}
+        )
+    if not result:
         print("in sync: every completed partition reflects every completed instant")
-    else:
-        for instant, partitions in applied.items():
-            print(f"applied {instant} to {', '.join(partitions)}")
+    by_reason: dict[str, list[str]] = {}
+    for partition, why in result.resynced.items():
+        by_reason.setdefault(why, []).append(partition)
+    for why, partitions in by_reason.items():
+        print(f"rebuilt {', '.join(partitions)} from storage: {why}")
+    for instant, partitions in result.applied.items():
+        print(f"applied {instant} to {', '.join(partitions)}")
     return EXIT_OK
 
 
@@ -206,7 +213,7 @@ def _validate(args: argparse.Namespace) -> int:
             continue
         print(f"{report.partition}: differs from a rebuild from the data files")
         if report.lost:
-            print(f"  lost: {report.lost} (the daemon, or `indexer drop` and `run`, rebuilds it)")
+            print(f"  lost: {report.lost} (`indexer sync`, or the daemon, rebuilds it)")
         if report.unapplied:
             print(
                 f"  {len(report.unapplied)} completed instant(s) not applied "
@@ -281,7 +288,8 @@ def _status(args: argparse.Namespace) -> int:
     for partition, lag in status["lag"].items():
         print(f"  {partition:<{width}} {_lag_line(lag)}")
         if partition in status["lost"]:
-            print(f"  {'':<{width}} lost: {status['lost'][partition]}")
+            lost = status["lost"][partition]
+            print(f"  {'':<{width}} lost: {lost} (`indexer sync` rebuilds it)")
     if not status["partitions"]:
         print("  no metadata partitions")
     if status["legacy_index"]:

@@ -1,23 +1,28 @@
 """The asynchronous indexer (docs/architecture.md §5 and §7.7), beating Hudi's known defects.
 
-``schedule`` (under the table lock, for milliseconds): validate; t = the last instant of the
-contiguous completed write timeline; create every file group of the requested partitions (empty
-base files); write ``Ti.indexing.requested`` with the plan; mark the partitions inflight, so from
-then on every commit writes its updates to them (writers read ``hoodie.properties`` under the lock).
+``schedule`` (under the table lock, for milliseconds): validate; t = the last settled write (the
+last completed write before the earliest pending write, clean or rollback); create every file
+group of the requested partitions (empty base files); write ``Ti.indexing.requested`` with the
+plan; mark the partitions inflight in the index's state file, so from then on every commit
+writes its updates to them (writers read that file under the lock).
 
 ``execute`` (no lock while building): ``Ti.indexing.inflight``; a PySpark job (or, for a small
 table and no Spark master named, this process: :meth:`AsyncIndexer.engine`) builds base files
-for every data file committed up to t; catch-up: every write instant after t (and pending
-cleans/rollbacks before t) is waited for, with a deadline (an instant whose writer's heartbeat
-expired is skipped, it will be rolled back), and each completed one is checked *per partition and
-file group* for the log files its records need, missing ones being written under the lock;
-complete, under the lock: re-check instants completed since, move the partitions to completed,
-write ``Ti.indexing``.
+for every data file committed up to t; catch-up: every instant after t that changes data files
+(writes, and other writers' cleans, rollbacks and restores, active or archived by Hudi meanwhile)
+is waited for, with a deadline (a write whose writer is not known to be alive is skipped: if it
+ever completes, it is unapplied and synced), and each completed one is checked *per partition*
+and applied where missing, under the lock; complete, under the lock: re-check instants completed
+since, move the partitions to completed, write ``Ti.indexing``.
 
-Any failure or timeout aborts gracefully, under the lock: the plan's partitions leave
-``hoodie.properties``, their files and the instant's files are deleted, so the table is as if the
+Any failure or timeout aborts gracefully, under the lock: the plan's partitions leave the
+index's state file, their files and the instant's files are deleted, so the table is as if the
 build never ran; ``run`` retries with exponential backoff. A process killed midway leaves a
 pending plan that the next ``execute`` (or ``run``) resumes. ``drop`` works while writers run.
+
+``sync`` closes any lag of completed partitions, however it arose (another writer's commits,
+cleans Hudi archived, an outage): it applies what it can read and rebuilds in place
+(:meth:`AsyncIndexer.resync`) what it cannot.
 """
 
 from __future__ import annotations
@@ -26,14 +31,20 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from indexer.build import run_build, run_build_local
 from indexer.plan import IndexPlan, PartitionPlan, is_hudi_plan
 from metadata_table.layout import PARTITIONS, check_partition
-from metadata_table.partition_writer import NOTHING, MigrationResult, PartitionWriter
+from metadata_table.partition_writer import (
+    NOTHING,
+    DataFile,
+    MigrationResult,
+    PartitionBuild,
+    PartitionWriter,
+)
 from timeline.config import LOCAL_BUILD_MAX_FILES
 from timeline.errors import (
     BuildCancelledError,
@@ -41,6 +52,7 @@ from timeline.errors import (
     ConfigError,
     CorruptInstantError,
     IndexBuildAbortedError,
+    NotParquetError,
     StorageFileNotFoundError,
     TableError,
 )
@@ -48,6 +60,7 @@ from timeline.failpoints import failpoint
 from timeline.fs_view import FileSystemView, read_parquet_schema
 from timeline.index_state import IndexState
 from timeline.instant import (
+    WRITE_ACTIONS,
     Action,
     Instant,
     State,
@@ -57,14 +70,33 @@ from timeline.instant import (
 )
 from timeline.locks import LockHandle
 from timeline.removals import REMOVAL_ACTIONS
+from timeline.rollback import clean_failed_writes
 from timeline.spark import spark_session, under_spark_submit
 from timeline.table import Table
+from timeline.timeline import Timeline
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_SECONDS = 900.0
 ENGINES = ("auto", "local", "spark")
-_WAIT_ACTIONS = REMOVAL_ACTIONS
+#: a sync rebuilds what it cannot apply, then applies what came after; bounded passes
+SYNC_PASSES = 3
+#: what makes an instant impossible to apply (its metadata or a data file's footer cannot be
+#: read): the partitions it lacks are rebuilt from storage instead
+_UNREADABLE = (CorruptInstantError, StorageFileNotFoundError, NotParquetError)
+
+
+@dataclass
+class SyncResult:
+    """What a sync did: each instant applied, with its partitions; each partition rebuilt from
+    storage, with why (what applying would have needed); the lost partitions among those."""
+
+    applied: dict[str, list[str]] = field(default_factory=dict)
+    resynced: dict[str, str] = field(default_factory=dict)
+    lost: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.applied or self.resynced)
 
 
 @dataclass
@@ -108,6 +140,7 @@ class AsyncIndexer:
         self.stats: dict[str, float] = {
             "catch_up_instants": 0,
             "synced_instants": 0,
+            "resyncs": 0,
             "lock_wait_seconds": 0.0,
         }
         #: set by a daemon shutting down: the build stops at its next safe point and aborts;
@@ -187,7 +220,7 @@ class AsyncIndexer:
             if not todo:
                 return ScheduleResult(None, [], skipped, time.monotonic() - started)
             timeline = self.table.timeline.load().require_valid()
-            last = timeline.last_contiguous_completed_write()
+            last = timeline.last_settled_write()
             upto = last.timestamp if last else NOTHING
             newest = timeline.last()
             instant_time = self.table.timeline.generator.next(
@@ -353,21 +386,27 @@ class AsyncIndexer:
         ]
         failpoint("build.mid")
         files = self.writer.visible_files(self.table.timeline.load(), plan.index_upto, state)
-        storage, progress = self.table.storage, self._reporter("build")
-        if self.engine(len(files)) == "local":
-            sizes = run_build_local(storage, files, builds, instant.timestamp, progress)
-        else:
-            sizes = run_build(
-                storage,
-                files,
-                builds,
-                instant.timestamp,
-                self.spark,
-                self.options.parallelism,
-                progress=progress,
-            )
+        sizes = self._run_builds(files, builds, instant.timestamp, "build")
         for build in builds:
             self.writer.complete_build(build, sizes[build.partition])
+
+    def _run_builds(
+        self, files: list[DataFile], builds: list[PartitionBuild], marker_instant: str, step: str
+    ) -> dict[str, dict[str, int]]:
+        """Base files of ``builds`` over ``files``, in this process or on Spark
+        (:meth:`engine`), behind markers of ``marker_instant``; their sizes per partition."""
+        storage, progress = self.table.storage, self._reporter(step)
+        if self.engine(len(files)) == "local":
+            return run_build_local(storage, files, builds, marker_instant, progress)
+        return run_build(
+            storage,
+            files,
+            builds,
+            marker_instant,
+            self.spark,
+            self.options.parallelism,
+            progress=progress,
+        )
 
     def _reporter(self, step: str) -> Callable[[int, int], None] | None:
         report = self.options.progress
@@ -381,35 +420,52 @@ class AsyncIndexer:
 
     # --- catch-up --------------------------------------------------------------------------------
 
+    def _changes_after(self, t: str, timeline: Timeline | None = None) -> list[Instant]:
+        """Instants after ``t`` that change data files (writes, cleans, rollbacks, restores),
+        from the active timeline and from Hudi's archive (Hudi may archive them while a build
+        runs), oldest first."""
+        timeline = timeline if timeline is not None else self.table.timeline.load()
+        archived = [a.instant for a in self.table.archive().instants()]
+        found: dict[str, Instant] = {}
+        for i in [*timeline, *archived]:  # active first: an instant in both is still active
+            changes = i.action in WRITE_ACTIONS or i.action in REMOVAL_ACTIONS
+            if changes and is_after(i.timestamp, t) and i.timestamp not in found:
+                found[i.timestamp] = i
+        return sorted(found.values())
+
     def _catch_up(self, instant: Instant, plan: IndexPlan, deadline: float) -> str:
         """Wait for the instants after t that exist now (and pending cleans/rollbacks before t),
-        and make sure every completed one reached every partition. Returns the newest instant
-        caught up."""
+        and make sure every completed one reached every partition: commits and the cleans,
+        rollbacks and restores of other writers, whether still active or archived by Hudi
+        meanwhile. Returns the newest instant caught up."""
         t = plan.index_upto
         timeline = self.table.timeline.load()
-        watch = {i.timestamp for i in timeline.write_timeline() if is_after(i.timestamp, t)}
-        watch |= {i.timestamp for i in timeline.pending() if i.action in _WAIT_ACTIONS}
+        watch = {i.timestamp for i in self._changes_after(t, timeline)}
+        watch |= {i.timestamp for i in timeline.pending() if i.action in REMOVAL_ACTIONS}
         done: set[str] = set()
         newest = t
         while True:
             timeline = self.table.timeline.load()
+            archived: dict[str, Instant] | None = None
             waiting = []
-            for ts in sorted(watch - done):
+            for ts in sorted(watch - done, key=normalize_timestamp):
                 current = timeline.get(ts)
+                if current is None:  # archived meanwhile, or rolled back
+                    if archived is None:
+                        archived = {i.timestamp: i for i in self._changes_after(t, timeline)}
+                    current = archived.get(ts)
                 if current is None:
                     done.add(ts)  # rolled back
                 elif current.is_completed:
-                    if current.action in _WAIT_ACTIONS:
-                        done.add(ts)
-                        continue
                     with self._lock(f"catch up {ts} for {instant.timestamp}") as lock:
                         self._ensure_applied(lock, plan, current)
                     failpoint("catchup.mid")
                     done.add(ts)
                     self.stats["catch_up_instants"] += 1
                     newest = max(newest, ts, key=normalize_timestamp)
-                elif current.action not in _WAIT_ACTIONS and self.table.heartbeat_expired(ts):
-                    done.add(ts)  # a dead writer: it cannot complete; the cleaner rolls it back
+                elif current.action not in REMOVAL_ACTIONS and self.table.heartbeat_expired(ts):
+                    # not known to be alive: if it ever completes, it is unapplied and synced
+                    done.add(ts)
                 else:
                     waiting.append(ts)
             self._report("catch-up", len(done), len(watch))
@@ -424,41 +480,131 @@ class AsyncIndexer:
     def _apply_missing(self, lock: LockHandle, plan: IndexPlan, caught_since: str) -> list[str]:
         """Under the completion lock: instants completed since the catch-up's last look."""
         applied = []
-        for current in self.table.timeline.load().write_timeline().completed():
-            if is_after(current.timestamp, plan.index_upto) and is_after(
-                current.timestamp, caught_since
-            ):
+        for current in self._changes_after(
+            max(plan.index_upto, caught_since, key=normalize_timestamp)
+        ):
+            if current.is_completed:
                 self._ensure_applied(lock, plan, current)
                 applied.append(current.timestamp)
         return applied
 
     def _ensure_applied(self, lock: LockHandle, plan: IndexPlan, instant: Instant) -> None:
-        """Make sure data instant ``instant``'s records are in every partition of the plan, per
-        file group (Hudi checked only that a deltacommit with the timestamp existed)."""
-        if set(plan.names) <= self.writer.logged_partitions(instant.timestamp):
-            return
-        self.writer.log_instant(lock, instant, {p.partition: p.columns for p in plan.partitions})
+        """Make sure completed instant ``instant`` reached every partition of the plan, per
+        partition (Hudi checked only that a deltacommit with the timestamp existed)."""
+        logged = self.writer.logged_partitions(instant.timestamp)
+        missing = [p for p in plan.names if p not in logged]
+        if missing:
+            self.writer.apply(lock, instant, missing, self.table.reload_index_state())
 
     # --- sync ------------------------------------------------------------------------------------
 
-    def sync(self) -> dict[str, list[str]]:
-        """Apply, under the table lock, every completed data instant that a completed partition
-        does not reflect: commits that did not go through this kernel (Apache Hudi's own
-        writer, hudi-rs, a backfill tool). Until then readers treat those instants' files as
-        not pruned. Returns each instant applied with the partitions it was applied to."""
+    def sync(self) -> SyncResult:
+        """Bring every completed partition up to date with the table, whatever the lag: apply,
+        each under the table lock, the completed instants it does not reflect (commits and
+        table services that did not go through this kernel: Apache Hudi's own writer and
+        cleaner, hudi-rs, a backfill tool), read from the active timeline or from Hudi's
+        archive. A partition that cannot be brought up to date that way (an instant that
+        neither holds, a data file whose footer cannot be read, a lag that cannot be known, or
+        its files lost) is rebuilt from storage at one snapshot (:meth:`resync`), and the
+        instants after that snapshot are applied. Until then readers treat those instants'
+        files as not pruned, or do not use a lost partition. Never stops at a read error."""
         self.migrate()
-        if not self.unapplied():  # the common case: nothing behind, no lock taken
-            return {}
-        with self._lock("sync index") as lock:
-            state = self.table.reload_index_state()
-            behind = self.unapplied()
-            for number, (timestamp, (instant, partitions)) in enumerate(behind.items()):
+        result = SyncResult()
+        # rebuilds and compactions of completed partitions that crashed midway
+        self.writer.discard_failed_builds(self.table.reload_index_state().completed, only_dead=True)
+        for _ in range(SYNC_PASSES):
+            completed = self.table.reload_index_state().completed
+            behind, lost = self.writer.lag(completed)
+            if lost:
+                result.lost.extend(p for p in lost if p not in result.lost)
+                result.resynced.update(self.resync(lost))
+                continue
+            if not behind:
+                break
+            failed: dict[str, str] = {}
+            for number, (instant, partitions) in enumerate(behind.values()):
                 self._report("sync", number, len(behind))
-                self.writer.apply(lock, instant, partitions, state)
-                logger.info("sync applied %s to %s", timestamp, ",".join(partitions))
+                todo = [p for p in partitions if p not in failed]
+                if todo:
+                    self._apply_or_fail(instant, todo, result, failed)
             self._report("sync", len(behind), len(behind))
-        self.stats["synced_instants"] += len(behind)
-        return {timestamp: partitions for timestamp, (_, partitions) in behind.items()}
+            if not failed:
+                break
+            result.resynced.update(self.resync(failed))
+        self.stats["synced_instants"] += len(result.applied)
+        self.stats["resyncs"] += len(result.resynced)
+        return result
+
+    def _apply_or_fail(
+        self, instant: Instant, partitions: list[str], result: SyncResult, failed: dict[str, str]
+    ) -> None:
+        """Apply one instant under the lock; if what it needs cannot be read, say what and mark
+        its partitions for a rebuild."""
+        try:
+            with self._lock(f"sync {instant.timestamp}") as lock:
+                state = self.table.reload_index_state()
+                todo = [p for p in partitions if p in state.completed]
+                if todo:
+                    self.writer.apply(lock, instant, todo, state)
+        except _UNREADABLE as e:
+            reason = f"{instant.timestamp}.{instant.action} could not be applied: {e}"
+            logger.warning("sync: %s; rebuilding %s from storage", reason, ",".join(partitions))
+            failed.update(dict.fromkeys(partitions, reason))
+            return
+        if todo:
+            result.applied[instant.timestamp] = todo
+            logger.info("sync applied %s to %s", instant.timestamp, ",".join(todo))
+
+    def resync(self, partitions: Mapping[str, str]) -> dict[str, str]:
+        """Rebuild completed ``partitions`` (partition -> why) in place, from storage, at one
+        snapshot: t = the last settled write, under the lock for milliseconds; the base files of
+        every data file committed up to t built without the lock (in this process or on Spark,
+        as a build); completed under the lock. A lost partition gets its file groups again
+        first, so writers keep writing to it meanwhile; readers keep using the old base files
+        (or, for a lost one, the data) until the new ones complete, and the instants after t
+        are then applied by :meth:`sync`. Returns the partitions rebuilt, with why."""
+        names = sorted(partitions)
+        for name in names:
+            logger.warning("resync %s of %s: %s", name, self.table.base_uri, partitions[name])
+        with self._lock("resync index") as lock:
+            state = self.table.reload_index_state()
+            names = [p for p in names if p in state.completed]
+            if not names:
+                return {}
+            timeline = self.table.timeline.load().require_valid()
+            last = timeline.last_settled_write()
+            upto = last.timestamp if last else NOTHING
+            builds = []
+            for name in names:
+                groups = self.writer.ensure_file_groups(name, lock)
+                columns = state.column_stats_columns if self.writer.takes_columns(name) else ()
+                builds.append(self.writer.begin_build(name, upto, groups, columns))
+            failpoint("resync.mid")
+        marker_instant = builds[0].instant
+        try:
+            files = self.writer.visible_files(timeline, upto, state, use_index=False)
+            sizes = self._run_builds(files, builds, marker_instant, "resync")
+            with self._lock("complete resync") as lock:
+                state = self.table.reload_index_state()
+                dropped = [b for b in builds if b.partition not in state.completed]
+                for build in builds:
+                    if build not in dropped:
+                        self.writer.complete_build(build, sizes[build.partition], lock)
+        except BaseException:
+            self.writer.abandon(builds, marker_instant)
+            raise
+        if dropped:  # dropped while it was rebuilt
+            self.writer.abandon(dropped, marker_instant)
+            names = [n for n in names if n not in {b.partition for b in dropped}]
+        self.writer.delete_markers(marker_instant)
+        logger.info("resynced %s of %s up to %s", ",".join(names), self.table.base_uri, upto)
+        return {name: partitions[name] for name in names}
+
+    def clean_failed_writes(self) -> list[Instant]:
+        """Roll back the pending writes whose writer is provably dead (see
+        :func:`timeline.rollback.clean_failed_writes`), each with its index update written in
+        its critical section, so a rollback never leaves the index behind."""
+        return clean_failed_writes(self.table, self.writer.apply_removal)
 
     def lost(self) -> dict[str, str]:
         """Completed partitions whose files vanished or were replaced, with the reason."""
@@ -472,7 +618,7 @@ class AsyncIndexer:
     # --- abort, drop, run ------------------------------------------------------------------------
 
     def abort(self, instant: Instant, reason: str) -> None:
-        """Undo a pending build: partitions out of hoodie.properties, its files and instant gone."""
+        """Undo a pending build: partitions out of the state file, its files and instant gone."""
         logger.warning("aborting %s: %s", instant, reason)
         plan = self._readable_plan(instant)
         with self._lock(f"abort indexing {instant.timestamp}") as lock:

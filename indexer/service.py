@@ -5,13 +5,17 @@ Per table, one job (never overlapping itself) runs every ``reconcile_interval``:
 1. hold the table's *daemon lease* in the SQL store (``daemon:<base>``, renewed in the background):
    with several daemons on one table only the holder works; when it dies, another takes over
    within the lease and re-queues the requests the dead one left running;
-2. roll back failed writes (every ``clean_interval``);
-3. turn desired index types that are missing into requests, and pending indexing plans left by a
+2. roll back failed writes whose writer is provably dead (every ``clean_interval``), writing each
+   rollback's index update inside its critical section;
+3. sync: apply the completed instants the index lacks (other writers' commits and table
+   services, active or archived by Hudi), rebuilding in place any partition that cannot be
+   brought up to date that way or was lost;
+4. turn desired index types that are missing into requests, and pending indexing plans left by a
    crash into requests, so everything goes through one retry path;
-4. run the oldest due request: ``schedule`` + ``execute`` (resuming a pending plan first); an
+5. run the oldest due request: ``schedule`` + ``execute`` (resuming a pending plan first); an
    aborted build goes back to pending with exponential backoff, and is marked failed with its
    last error after ``max_attempts``;
-5. compact the metadata table (every ``compaction_interval``).
+6. compact the metadata table (every ``compaction_interval``).
 
 SIGTERM/SIGINT: no new work; a build in progress is cancelled at its next safe point (its Spark
 jobs are cancelled) and aborted cleanly, unless it is already completing; leases are released. A
@@ -32,7 +36,6 @@ from indexer.requests_store import ACTIVE, IndexRequest, RequestStore
 from indexer.service_config import ServiceConfig, TableSpec
 from timeline.errors import BuildCancelledError, LockTimeoutError, TableError
 from timeline.locks import LockHandle, SqlLockProvider, default_owner
-from timeline.rollback import clean_failed_writes
 from timeline.storage import normalize_base_uri
 from timeline.table import Table
 
@@ -53,6 +56,7 @@ class Metrics:
     rollbacks: int = 0
     compactions: int = 0
     synced_instants: int = 0
+    resyncs: int = 0
     lost_partitions: int = 0
     builds_retried: int = 0
     #: build durations: counts per upper bound (seconds), cumulative as Prometheus wants them
@@ -117,9 +121,17 @@ class Metrics:
                 self.synced_instants,
             ),
             (
+                "resyncs_total",
+                "counter",
+                "Metadata partitions rebuilt in place from storage because a sync could not "
+                "apply what they lacked (or they were lost)",
+                self.resyncs,
+            ),
+            (
                 "lost_partitions_total",
                 "counter",
-                "Metadata partitions found lost (their files deleted or replaced) and rebuilt",
+                "Metadata partitions found lost (their files deleted or replaced, or their lag "
+                "unknowable) and rebuilt",
                 self.lost_partitions,
             ),
         ]
@@ -247,14 +259,17 @@ class IndexerService:
             if not self._hold_lease(state, base):
                 return
             now = time.monotonic()
+            indexer = AsyncIndexer(state.table, self._options(state), spark=self._spark)
             if now - state.last_clean >= self.config.clean_interval:
                 state.last_clean = now
-                rolled = clean_failed_writes(state.table)
+                rolled = indexer.clean_failed_writes()
                 self.metrics.add(rollbacks=len(rolled))
-            indexer = AsyncIndexer(state.table)
             synced = indexer.sync()
-            self.metrics.add(synced_instants=len(synced))
-            self._rebuild_lost(indexer, state, base)
+            self.metrics.add(
+                synced_instants=len(synced.applied),
+                resyncs=len(synced.resynced),
+                lost_partitions=len(synced.lost),
+            )
             self._reconcile(state, base)
             if not self.stopping.is_set():
                 self._run_one(state, base)
@@ -272,17 +287,15 @@ class IndexerService:
                 self.config.reconcile_interval,
             )
 
-    def _rebuild_lost(self, indexer: AsyncIndexer, state: _TableState, base: str) -> None:
-        """Partitions whose files vanished are dropped and requested again."""
-        lost = indexer.lost()
-        if not lost:
-            return
-        for partition, reason in lost.items():
-            logger.warning("%s of %s is lost (%s): rebuilding it", partition, base, reason)
-        indexer.drop(list(lost))
-        columns = list(state.table.reload_index_state().column_stats_columns)
-        self.store.create(base, sorted(lost), columns, source="lost")
-        self.metrics.add(lost_partitions=len(lost))
+    def _options(self, state: _TableState) -> IndexerOptions:
+        """How this daemon's builds and resyncs run (its Spark, its timeout, progress shown in
+        /status)."""
+        return IndexerOptions(
+            spark_master=self.config.spark_master,
+            spark_conf=self.config.spark_conf,
+            timeout=self.config.timeout_seconds,
+            progress=lambda step, done, total: setattr(state, "progress", (done, total)),
+        )
 
     def _reconcile(self, state: _TableState, base: str) -> None:
         """Desired-but-missing indexes and plans left by a crash become requests."""
@@ -303,13 +316,7 @@ class IndexerService:
         request = self.store.claim(base)
         if request is None:
             return
-        options = IndexerOptions(
-            spark_master=self.config.spark_master,
-            spark_conf=self.config.spark_conf,
-            timeout=self.config.timeout_seconds,
-            progress=lambda step, done, total: setattr(state, "progress", (done, total)),
-        )
-        indexer = AsyncIndexer(state.table, options, spark=self.spark())
+        indexer = AsyncIndexer(state.table, self._options(state), spark=self.spark())
         state.indexer, state.request, state.progress = indexer, request, (0, 0)
         started = time.monotonic()
         self.metrics.add(builds_started=1, builds_retried=1 if request.attempts > 1 else 0)

@@ -104,7 +104,7 @@ def initialize(
                 lock, lambda s: replace(s, column_stats_columns=tuple(columns))
             )
         timeline = table.timeline.load()
-        last = timeline.last_contiguous_completed_write()
+        last = timeline.last_settled_write()
         upto = last.timestamp if last else NOTHING
         after = [
             i.timestamp
@@ -136,13 +136,14 @@ def compact(
     table: Table, partition: str, progress: Callable[[int, int], None] | None = None
 ) -> Instant | None:
     """Merge each file group's base file and applicable logs into a new base file covering the
-    last contiguous completed data instant W (so no data instant before W is pending). Readers
+    last settled write W (no write, clean or rollback before W is pending). Readers
     see the same records before and after. Returns the compaction instant, or None if no file
     group had logs to merge or the partition does not reflect every completed instant yet (the
     daemon's sync applies them first)."""
     mdt = MetadataTable(table)
+    mdt.discard_pending_base_files([partition], only_dead=True)  # a compaction that crashed
     timeline = table.timeline.load()
-    last = timeline.last_contiguous_completed_write()
+    last = timeline.last_settled_write()
     if last is None:
         return None
     upto = last.timestamp

@@ -10,9 +10,10 @@ table service to come) works through :class:`PartitionWriter` on the driver and 
   :meth:`PartitionBuild.write_group` writes one file group's base file behind a marker;
   :meth:`PartitionWriter.complete_build` completes the instant;
 * catch-up and sync: :meth:`PartitionWriter.logged_partitions` says which partitions a data
-  instant is logged in, :meth:`PartitionWriter.log_instant` writes the logs it lacks (skipping
-  those that exist), :meth:`PartitionWriter.apply` applies an instant that completed without the
-  index (a commit, or a clean, rollback or restore);
+  instant is logged in, :meth:`PartitionWriter.apply` applies an instant to the partitions that
+  lack it (a commit, or a clean, rollback or restore; logs that exist are kept),
+  :meth:`PartitionWriter.lag` says what completed partitions lack, and a partition is rebuilt in
+  place by :meth:`PartitionWriter.ensure_file_groups` and a build;
 * failure and drop: :meth:`PartitionWriter.discard_failed_builds`, :meth:`PartitionWriter.drop`.
 
 An index type plugs in through :mod:`metadata_table.index_types` (its record schema, its key, how
@@ -53,7 +54,7 @@ from timeline.index_state import IndexState
 from timeline.instant import Action, Instant, State, normalize_timestamp
 from timeline.locks import LockHandle
 from timeline.markers import DirectMarkers, IOType, Marker, marker_folder
-from timeline.removals import REMOVAL_ACTIONS
+from timeline.removals import REMOVAL_ACTIONS, Removal
 from timeline.storage import Storage
 from timeline.table import Table
 from timeline.timeline import Timeline
@@ -228,21 +229,22 @@ class PartitionWriter:
         instant_time = self.table.timeline.generator.next()
         self._mdt.write_base_files(partition, empty, NOTHING, instant_time, groups, lock)
 
-    def visible_files(self, timeline: Timeline, upto: str, state: IndexState) -> list[DataFile]:
-        """Every committed data file up to ``upto``, listed by the ``files`` partition when it is
-        completed, else by storage."""
-        listing = None
-        if FILES in state.completed:
+    def visible_files(
+        self, timeline: Timeline, upto: str, state: IndexState, use_index: bool = True
+    ) -> list[DataFile]:
+        """Every committed data file up to ``upto`` (archived commits' included), listed by the
+        ``files`` partition when it is usable and current (and ``use_index``), else by
+        storage."""
+        view = FileSystemView(self.table.timeline, timeline)
+        if use_index and FILES in state.completed:
             from metadata_table.reads import IndexedSnapshot
 
-            listing = IndexedSnapshot(self.table, timeline).indexed_files
-        view = FileSystemView(self.table.timeline, timeline, listing=listing)
-        committed = {i.timestamp for i in timeline.write_timeline().completed()}
+            view = IndexedSnapshot(self.table, timeline).view
         limit = normalize_timestamp(upto)
         return [
             (b.partition_path, b.file_name, b.size, b.instant_time)
             for b in view.all_base_files
-            if b.instant_time in committed and normalize_timestamp(b.instant_time) <= limit
+            if view.is_committed(b.instant_time) and normalize_timestamp(b.instant_time) <= limit
         ]
 
     def begin_build(
@@ -255,24 +257,43 @@ class PartitionWriter:
         self._mdt.begin_base_files(partition, covers_upto, instant_time, groups)
         return PartitionBuild(partition, groups, tuple(columns), instant_time, covers_upto, older)
 
-    def complete_build(self, build: PartitionBuild, sizes: Mapping[str, int]) -> None:
+    def complete_build(
+        self, build: PartitionBuild, sizes: Mapping[str, int], lock: LockHandle | None = None
+    ) -> None:
         inflight = Instant(build.instant, Action.COMPACTION, State.INFLIGHT)
-        self._mdt.complete_base_files(inflight, dict(sizes))
+        self._mdt.complete_base_files(inflight, dict(sizes), lock)
 
     def discard_failed_builds(
-        self, partitions: Sequence[str], marker_instant: str | None = None
-    ) -> None:
-        """Delete the base files of metadata compaction instants that never completed (a crashed
-        build), those instants, and the markers ``marker_instant``'s build left."""
-        mdt = self._mdt
-        for instant in mdt.timeline.load().with_actions(Action.COMPACTION).pending():
-            for partition in partitions:
-                for entry in mdt.storage.list(partition):
-                    if entry.name.endswith(f"_{instant.timestamp}.parquet"):
-                        mdt.storage.delete(entry.path)
-            mdt.timeline.delete_pending(instant)
+        self, partitions: Sequence[str], marker_instant: str | None = None, only_dead: bool = False
+    ) -> list[str]:
+        """Delete the metadata compaction instants of ``partitions`` that never completed (a
+        crashed build, resync or compaction), their base files, and the markers
+        ``marker_instant``'s build left; with ``only_dead``, only those whose heartbeat stopped.
+        Pending ones of other partitions are left alone."""
+        discarded = self._mdt.discard_pending_base_files(partitions, only_dead)
         if marker_instant is not None:
             self.delete_markers(marker_instant)
+        return discarded
+
+    def abandon(self, builds: Sequence[PartitionBuild], marker_instant: str) -> None:
+        """Undo builds that failed in this process: their instants, base files and markers."""
+        partitions = [b.partition for b in builds]
+        self._mdt.discard_pending_base_files(partitions, instants=[b.instant for b in builds])
+        self.delete_markers(marker_instant)
+
+    def ensure_file_groups(self, partition: str, lock: LockHandle) -> int:
+        """The file groups of completed ``partition``, for a rebuild in place: when its files
+        were lost (a file group without a base file of ours, or none at all), its folder is
+        emptied and every file group made again (empty base files), so that writers keep
+        writing to it while it is rebuilt. Returns the file-group count."""
+        slices = self._mdt.reader(self.table.timeline.load()).slices(partition)
+        if slices and all(base is not None for base, _ in slices.values()):
+            return len(slices)
+        groups = self.configured_groups(partition)
+        lock.ensure_valid()
+        self._mdt.storage.delete(partition, recursive=True)
+        self.create_partition(partition, groups, lock)
+        return groups
 
     def delete_markers(self, marker_instant: str) -> None:
         """The markers of ``marker_instant``'s build (once it completed, or was discarded)."""
@@ -294,34 +315,18 @@ class PartitionWriter:
             return set()
         return set(self._mdt.timeline.read_json(delta).get("logFiles", {}))
 
-    def log_instant(
-        self, lock: LockHandle, instant: Instant, columns: Mapping[str, Sequence[str]]
-    ) -> None:
-        """Write, under the lock, the log files completed data instant ``instant`` lacks in the
-        partitions named by ``columns`` (partition -> its columns); logs that exist are kept."""
-        metadata = CommitMetadata.from_bytes(self.table.timeline.read_content(instant))
-        infos = self._infos_of(instant, metadata)
-        touched = {s.partition_path for s in metadata.write_stats}
-        for partition, cols in columns.items():
-            rows = self._mdt.instant_records(partition, infos, cols, touched=touched)
-            self._mdt.write_logs(partition, instant.timestamp, rows, lock)
-
     def apply(
         self, lock: LockHandle, instant: Instant, partitions: Sequence[str], state: IndexState
     ) -> None:
         """Apply, under the lock, a completed instant these partitions do not reflect: a commit
-        (its files' records) or a clean, rollback or restore (deletion records)."""
+        (its files' records) or a clean, rollback or restore (deletion records), read from the
+        active timeline or from Hudi's archive."""
         reader = self._mdt.reader(self.table.timeline.load())
         columns = tuple(state.column_stats_columns)
         records = {}
         if instant.action in REMOVAL_ACTIONS:
             removal = reader.removal(instant)
-            touched = set(removal.deleted) | set(removal.whole_partitions)
-            for p in partitions:
-                if index_type(p).recomputed:
-                    records[p] = self._mdt.instant_records(p, [], columns, touched=touched)
-                else:
-                    records[p] = self._mdt.tombstones(reader, p, removal)
+            records = self._mdt.removal_records(reader, partitions, removal, columns)
         else:
             metadata = reader.commit_metadata(instant)
             infos = self._infos_of(instant, metadata)
@@ -330,14 +335,15 @@ class PartitionWriter:
                 records[p] = self._mdt.instant_records(p, infos, columns, touched=touched)
         self._mdt.apply_completed(instant.timestamp, records, lock)
 
-    def _infos_of(
-        self, instant: Instant, metadata: CommitMetadata | None = None
-    ) -> list[DataFileInfo]:
+    def apply_removal(self, lock: LockHandle, removal: Removal) -> None:
+        """The index's update for a rollback this kernel performs, inside its critical section
+        (the hook :func:`timeline.rollback.clean_failed_writes` takes)."""
+        self._mdt.apply_removal(lock, removal)
+
+    def _infos_of(self, instant: Instant, metadata: CommitMetadata) -> list[DataFileInfo]:
         """The footers of the data files a completed instant wrote. A file a later clean or
         restore already deleted is left out: it is no longer live, and that removal's own
         deletion records account for it."""
-        if metadata is None:
-            metadata = CommitMetadata.from_bytes(self.table.timeline.read_content(instant))
         infos = []
         for s in metadata.write_stats:
             try:
@@ -355,6 +361,18 @@ class PartitionWriter:
         return infos
 
     # --- what the partitions reflect ---------------------------------------------------------------
+
+    def lag(
+        self, partitions: Sequence[str]
+    ) -> tuple[dict[str, tuple[Instant, list[str]]], dict[str, str]]:
+        """What ``partitions`` (completed ones) lack, from one snapshot: the completed instants
+        they do not reflect, oldest first, each with those partitions; and the lost ones (files
+        gone or replaced, or a lag that cannot be known), with why."""
+        if not partitions:
+            return {}, {}
+        reader = self._mdt.reader(self.table.timeline.load())
+        lost = _lost(reader, partitions)
+        return _unapplied(reader, partitions, lost), lost
 
     def unapplied(self, partitions: Sequence[str]) -> dict[str, tuple[Instant, list[str]]]:
         """Completed data instants that ``partitions`` (completed ones) do not reflect, oldest

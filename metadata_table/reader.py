@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -33,10 +33,11 @@ from metadata_table.layout import (
     read_records,
 )
 from metadata_table.records import python_value
+from timeline.archived import ArchivedInstant, ArchivedTimeline
 from timeline.commit_metadata import CommitMetadata
-from timeline.errors import TableError
+from timeline.errors import CorruptInstantError, StorageFileNotFoundError, TableError
 from timeline.fs_view import BaseFile
-from timeline.instant import WRITE_ACTIONS, Action, Instant, is_after, normalize_timestamp
+from timeline.instant import WRITE_ACTIONS, Action, Instant, State, is_after, normalize_timestamp
 from timeline.removals import REMOVAL_ACTIONS, Removal, parse_removal, removal_from_record
 from timeline.timeline import CommittedWrites, Timeline
 
@@ -65,11 +66,15 @@ class MetadataReader:
         }
         self._wrote: dict[str, bool] = {}
         self._removed: dict[str, Removal] = {}
+        self._snapshot_times: dict[str, float | None] = {}
+        self._slices: dict[str, dict[str, tuple[MetadataFile | None, list[MetadataFile]]]] = {}
 
     def lost(self, partition: str) -> str | None:
-        """Why a completed partition's files cannot be read, or None. Every file group of a
-        completed partition has a base file of ours; none at all, or a group with log files but
-        no base file, means its folder was deleted or replaced by something we did not write."""
+        """Why a completed partition cannot be read, or None. Every file group of a completed
+        partition has a base file of ours; none at all, or a group with log files but no base
+        file, means its folder was deleted or replaced by something we did not write. A
+        partition whose lag cannot be known (:meth:`gap`) is lost too: it is rebuilt, not
+        synced."""
         slices = self.slices(partition)
         where = self.storage.uri(partition)
         if not any(base is not None for base, _ in slices.values()):
@@ -77,7 +82,7 @@ class MetadataReader:
         orphans = sorted(fg for fg, (base, _) in slices.items() if base is None)
         if orphans:
             return f"file group(s) {', '.join(orphans)} in {where} have no base file"
-        return None
+        return self.gap(partition)
 
     def unapplied(self, partition: str) -> list[Instant]:
         """Completed data instants that changed data files and that ``partition`` does not
@@ -85,18 +90,20 @@ class MetadataReader:
         that a sync is still writing). These are commits and table services that did not go
         through this kernel (Apache Hudi's own writer and cleaner, hudi-rs, a backfill tool): the
         partition is stale for their files until they are applied (``indexer sync``, or the
-        daemon's next tick)."""
+        daemon's next tick). Instants Hudi has archived since count as much as active ones:
+        Hudi archives cleans and commits by separate counts, so an unapplied clean may be in the
+        archive while older commits are still active."""
         watermark, logged = self._applied(partition)
-        changes = list(
-            self.data_timeline.filter(
-                lambda i: i.action in WRITE_ACTIONS or i.action in REMOVAL_ACTIONS
-            ).completed()
-        )
-        start = self._committed.start
-        if start is not None and is_after(start, watermark):
-            # Hudi archived instants this partition may not reflect: read its archive
-            archived = [i for i in self._archived if is_after(i.timestamp, watermark)]
-            changes = archived + changes
+        active = self.data_timeline.filter(
+            lambda i: i.action in WRITE_ACTIONS or i.action in REMOVAL_ACTIONS
+        ).completed()
+        known = {(i.timestamp, i.action) for i in active}
+        archived = [
+            i
+            for i in self._archived_since(partition)
+            if (i.timestamp, i.action) not in known and is_after(i.timestamp, watermark)
+        ]
+        changes = sorted([*active, *archived])
         return [
             i
             for i in changes
@@ -106,22 +113,72 @@ class MetadataReader:
             and not self._deltacommit_names(i.timestamp, partition)
         ]
 
-    @cached_property
-    def _archived(self) -> dict[Instant, Mapping[str, Any] | None]:
-        """Completed data and removal instants of Hudi's archived timeline, with their metadata
-        (read once, and only when a partition lags behind the start of the active timeline)."""
-        return {
-            a.instant: a.metadata
-            for a in self.mdt.table.archived_timeline()
+    def _archived_since(self, partition: str) -> list[Instant]:
+        """Completed data and removal instants in the archive files written since ``partition``
+        last took a snapshot for its base files (every instant archived before then is reflected
+        by them, or was applied before they became readable)."""
+        since = self._snapshot_time(partition)
+        return [
+            a.instant
+            for a in self._archive.instants(written_since=since)
             if a.instant.action in WRITE_ACTIONS or a.instant.action in REMOVAL_ACTIONS
-        }
+        ]
+
+    @cached_property
+    def _archive(self) -> ArchivedTimeline:
+        return self.mdt.table.archive()
+
+    def _snapshot_time(self, partition: str) -> float | None:
+        """When ``partition`` last took a timeline snapshot for its base files (see
+        :meth:`_started`): every instant Hudi archived before then is reflected by them."""
+        self.slices(partition)
+        return self._snapshot_times[partition]
+
+    def _archived(self, instant: Instant) -> ArchivedInstant:
+        """``instant`` from Hudi's archive (all of it is read if need be), or
+        :class:`CorruptInstantError` when it is not there or has no metadata."""
+        for archived in self._archive.instants():
+            if archived.instant == instant:
+                if archived.metadata is None:
+                    raise CorruptInstantError(
+                        f"{self._archive.folder} ({instant})", "archived without its metadata"
+                    )
+                return archived
+        raise CorruptInstantError(
+            self.mdt.table.timeline.path(instant),
+            f"{instant} is neither on the active timeline nor in Hudi's archive "
+            f"({self._archive.folder}); the archive may have been trimmed",
+        )
 
     def commit_metadata(self, instant: Instant) -> CommitMetadata:
-        """The metadata of a completed data instant, active or archived."""
-        if self._committed.is_archived(instant.timestamp) and instant in self._archived:
-            return CommitMetadata.from_json(self._archived[instant] or {}, f"archived {instant}")
+        """The metadata of a completed data instant, from the active timeline, else from Hudi's
+        archive (archived since the timeline was read, or before)."""
         timeline = self.mdt.table.timeline
-        return CommitMetadata.from_bytes(timeline.read_content(instant), timeline.path(instant))
+        try:
+            content = timeline.read_content(instant)
+        except StorageFileNotFoundError:
+            record = self._archived(instant).metadata or {}
+            return CommitMetadata.from_json(record, f"{self._archive.folder} ({instant})")
+        return CommitMetadata.from_bytes(content, timeline.path(instant))
+
+    def gap(self, partition: str) -> str | None:
+        """Why the instants ``partition`` lacks cannot be known, or None: the instant its base
+        files cover up to left the active timeline (archived) and is not in Hudi's archive
+        either (the archive was trimmed), so what came after it may be lost too."""
+        watermark, _ = self._applied(partition)
+        if watermark == NOTHING or self.data_timeline.get(watermark) is not None:
+            return None
+        first = self.data_timeline.first()
+        if first is not None and is_after(watermark, first.timestamp):
+            return None  # rolled back or restored away; the instants after it are active
+        since = self._snapshot_time(partition)
+        if any(a.instant.timestamp == watermark for a in self._archive.instants(since)):
+            return None
+        return (
+            f"it reflects the table up to {watermark}, which is neither on the active timeline "
+            f"nor in Hudi's archive ({self._archive.folder}): what came after it cannot be "
+            "read (the archive was trimmed?)"
+        )
 
     def reflects_upto(self, partition: str) -> str | None:
         """The newest data instant ``partition`` reflects (its base files' watermark, or a newer
@@ -146,11 +203,14 @@ class MetadataReader:
         return len(entries), sum(e.size for e in entries)
 
     def removal(self, instant: Instant) -> Removal:
-        """The data files a completed clean, rollback or restore deleted (active or archived)."""
-        if self._committed.is_archived(instant.timestamp) and instant in self._archived:
-            return removal_from_record(instant, self._archived[instant] or {})
+        """The data files a completed clean, rollback or restore deleted, from the active
+        timeline, else from Hudi's archive."""
         timeline = self.mdt.table.timeline
-        return parse_removal(instant, timeline.read_content(instant), timeline.path(instant))
+        try:
+            content = timeline.read_content(instant)
+        except StorageFileNotFoundError:
+            return removal_from_record(instant, self._archived(instant).metadata or {})
+        return parse_removal(instant, content, timeline.path(instant))
 
     def _deltacommit_names(self, data_instant: str, partition: str) -> bool:
         """Whether a completed metadata deltacommit of ``data_instant`` lists ``partition``: it
@@ -193,9 +253,14 @@ class MetadataReader:
         )
 
     def slices(self, partition: str) -> dict[str, tuple[MetadataFile | None, list[MetadataFile]]]:
-        """Per file group: the newest visible base file and the log files that may apply."""
+        """Per file group: the newest visible base file and the log files that may apply (those
+        of committed writes and of completed cleans, rollbacks and restores, active or archived
+        by Hudi). Listed once per reader."""
+        if partition in self._slices:
+            return self._slices[partition]
         bases: dict[str, MetadataFile] = {}
         logs: dict[str, list[MetadataFile]] = defaultdict(list)
+        unknown: list[MetadataFile] = []
         for entry in self.storage.list(check_partition(partition)):
             parsed = MetadataFile.parse(partition, entry.name)
             if parsed is None:
@@ -203,18 +268,45 @@ class MetadataReader:
             if parsed.is_log:
                 if parsed.instant in self._committed or parsed.instant in self._removals:
                     logs[parsed.file_group].append(parsed)
+                elif self.data_timeline.get(parsed.instant) is None:
+                    unknown.append(parsed)  # archived, or rolled back
             elif parsed.instant in self._visible_bases:
                 current = bases.get(parsed.file_group)
                 if current is None or is_after(parsed.instant, current.instant):
                     bases[parsed.file_group] = parsed
+        self._snapshot_times[partition] = self._started(bases.values())
+        if unknown:
+            since = self._snapshot_times[partition]
+            archived = {
+                a.instant.timestamp
+                for a in self._archive.instants(written_since=since)
+                if a.instant.action in REMOVAL_ACTIONS
+            }
+            for log in unknown:
+                if log.instant in archived:
+                    logs[log.file_group].append(log)
         groups = set(bases) | set(logs)
-        return {
+        self._slices[partition] = {
             fg: (
                 bases.get(fg),
                 sorted(logs.get(fg, []), key=lambda f: normalize_timestamp(f.instant)),
             )
             for fg in sorted(groups)
         }
+        return self._slices[partition]
+
+    def _started(self, bases: Iterable[MetadataFile]) -> float | None:
+        """When (storage time) the oldest of ``bases`` began: its metadata compaction instant's
+        requested file, written right after the timeline snapshot it covers. None when unknown
+        (then the whole archive is read)."""
+        times = []
+        for instant in {base.instant for base in bases}:
+            requested = Instant(instant, Action.COMPACTION, State.REQUESTED)
+            try:
+                times.append(self.storage.mtime(self.mdt.timeline.path(requested)))
+            except StorageFileNotFoundError:
+                return None
+        return min(times) if times else None
 
     def read(
         self,

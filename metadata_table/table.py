@@ -45,11 +45,18 @@ from metadata_table.layout import (
 from metadata_table.partition_stats import recompute
 from metadata_table.reader import MetadataReader
 from metadata_table.records import DataFileInfo
-from timeline.errors import FileAlreadyExistsError, TableConfigError
+from timeline.config import HEARTBEAT_TOLERABLE_MISSES
+from timeline.errors import (
+    CorruptInstantError,
+    FileAlreadyExistsError,
+    StorageFileNotFoundError,
+    TableConfigError,
+)
+from timeline.heartbeat import Heartbeat, heartbeat_path
 from timeline.index_state import IndexState
 from timeline.instant import Action, Instant, State
 from timeline.locks import LockHandle
-from timeline.markers import IOType, Marker, MarkerWriter
+from timeline.markers import IOType, Marker, MarkerWriter, marker_folder
 from timeline.removals import Removal
 from timeline.storage import Storage
 from timeline.table import Table
@@ -80,6 +87,8 @@ class MetadataTable:
         self.table = table
         self.storage = table.storage.child(METADATA_FOLDER)
         self.timeline = ActiveTimeline(self.storage, table.timeline.generator)
+        #: heartbeats of the metadata compaction instants this object began
+        self._beats: dict[str, Heartbeat] = {}
 
     def ensure_properties(self) -> None:
         """The metadata table's own ``hoodie.properties`` (a merge-on-read table keyed by ``key``)."""
@@ -102,13 +111,34 @@ class MetadataTable:
         self, partition: str, covers_upto: str, instant_time: str, groups: int
     ) -> Instant:
         """Start metadata compaction instant ``instant_time`` that will write one base file per
-        file group of ``partition`` (by :func:`write_base_file`, possibly on Spark executors)."""
+        file group of ``partition`` (by :func:`write_base_file`, possibly on Spark executors).
+        It heartbeats until it completes or is discarded, so a crashed one is told apart from
+        one in progress elsewhere (:meth:`discard_pending_base_files`)."""
         self.ensure_properties()
+        self._beats[instant_time] = self.heartbeat(instant_time).start()
         plan = {"partition": partition, "fileGroups": groups, "coversUpto": covers_upto}
         requested = self.timeline.create_requested(
             Action.COMPACTION, json.dumps(plan).encode(), timestamp=instant_time
         )
         return self.timeline.transition_to_inflight(requested)
+
+    def heartbeat(self, instant_time: str) -> Heartbeat:
+        """The heartbeat of a metadata compaction instant (in the metadata table's own
+        ``.hoodie/.heartbeat``), beaten as the table's writers beat theirs."""
+        config = self.table.config
+        return Heartbeat(
+            self.storage,
+            instant_time,
+            interval=config.heartbeat_interval_seconds,
+            tolerable_misses=config.get(HEARTBEAT_TOLERABLE_MISSES),
+        )
+
+    def _stop_beating(self, instant_time: str) -> None:
+        beat = self._beats.pop(instant_time, None)
+        if beat is not None:
+            beat.stop()
+        else:
+            self.storage.delete(heartbeat_path(instant_time))
 
     def complete_base_files(
         self, inflight: Instant, sizes: dict[str, int], lock: LockHandle | None = None
@@ -117,6 +147,7 @@ class MetadataTable:
         if lock is not None:
             lock.ensure_valid()
         done = self.timeline.complete(inflight, {**plan, "baseFiles": sizes})
+        self._stop_beating(inflight.timestamp)
         logger.info(
             "metadata %s: %d base files covering %s (%s)",
             plan["partition"],
@@ -141,17 +172,61 @@ class MetadataTable:
         is called with (groups written, groups)."""
         count = groups or len(self.file_groups(partition)) or DEFAULT_FILE_GROUPS[partition]
         inflight = self.begin_base_files(partition, covers_upto, instant_time, count)
-        by_group = split_by_group(records, count)
-        sizes = {}
-        for index in range(count):
-            fg = file_group_id(partition, index)
-            rows = by_group.get(index, SCHEMAS[partition].empty_table())
-            sizes[fg] = write_base_file(
-                self.storage, partition, fg, instant_time, rows, covers_upto
-            )
-            if progress is not None:
-                progress(index + 1, count)
-        return self.complete_base_files(inflight, sizes, lock)
+        try:
+            by_group = split_by_group(records, count)
+            sizes = {}
+            for index in range(count):
+                fg = file_group_id(partition, index)
+                rows = by_group.get(index, SCHEMAS[partition].empty_table())
+                sizes[fg] = write_base_file(
+                    self.storage, partition, fg, instant_time, rows, covers_upto
+                )
+                if progress is not None:
+                    progress(index + 1, count)
+            return self.complete_base_files(inflight, sizes, lock)
+        except BaseException:
+            self.discard_pending_base_files([partition], instants=[instant_time])
+            raise
+
+    def discard_pending_base_files(
+        self,
+        partitions: Sequence[str],
+        only_dead: bool = False,
+        instants: Sequence[str] | None = None,
+    ) -> list[str]:
+        """Delete metadata compaction instants of ``partitions`` that never completed (a build,
+        resync or compaction that failed or crashed; only ``instants``, when given), with their
+        base files and heartbeats. With ``only_dead``, those whose heartbeat is still beating
+        (in progress in another process) are left alone. The markers a resync's tasks left
+        under such an instant go too. Returns the instants discarded."""
+        discarded = []
+        for instant in self.timeline.load().with_actions(Action.COMPACTION).pending():
+            if instants is not None and instant.timestamp not in instants:
+                continue
+            planned = self._planned_partition(instant)
+            if planned is not None and planned not in partitions:
+                continue
+            if only_dead and not self.heartbeat(instant.timestamp).is_expired():
+                continue
+            for name in [planned] if planned is not None else partitions:
+                for entry in self.storage.list(name):
+                    if entry.name.endswith(f"_{instant.timestamp}.parquet"):
+                        self.storage.delete(entry.path)
+            self.timeline.delete_pending(instant)
+            self._stop_beating(instant.timestamp)
+            self.table.storage.delete(marker_folder(instant.timestamp), recursive=True)
+            discarded.append(instant.timestamp)
+            logger.info("discarded metadata compaction %s that never completed", instant)
+        return discarded
+
+    def _planned_partition(self, instant: Instant) -> str | None:
+        """The partition a metadata compaction instant writes (None if its plan is unreadable)."""
+        try:
+            plan = self.timeline.read_json(instant.with_state(State.REQUESTED))
+        except (CorruptInstantError, StorageFileNotFoundError):
+            return None
+        partition = plan.get("partition")
+        return partition if isinstance(partition, str) else None
 
     # --- log files (a data commit's deltacommit) -------------------------------------------------
 
@@ -200,11 +275,11 @@ class MetadataTable:
     def apply_completed(
         self, data_instant: str, records: dict[str, pa.Table], lock: LockHandle
     ) -> None:
-        """Apply a data instant that is already completed but that these partitions do not
-        reflect (a commit that did not go through this kernel), as metadata deltacommit
-        ``data_instant``. Readers take its log files as applied only once that deltacommit
-        completes, so they never see part of it; a pending one that an interrupted attempt left
-        is resumed."""
+        """Apply a data instant that these partitions do not reflect, as metadata deltacommit
+        ``data_instant``: one that completed without the index (a commit or clean that did not go
+        through this kernel), or a rollback this kernel is completing. Readers take its log
+        files as applied only once that deltacommit completes, and the data instant too, so
+        they never see part of it; a pending one that an interrupted attempt left is resumed."""
         existing = self.timeline.load().get(data_instant, Action.DELTA_COMMIT)
         if existing is not None and existing.is_completed:
             # our own writer's deltacommit, which missed these partitions: add their logs
@@ -286,6 +361,38 @@ class MetadataTable:
         partitions = {i.partition for i in infos} | set(touched)
         reader = self.reader(self.table.timeline.load())
         return recompute(self.table, reader, partitions, columns, infos, pending)
+
+    def removal_records(
+        self,
+        reader: MetadataReader,
+        partitions: Iterable[str],
+        removal: Removal,
+        columns: Sequence[str],
+    ) -> dict[str, pa.Table]:
+        """What a clean, rollback or restore changes in each partition: deletion records of the
+        files it deleted, or, for a recomputed type, the data partitions it touched worked out
+        again (under the table lock)."""
+        touched = set(removal.deleted) | set(removal.whole_partitions)
+        return {
+            p: self.instant_records(p, [], columns, touched=touched)
+            if index_type(p).recomputed
+            else self.tombstones(reader, p, removal)
+            for p in partitions
+        }
+
+    def apply_removal(self, lock: LockHandle, removal: Removal) -> None:
+        """The index's update for a rollback this kernel performs, written under its lock before
+        the rollback completes (as a commit writes its own): passed to
+        :func:`timeline.rollback.rollback` and :func:`timeline.rollback.clean_failed_writes`.
+        A rollback of a write that never completed changes no record, but is recorded as
+        applied, so it never shows as unapplied."""
+        state = self.table.reload_index_state()
+        if not state.partitions:
+            return
+        reader = self.reader(self.table.timeline.load())
+        columns = state.column_stats_columns
+        records = self.removal_records(reader, state.partitions, removal, columns)
+        self.apply_completed(removal.instant.timestamp, records, lock)
 
     def tombstones(self, reader: MetadataReader, partition: str, removal: Removal) -> pa.Table:
         """Deletion records, at the removal's instant time, for every record of ``partition``

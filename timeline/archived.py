@@ -26,15 +26,19 @@ import io
 import json
 import logging
 import struct
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import fastavro
 
 from timeline.errors import CorruptInstantError
+from timeline.failpoints import failpoint
 from timeline.instant import Action, Instant, State
-from timeline.storage import Storage
+from timeline.storage import FileInfo, Storage
 
 logger = logging.getLogger(__name__)
 
@@ -63,29 +67,98 @@ class ArchivedInstant:
     metadata: Mapping[str, Any] | None
 
 
+#: archive files written this long before a moment may still hold instants that completed after
+#: it (the time between a snapshot of the timeline and the file we compare with, clock skew)
+MTIME_MARGIN_SECONDS = 600.0
+
+#: parsed archive files, by (uri, size, mtime): an archive file is only ever appended to or
+#: replaced whole, so a file with the same size and time has the same instants
+_PARSED: OrderedDict[tuple[str, int, float | None], tuple[ArchivedInstant, ...]] = OrderedDict()
+_PARSED_MAX = 512
+_PARSED_LOCK = threading.Lock()
+
+
+class ArchivedTimeline:
+    """The archive folder of one table, listed once (on first use) and read file by file.
+
+    Reading the whole archive of a long-lived table on every snapshot would cost more than the
+    rest of a read, so :meth:`instants` can leave out the files written well before a moment:
+    an instant in such a file completed before that moment. Parsed files are kept per process."""
+
+    def __init__(self, storage: Storage, folder: str) -> None:
+        self.storage = storage
+        self.folder = folder
+
+    @cached_property
+    def files(self) -> list[FileInfo]:
+        """The archive files, in the order Hudi wrote them; none for a missing folder."""
+        if not self.storage.exists(self.folder):
+            return []
+        found = [
+            e
+            for e in self.storage.list(self.folder)
+            if not e.is_dir and e.name.startswith(".commits_.archive.")
+        ]
+        return sorted(found, key=lambda e: _archive_number(e.name))
+
+    def instants(self, written_since: float | None = None) -> list[ArchivedInstant]:
+        """Completed instants, oldest first, from every archive file, or only from those
+        modified at or after ``written_since`` (seconds since the epoch, storage time) less
+        :data:`MTIME_MARGIN_SECONDS` (a file whose time is unknown is always read)."""
+        found: dict[tuple[str, Action], ArchivedInstant] = {}
+        for entry in self.files:
+            if (
+                written_since is not None
+                and entry.mtime is not None
+                and entry.mtime < written_since - MTIME_MARGIN_SECONDS
+            ):
+                continue
+            for archived in self._parsed(entry):
+                found[(archived.instant.timestamp, archived.instant.action)] = archived
+        return sorted(found.values(), key=lambda a: a.instant)
+
+    def _parsed(self, entry: FileInfo) -> tuple[ArchivedInstant, ...]:
+        key = (self.storage.uri(entry.path), entry.size, entry.mtime)
+        with _PARSED_LOCK:
+            cached = _PARSED.get(key)
+            if cached is not None:
+                _PARSED.move_to_end(key)
+                return cached
+        failpoint("archive.read", detail=entry.path)
+        parsed = tuple(
+            _completed(archived_records(self.storage.read(entry.path), entry.path), entry.path)
+        )
+        with _PARSED_LOCK:
+            _PARSED[key] = parsed
+            while len(_PARSED) > _PARSED_MAX:
+                _PARSED.popitem(last=False)
+        return parsed
+
+
+def _archive_number(name: str) -> tuple[int, str]:
+    """``.commits_.archive.<N>_<token>``: Hudi numbers its archive files in order."""
+    number = name.removeprefix(".commits_.archive.").split("_", 1)[0]
+    return (int(number), name) if number.isdigit() else (-1, name)
+
+
+def _completed(records: Iterator[dict[str, Any]], path: str) -> Iterator[ArchivedInstant]:
+    for record in records:
+        if str(record.get("actionState", "COMPLETED")).upper() != State.COMPLETED.name:
+            continue
+        try:
+            action = Action(str(record["actionType"]))
+            instant = Instant(str(record["commitTime"]), action, State.COMPLETED)
+        except (KeyError, ValueError) as e:
+            logger.warning("skipping an archived entry of %s: %s", path, e)
+            continue
+        field = METADATA_FIELDS.get(action)
+        yield ArchivedInstant(instant, record.get(field) if field else None)
+
+
 def read_archived(storage: Storage, folder: str) -> list[ArchivedInstant]:
     """Every completed instant in the archive folder ``folder`` (relative to ``storage``),
     oldest first. A missing folder is an empty archive."""
-    if not storage.exists(folder):
-        return []
-    found: dict[tuple[str, Action], ArchivedInstant] = {}
-    for entry in sorted(storage.list(folder), key=lambda e: e.name):
-        if entry.is_dir or not entry.name.startswith(".commits_.archive."):
-            continue
-        path = f"{folder}/{entry.name}"
-        for record in archived_records(storage.read(path), path):
-            if str(record.get("actionState", "COMPLETED")).upper() != State.COMPLETED.name:
-                continue
-            try:
-                action = Action(str(record["actionType"]))
-                instant = Instant(str(record["commitTime"]), action, State.COMPLETED)
-            except (KeyError, ValueError) as e:
-                logger.warning("skipping an archived entry of %s: %s", path, e)
-                continue
-            field = METADATA_FIELDS.get(action)
-            metadata = record.get(field) if field else None
-            found[(instant.timestamp, action)] = ArchivedInstant(instant, metadata)
-    return sorted(found.values(), key=lambda a: a.instant)
+    return ArchivedTimeline(storage, folder).instants()
 
 
 def archived_records(data: bytes, path: str) -> Iterator[dict[str, Any]]:
@@ -144,4 +217,11 @@ def _metadata(body: bytes, offset: int) -> tuple[dict[int, bytes], int]:
     return values, offset
 
 
-__all__ = ["METADATA_FIELDS", "ArchivedInstant", "archived_records", "read_archived"]
+__all__ = [
+    "METADATA_FIELDS",
+    "MTIME_MARGIN_SECONDS",
+    "ArchivedInstant",
+    "ArchivedTimeline",
+    "archived_records",
+    "read_archived",
+]

@@ -123,6 +123,23 @@ def _one_of(*choices: str) -> Callable[[str], bool]:
     return lambda value: value in choices
 
 
+FAILED_WRITES_POLICY: ConfigKey[str] = _key(
+    ConfigKey(
+        "hoodie.cleaner.policy.failed.writes",
+        str.upper,
+        "EAGER",
+        "How the table's writers clean up their failed writes, which says what a pending write "
+        "without a heartbeat file is. EAGER (Apache Hudi's default for a single writer): its "
+        "writer writes no heartbeat and rolls it back itself when it next starts, so it is never "
+        "rolled back here; only writes whose heartbeat file expired are (this project's writers "
+        "always heartbeat). LAZY (every writer heartbeats): a missing heartbeat counts as "
+        "expired, as Hudi's own cleaner counts it. NEVER: no failed write is rolled back.",
+        _one_of("EAGER", "LAZY", "NEVER"),
+        "one of EAGER, LAZY, NEVER",
+    )
+)
+
+
 CONFLICT_STRATEGY: ConfigKey[str] = _key(
     ConfigKey(
         "hoodie.write.lock.conflict.resolution.strategy",

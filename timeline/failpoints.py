@@ -30,6 +30,8 @@ from timeline.errors import InjectedFailure
 
 ENV = "AIX_FAILPOINT"
 
+#: the named points of an index build (others: "archive.read" before an archive file is read,
+#: "resync.mid" once a sync's rebuild in place has begun)
 POINTS = (
     "schedule.before_plan",
     "schedule.after_plan",
@@ -41,6 +43,7 @@ POINTS = (
     "complete.after_partitions",
     "abort.mid",
 )
+
 
 _fired: set[str] = set()
 _hits: Counter[str] = Counter()

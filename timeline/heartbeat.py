@@ -2,9 +2,11 @@
 
 A writer of instant T touches ``.hoodie/.heartbeat/<T>`` every ``interval`` seconds from a
 background thread; liveness is the file's modification time. T's heartbeat is *expired* when the
-file is missing or ``now - mtime > interval * tolerable_misses``. A writer checks its own heartbeat
-before it commits (:meth:`Heartbeat.ensure_alive`), and the cleaner rolls back pending instants
-whose heartbeat expired. The file is deleted after the commit or rollback.
+file is missing or ``now - mtime > interval * tolerable_misses``: enough to stop waiting for T.
+A writer checks its own heartbeat before it commits (:meth:`Heartbeat.ensure_alive`). Rolling T
+back takes proof that its writer is dead, which a missing file is not where writers write none
+(Apache Hudi's default): see :meth:`timeline.table.Table.writer_is_dead`. The file is deleted
+after the commit or rollback.
 """
 
 from __future__ import annotations

@@ -5,9 +5,10 @@ older than its retention (and the file groups an insert_overwrite or clustering 
 **rollback** deletes the files of a failed or undone write, a **restore** rolls back every write
 after a savepoint. Their completed instants say which files went, in Avro
 (``HoodieCleanMetadata``, ``HoodieRollbackMetadata``, ``HoodieRestoreMetadata``, each an Avro
-object container file with its schema inside). This kernel's own rollbacks write JSON with a
-``deletedFiles`` list. An index that listed those files must drop them, or its listing and
-validation go stale once Hudi archives the instants that made them invisible.
+object container file with its schema inside); this kernel's own rollbacks write Hudi's Avro too
+(:mod:`timeline.hudi_avro`), and earlier versions wrote JSON with a ``deletedFiles`` list, which
+is still read. An index that listed those files must drop them, or its listing and validation go
+stale once Hudi archives the instants that made them invisible.
 
 The Avro container format is read with ``fastavro`` (a maintained, widely used Avro
 implementation) rather than a hand-written decoder.

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from timeline.archived import ArchivedInstant, read_archived
-from timeline.config import HEARTBEAT_TOLERABLE_MISSES, LOCK_URL, Config
+from timeline.archived import ArchivedInstant, ArchivedTimeline
+from timeline.config import FAILED_WRITES_POLICY, HEARTBEAT_TOLERABLE_MISSES, LOCK_URL, Config
 from timeline.errors import (
     FileAlreadyExistsError,
     StorageFileNotFoundError,
@@ -14,7 +14,7 @@ from timeline.errors import (
     TableConfigError,
     TableNotFoundError,
 )
-from timeline.heartbeat import Heartbeat, is_expired
+from timeline.heartbeat import Heartbeat, heartbeat_age, is_expired
 from timeline.index_state import STATE_FILE, IndexState
 from timeline.locks import LockHandle, LockProvider, default_owner, lock_provider_for
 from timeline.storage import Storage
@@ -132,11 +132,15 @@ class Table:
         self._table_config = updated
         return updated
 
-    def archived_timeline(self) -> list[ArchivedInstant]:
-        """The completed instants Apache Hudi archived (``hoodie.archivelog.folder`` under
-        ``.hoodie/``), oldest first; read on demand, as it may be large."""
+    def archive(self) -> ArchivedTimeline:
+        """Apache Hudi's archived timeline (``hoodie.archivelog.folder`` under ``.hoodie/``),
+        listed on first use and read file by file on demand, as it may be large."""
         folder = self._table_config.get(ARCHIVELOG_FOLDER).strip("/") or "archived"
-        return read_archived(self.storage, f"{META_FOLDER}/{folder}")
+        return ArchivedTimeline(self.storage, f"{META_FOLDER}/{folder}")
+
+    def archived_timeline(self) -> list[ArchivedInstant]:
+        """Every completed instant Apache Hudi archived, oldest first."""
+        return self.archive().instants()
 
     # --- our index's state -----------------------------------------------------------------------
 
@@ -212,10 +216,27 @@ class Table:
         )
 
     def heartbeat_expired(self, instant_time: str) -> bool:
-        """Whether the writer of ``instant_time`` counts as dead under this table's config."""
+        """Whether the writer of ``instant_time`` is not known to be alive: its heartbeat expired
+        or there is none. Enough to stop waiting for it or to skip it as a conflict candidate,
+        never to roll it back (see :meth:`writer_is_dead`)."""
         return is_expired(
             self.storage,
             instant_time,
             self.config.heartbeat_interval_seconds,
             self.config.get(HEARTBEAT_TOLERABLE_MISSES),
         )
+
+    def writer_is_dead(self, instant_time: str) -> bool:
+        """Whether the writer of pending ``instant_time`` is provably dead, so that its write may
+        be rolled back: its heartbeat file exists and expired. A missing heartbeat file proves
+        nothing where the table's writers clean up eagerly (Apache Hudi's default: no heartbeat,
+        the writer rolls its own failed write back when it next starts); it counts as expired
+        only with ``hoodie.cleaner.policy.failed.writes=LAZY``, and with ``NEVER`` nothing is."""
+        policy = self.config.get(FAILED_WRITES_POLICY)
+        if policy == "NEVER":
+            return False
+        age = heartbeat_age(self.storage, instant_time)
+        if age is None:
+            return policy == "LAZY"
+        limit = self.config.heartbeat_interval_seconds * self.config.get(HEARTBEAT_TOLERABLE_MISSES)
+        return age > limit

@@ -10,7 +10,8 @@ Loading lists ``.hoodie/`` once (flat) and folds the state files of each instant
   file cannot stop readers; writers and table services call :meth:`Timeline.require_valid` and
   refuse to act on a timeline they cannot fully read (an unknown action may mutate data in ways
   they cannot check for conflicts);
-* two different actions at the same instant time break invariant 1; both are kept, with a warning;
+* two different actions at the same instant time break invariant 1; both are kept, with a warning
+  (except a savepoint, which Hudi names after the commit it saves);
 * content is read lazily; unparsable content raises :class:`CorruptInstantError` naming the file.
 
 State transitions are write-once: the new state's file is created with create-if-absent, and only
@@ -50,6 +51,7 @@ from timeline.storage import Storage
 logger = logging.getLogger(__name__)
 
 META_FOLDER = ".hoodie"
+_REMOVALS = frozenset({Action.CLEAN, Action.ROLLBACK, Action.RESTORE})
 COMPLETION_TIME_KEY = "completionTime"
 
 
@@ -132,15 +134,18 @@ class Timeline:
     def timestamps(self) -> list[str]:
         return [i.timestamp for i in self.instants]
 
-    def last_contiguous_completed_write(self) -> Instant | None:
-        """The last completed write instant before the earliest pending write instant.
+    def last_settled_write(self) -> Instant | None:
+        """The last completed write instant before the earliest pending instant that changes
+        data files: a write, or a clean, rollback or restore (Hudi's "last contiguous completed
+        write", with removals counted too).
 
         E.g. completed 01..07, 13, 15, 17 with 09, 11, 19 pending gives 07: everything up to it is
-        final, so an index built up to it never has to revisit an earlier instant.
-        """
-        writes = self.write_timeline()
-        first_pending = writes.pending().first()
-        completed = writes.completed()
+        final, so an index built up to it never has to revisit an earlier instant. A clean or
+        rollback pending before 07 would complete later with nothing to say the index lacks it
+        (it is not newer than what the index covers), so it stops the count as a write does."""
+        changes = self.filter(lambda i: i.action in WRITE_ACTIONS or i.action in _REMOVALS)
+        first_pending = changes.pending().first()
+        completed = self.write_timeline().completed()
         if first_pending is not None:
             completed = completed.before(first_pending.timestamp)
         return completed.last()
@@ -213,7 +218,7 @@ def _fold(entries: Iterable[str]) -> Timeline:
                     family = Action.LOG_COMPACTION
             if family not in latest or item.state.rank > latest[family].rank:
                 latest[family] = item.state
-        if len(latest) > 1:
+        if len(latest.keys() - {Action.SAVEPOINT}) > 1:  # a savepoint takes its commit's time
             logger.warning(
                 "instant time %s is used by several actions (%s); instant times must be unique",
                 timestamp,
@@ -318,8 +323,14 @@ class ActiveTimeline:
     def transition_to_inflight(self, instant: Instant, content: bytes = b"") -> Instant:
         return self._transition(instant, State.INFLIGHT, content)
 
-    def complete(self, instant: Instant, content: Mapping[str, Any] | None = None) -> Instant:
-        """Complete an inflight instant; its content records the completion time."""
+    def complete(
+        self, instant: Instant, content: Mapping[str, Any] | bytes | None = None
+    ) -> Instant:
+        """Complete an inflight instant. JSON content records the completion time; ``bytes``
+        (Apache Hudi's Avro metadata, which has no room for it) are written as they are, and the
+        completion time is then the file's, as for Hudi's own instants."""
+        if isinstance(content, bytes):
+            return self._transition(instant, State.COMPLETED, content)
         completion = max(self.generator.peek_now(), instant.timestamp)
         body = dict(content or {})
         body[COMPLETION_TIME_KEY] = completion

@@ -2,8 +2,9 @@
 
 One :class:`WriteTransaction` is one instant T (docs/architecture.md §4):
 
-1. start: a new instant time, its heartbeat, then ``T.commit.requested`` (a requested instant
-   without a heartbeat file is therefore always a dead writer's);
+1. start: a new instant time, its heartbeat, then ``T.commit.requested`` (so every pending
+   instant of this writer has a heartbeat file until it commits or is rolled back, and a dead
+   writer's expires: the cleaner rolls back only writes whose heartbeat file expired);
 2. write: plan the file groups (new ones for inserts; tagged existing ones for updates and
    deletes; ``hash(key) mod N`` buckets in the bucket layout); for each data file create its
    marker (after the early conflict check, when enabled), then write the file;
@@ -286,7 +287,12 @@ class WriteTransaction:
         try:
             self.instant = timeline.create_requested(Action.COMMIT, timestamp=instant_time)
         except BaseException:
-            self.heartbeat.stop()
+            requested = Instant(instant_time, Action.COMMIT, State.REQUESTED)
+            if self.table.storage.exists(timeline.path(requested)):
+                # it landed after all: its heartbeat expires and the cleaner rolls it back
+                self.heartbeat.pause()
+            else:
+                self.heartbeat.stop()
             raise
         self.start_state = TxnStart.capture(self.instant, snapshot)
         # completed metadata partitions serve listings (files) and upsert tagging (bloom_filters)
@@ -593,9 +599,13 @@ class WriteTransaction:
             with self.table.lock(f"abort {self.instant_time}") as lock:
                 current = self.table.timeline.load().get(self.instant_time, Action.COMMIT)
                 if current is not None and current.state is not State.COMPLETED:
-                    rollback(self.table, current, lock)
-        finally:
-            self.heartbeat.stop()
+                    rollback(self.table, current, lock, MetadataTable(self.table).apply_removal)
+        except BaseException:
+            # not rolled back: the heartbeat file stays, so that once it expires the cleaner
+            # knows this write is dead and rolls it back (a write without one is never touched)
+            self.heartbeat.pause()
+            raise
+        self.heartbeat.stop()
         logger.info("write %s aborted", self.instant)
 
 

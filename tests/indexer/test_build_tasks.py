@@ -27,7 +27,7 @@ def test_read_tasks_write_the_bloom_groups_and_shuffle_only_the_rest(tmp_path: P
     with table.lock("test") as lock:
         for partition in types:
             writer.create_partition(partition, 2, lock)
-    last = table.timeline.load().last_contiguous_completed_write()
+    last = table.timeline.load().last_settled_write()
     upto = last.timestamp if last else NOTHING
     builds = [writer.begin_build(p, upto, 2, ()) for p in types]
     files = writer.visible_files(table.timeline.load(), upto, table.reload_index_state())

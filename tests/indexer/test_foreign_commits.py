@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from indexer.indexer import AsyncIndexer
-from metadata_table.layout import COLUMN_STATS, FILES, PARTITION_STATS, PARTITIONS
+from indexer.indexer import AsyncIndexer, IndexerOptions
+from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES, PARTITION_STATS, PARTITIONS
 from metadata_table.maintenance import compact, initialize
 from metadata_table.reads import IndexedSnapshot
 from timeline import Table
@@ -25,6 +25,7 @@ from timeline.fs_view import FileSystemView
 from writer.client import WriteClient, WriteTransaction
 
 from ..metadata_table.test_metadata_table import assert_exact, keys, rows
+from ..timeline.hudi_archive import clean_entry, write_archive_file
 from .test_indexer import make_table
 
 
@@ -133,7 +134,7 @@ def test_an_interrupted_sync_is_never_read_half_done(
     snapshot = IndexedSnapshot(table)
     assert [i.timestamp for i in snapshot.unapplied(calls[0])] == [foreign]
     assert "tokyo" in snapshot.list_partitions()
-    assert AsyncIndexer(table).sync() == {foreign: sorted(PARTITIONS)}
+    assert AsyncIndexer(table).sync().applied == {foreign: sorted(PARTITIONS)}
     assert_exact(table)
 
 
@@ -172,19 +173,18 @@ def test_an_instant_with_no_records_for_a_partition_counts_as_applied(
     assert indexer.unapplied() == {}
     foreign = foreign_write(table, rows(keys(600, 605)), monkeypatch)
     assert list(indexer.unapplied()) == [foreign]
-    assert indexer.sync() == {foreign: [COLUMN_STATS]}
-    assert indexer.unapplied() == {} and indexer.sync() == {}
+    assert indexer.sync().applied == {foreign: [COLUMN_STATS]}
+    assert indexer.unapplied() == {} and not indexer.sync()
 
 
 def test_a_deleted_or_replaced_index_folder_is_never_read(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A completed partition whose folder vanished is lost: reads use the data (with a warning
-    naming the cause), status and validate say so, sync leaves it alone. An index folder replaced
-    by files we did not write is not read either."""
+    naming the cause), status and validate say so, and sync rebuilds it in place from storage.
+    An index folder replaced by files we did not write is not read either."""
     import shutil
 
-    from indexer.indexer import AsyncIndexer
     from timeline.index_state import INDEX_FOLDER, STATE_FILE
 
     table = make_table(tmp_path / "t")
@@ -202,7 +202,14 @@ def test_a_deleted_or_replaced_index_folder_is_never_read(
     assert json.loads(status.stdout)["partitions"][COLUMN_STATS] == "lost"
     validated = indexer_cli(table, "validate")
     assert validated.returncode == 1 and "lost: no base file of ours" in validated.stdout
-    assert AsyncIndexer(table).sync() == {}
+    assert "`indexer sync`" in validated.stdout
+    synced = indexer_cli(table, "sync")
+    assert synced.returncode == 0, synced.stderr
+    assert f"rebuilt {COLUMN_STATS} from storage: no base file of ours" in synced.stdout
+    assert indexer_cli(table, "validate").returncode == 0
+    assert_exact(table, (FILES, COLUMN_STATS, BLOOM_FILTERS))
+    assert IndexedSnapshot(table).prune("fare > 100000").used_index
+    shutil.rmtree(Path(table.base_uri, INDEX_FOLDER, COLUMN_STATS))
 
     folder = Path(table.base_uri, INDEX_FOLDER)
     shutil.rmtree(folder)
@@ -259,3 +266,86 @@ def test_status_reads_the_metadata_table_once(
     assert set(status["partitions"].values()) == {"completed"}
     assert all(lag["files"] > 0 for lag in status["lag"].values())
     assert len(made) == 1
+
+
+def _clean_by_another_writer(table: Table) -> tuple[str, dict[str, list[str]]]:
+    """A clean that did not go through this kernel: every superseded file version deleted, the
+    clean already moved to Hudi's archive (Hudi archives cleans and commits by separate counts,
+    so it may go before older commits do). Returns its instant time and what it deleted."""
+    view = FileSystemView(table.timeline, table.timeline.load())
+    latest = set(view.latest_base_files())
+    deleted: dict[str, list[str]] = {}
+    for old in view.all_base_files:
+        if old not in latest:
+            table.storage.delete(old.path)
+            deleted.setdefault(old.partition_path, []).append(old.file_name)
+    timestamp = table.timeline.generator.next()
+    write_archive_file(
+        table.storage,
+        ".hoodie/archived/.commits_.archive.1_1-0-1",
+        [clean_entry(timestamp, deleted)],
+    )
+    return timestamp, deleted
+
+
+def test_an_archived_clean_newer_than_active_commits_is_applied(tmp_path: Path) -> None:
+    """The clean is not on the active timeline, yet newer than commits that are: readers count
+    it unapplied, validate names it, and sync applies it from the archive (it used to fail with
+    ``read .hoodie/<T>.clean: no such file``, or not see the clean at all)."""
+    table = make_table(tmp_path / "t")
+    initialize(table, list(PARTITIONS))
+    WriteClient(table).upsert(rows(keys(0, 20), ts=2))  # older versions of some file groups
+    clean, deleted = _clean_by_another_writer(table)
+    assert deleted
+    WriteClient(table).upsert(rows(keys(40, 45), ts=3))
+    assert table.timeline.load().get(clean) is None
+    snapshot = IndexedSnapshot(table)
+    assert [i.timestamp for i in snapshot.unapplied(FILES)] == [clean]
+    assert_reads_are_current(table)
+    validated = indexer_cli(table, "validate", "--json")
+    assert validated.returncode == 1
+    lagging = {u for p in json.loads(validated.stdout)["partitions"] for u in p["unapplied"]}
+    assert lagging == {f"{clean}.clean"}
+    synced = indexer_cli(table, "sync", "--json")
+    assert synced.returncode == 0, synced.stderr
+    assert json.loads(synced.stdout)["applied"] == {clean: sorted(PARTITIONS)}
+    assert indexer_cli(table, "validate").returncode == 0
+    assert_exact(table)
+    assert_reads_are_current(table)
+
+
+def test_a_trimmed_archive_makes_sync_rebuild_from_storage(tmp_path: Path) -> None:
+    """When the instant the index covers up to is in neither the active timeline nor the archive
+    (the archive was trimmed), what came after it cannot be known: reads do not use the index,
+    and sync rebuilds it from storage, says so, and completes."""
+    table = make_table(tmp_path / "t")
+    initialize(table, list(PARTITIONS))
+    covered = table.timeline.load().last_settled_write()
+    assert covered is not None
+    WriteClient(table).upsert(rows(keys(0, 20), ts=2))
+    for name in Path(table.base_uri, ".hoodie").iterdir():  # archived, and the archive trimmed
+        if name.name[:1].isdigit() and name.name[:17] <= covered.timestamp:
+            name.unlink()
+    assert IndexedSnapshot(table).lost(FILES) is not None
+    assert_reads_are_current(table)
+    status = indexer_cli(table, "status")
+    assert "(`indexer sync` rebuilds it)" in status.stdout
+    synced = indexer_cli(table, "sync")
+    assert synced.returncode == 0, synced.stderr
+    assert "which is neither on the active timeline nor in Hudi's archive" in synced.stdout
+    assert synced.stdout.startswith(f"rebuilt {', '.join(sorted(PARTITIONS))} from storage")
+    assert indexer_cli(table, "validate").returncode == 0
+    assert_exact(table)
+
+
+def test_a_build_indexes_the_files_of_commits_hudi_archived(tmp_path: Path) -> None:
+    """Data files of commits older than the active timeline's start are committed (Hudi
+    archived their instants): a build indexes them (it used to index only active commits')."""
+    table = make_table(tmp_path / "t")
+    first_two = table.timeline.load().write_timeline().timestamps[:2]
+    for name in Path(table.base_uri, ".hoodie").iterdir():
+        if name.name[:17] in first_two:
+            name.unlink()
+    AsyncIndexer(table, IndexerOptions(engine="local")).run(list(PARTITIONS))
+    assert_exact(table)
+    assert indexer_cli(table, "validate").returncode == 0

@@ -71,7 +71,7 @@ def test_schedule_writes_the_plan_and_marks_partitions_inflight(tmp_path: Path, 
     result = indexer.schedule([COLUMN_STATS, BLOOM_FILTERS], ["fare", "ts"])
     assert result.instant is not None and result.lock_seconds < 1.0
     plan = json.loads(table.timeline.read_content(result.instant))
-    last = table.timeline.load().last_contiguous_completed_write()
+    last = table.timeline.load().last_settled_write()
     assert plan == {
         "version": 1,
         "indexPartitionInfos": [

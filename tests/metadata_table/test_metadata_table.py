@@ -25,11 +25,12 @@ from metadata_table.layout import (
     MetadataFile,
 )
 from metadata_table.maintenance import build_records, compact, initialize
+from metadata_table.partition_writer import PartitionWriter
 from metadata_table.reads import IndexedSnapshot
 from metadata_table.table import MetadataTable
 from timeline import Action, Table
 from timeline.config import Config
-from timeline.errors import CommitStateUnknownError
+from timeline.errors import CommitStateUnknownError, WriteConflictError
 from timeline.rollback import clean_failed_writes
 from writer.client import Operation, WriteClient
 
@@ -135,13 +136,71 @@ def test_entries_of_uncommitted_instants_are_invisible_and_rolled_back(
     assert_exact(table)
 
 
+def _compacted_past_the_loser(table: Table) -> None:
+    """Metadata compaction covers the winner, which is newer than the rolled-back loser: the
+    loser's instant is older than what the base files cover (the case `make demo` hit)."""
+    for partition in PARTITIONS:
+        compact(table, partition)
+
+
+def test_a_conflict_and_retry_of_our_writers_leaves_nothing_unapplied(tmp_path: Path) -> None:
+    """The loser of a write conflict rolls back its files inside the rollback's critical
+    section, index update included: no partition counts the rollback as unapplied, before or
+    after compaction covers the loser's instant time."""
+    table = make_table(tmp_path)
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 30)))
+    initialize(table, list(PARTITIONS))
+    loser = client.start(Operation.UPSERT)
+    loser.write(rows(keys(0, 5), ts=2))
+    client.upsert(rows(keys(0, 5), ts=3))
+    with pytest.raises(WriteConflictError):
+        loser.commit()
+    loser.abort()
+    client.upsert(rows(keys(0, 5), ts=4))  # the retry
+    (rollback,) = table.timeline.load().with_actions(Action.ROLLBACK)
+    assert PartitionWriter(table).logged_partitions(rollback.timestamp) == set(PARTITIONS)
+    for check in (lambda: None, lambda: _compacted_past_the_loser(table)):
+        check()
+        reader = MetadataTable(table).reader(table.timeline.load())
+        assert {p: reader.unapplied(p) for p in PARTITIONS} == {p: [] for p in PARTITIONS}
+    assert_exact(table)
+
+
+def test_the_cleaners_rollbacks_leave_nothing_unapplied(tmp_path: Path) -> None:
+    """A dead writer's instant rolled back by the indexer's cleaner (the daemon's) is applied to
+    the index in the rollback's critical section; one rolled back by the kernel's own cleaner
+    (`indexer-table clean`, which has no index to write) is of a write that was pending, so
+    nothing the index covers: neither is ever unapplied."""
+    from indexer.indexer import AsyncIndexer
+
+    table = make_table(tmp_path, heartbeat_ms=200)
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 30)))
+    initialize(table, list(PARTITIONS))
+    indexer = AsyncIndexer(table)
+    for clean in (indexer.clean_failed_writes, lambda: clean_failed_writes(table)):
+        dead = client.start(Operation.UPSERT)
+        dead.write(rows(keys(0, 5), ts=2))
+        dead.heartbeat.pause()
+        client.upsert(rows(keys(10, 12), ts=3))
+        _compacted_past_the_loser(table)
+        time.sleep(0.6)
+        assert [i.timestamp for i in clean()] == [dead.instant_time]
+        assert indexer.unapplied() == {}
+        assert_exact(table)
+    applied, not_applied = table.timeline.load().with_actions(Action.ROLLBACK)
+    assert indexer.writer.logged_partitions(applied.timestamp) == set(PARTITIONS)
+    assert not indexer.writer.logged_partitions(not_applied.timestamp)
+
+
 def test_inflight_partitions_are_updated_but_not_read(tmp_path: Path) -> None:
     table = make_table(tmp_path)
     client = WriteClient(table)
     client.insert(rows(keys(0, 30)))
     mdt = MetadataTable(table)
     timeline = table.timeline.load()
-    last = timeline.last_contiguous_completed_write()
+    last = timeline.last_settled_write()
     assert last is not None
     mdt.write_base_files(
         COLUMN_STATS,

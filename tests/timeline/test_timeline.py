@@ -170,21 +170,43 @@ def _timeline(spec: list[tuple[int, Action, State]]) -> Timeline:
 C, P = State.COMPLETED, State.INFLIGHT
 
 
-def test_last_contiguous_completed_write_reference_example() -> None:
+def test_last_settled_write_reference_example() -> None:
     # completed 01..07, 13, 15, 17; pending 09, 11, 19 -> 07
     spec = [(n, Action.COMMIT, C) for n in (1, 2, 3, 4, 5, 6, 7, 13, 15, 17)]
     spec += [(n, Action.COMMIT, P) for n in (9, 11, 19)]
-    spec += [(8, Action.CLEAN, P), (10, Action.INDEXING, P)]  # not writes: ignored
-    assert _timeline(spec).last_contiguous_completed_write() == Instant(_t(7), Action.COMMIT, C)
+    spec += [(10, Action.INDEXING, P), (12, Action.CLEAN, C)]  # no pending change of files
+    assert _timeline(spec).last_settled_write() == Instant(_t(7), Action.COMMIT, C)
 
 
-def test_last_contiguous_completed_write_edges() -> None:
-    assert _timeline([]).last_contiguous_completed_write() is None
-    assert _timeline([(1, Action.COMMIT, P)]).last_contiguous_completed_write() is None
+@pytest.mark.parametrize("action", [Action.CLEAN, Action.ROLLBACK, Action.RESTORE])
+def test_a_pending_removal_stops_the_settled_writes(action: Action) -> None:
+    """A clean (or rollback, restore) pending at 05 deletes files when it completes, maybe
+    after an index built up to 07 listed them; 07 would then never count it as unapplied."""
+    spec = [(n, Action.COMMIT, C) for n in (1, 2, 3, 4, 6, 7)]
+    assert _timeline([*spec, (5, action, State.REQUESTED)]).last_settled_write() == Instant(
+        _t(4), Action.COMMIT, C
+    )
+    assert _timeline([*spec, (5, action, C)]).last_settled_write() == Instant(
+        _t(7), Action.COMMIT, C
+    )
+
+
+def test_a_savepoint_shares_its_commits_time_without_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="timeline.timeline"):
+        loaded = _fold([f"{_t(1)}.commit", f"{_t(1)}.savepoint"])
+    assert {i.action for i in loaded} == {Action.COMMIT, Action.SAVEPOINT}
+    assert not caplog.text
+
+
+def test_last_settled_write_edges() -> None:
+    assert _timeline([]).last_settled_write() is None
+    assert _timeline([(1, Action.COMMIT, P)]).last_settled_write() is None
     everything = _timeline([(1, Action.COMMIT, C), (2, Action.DELTA_COMMIT, C)])
-    assert everything.last_contiguous_completed_write() == Instant(_t(2), Action.DELTA_COMMIT, C)
+    assert everything.last_settled_write() == Instant(_t(2), Action.DELTA_COMMIT, C)
     compaction_pending = _timeline([(1, Action.COMMIT, C), (2, Action.COMPACTION, State.REQUESTED)])
-    assert compaction_pending.last_contiguous_completed_write() == Instant(_t(1), Action.COMMIT, C)
+    assert compaction_pending.last_settled_write() == Instant(_t(1), Action.COMMIT, C)
 
 
 def test_filters() -> None:

@@ -20,6 +20,7 @@ import pytest
 from timeline import Action, Table
 from timeline.config import Config
 from timeline.fs_view import FileSystemView
+from timeline.removals import read_avro_records
 from timeline.rollback import clean_failed_writes, plan_rollback
 from writer.client import WriteClient
 
@@ -160,10 +161,12 @@ def test_killed_writer_is_rolled_back_and_hudi_rs_agrees(
     timeline = table.timeline.load()
     assert timeline.get(killed) is None
     (rb,) = timeline.with_actions(Action.ROLLBACK).completed()
-    content = table.timeline.read_json(rb)
-    assert content["rolledBackInstants"] == [killed]
-    assert sorted(content["deletedFiles"]) == sorted(doomed)
-    assert content["method"] == "markers"
+    (content,) = read_avro_records(table.timeline.read_content(rb))  # Hudi's own format
+    assert content["commitsRollback"] == [killed]
+    assert content["instantsRollback"] == [{"commitTime": killed, "action": "commit"}]
+    deleted = [f for p in content["partitionMetadata"].values() for f in p["successDeleteFiles"]]
+    assert sorted(deleted) == sorted(table.storage.uri(p) for p in doomed)
+    assert content["totalFilesDeleted"] == len(doomed)
     assert not table.storage.exists(f".hoodie/.heartbeat/{killed}")
     assert table.storage.list(f".hoodie/.temp/{killed}", recursive=True) == []
     again = subprocess.run(
@@ -193,11 +196,14 @@ def test_an_interrupted_rollback_is_finished(tmp_path: Path) -> None:
     txn.heartbeat.pause()
     # the cleaner crashed right after writing its plan
     plan = plan_rollback(table, table.timeline.load().get(txn.instant_time))  # type: ignore[arg-type]
-    table.timeline.create_requested(Action.ROLLBACK, plan.to_bytes())
+    table.timeline.create_requested(Action.ROLLBACK, plan.to_bytes(table.storage))
     assert all(table.storage.exists(p) for p in plan.files)
-    assert (
-        clean_failed_writes(table) == []
-    )  # the heartbeat is still fresh: only the plan is finished
+    # while the write's heartbeat is fresh, the pending rollback may be its owner's, in progress
+    assert clean_failed_writes(table) == []
+    assert all(table.storage.exists(p) for p in plan.files)
+    assert table.timeline.load().with_actions(Action.ROLLBACK).pending()
+    time.sleep(HEARTBEAT_MS * 2 / 1000 + 0.2)
+    assert clean_failed_writes(table) == []  # the plan is finished; nothing new is rolled back
     assert not any(table.storage.exists(p) for p in plan.files)
     timeline = table.timeline.load()
     assert timeline.get(txn.instant_time) is None
