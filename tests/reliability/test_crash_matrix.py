@@ -38,9 +38,10 @@ from metadata_table.table import MetadataTable
 from timeline import Table
 from timeline.config import Config
 from timeline.fs_view import FileSystemView
+from timeline.index_state import INDEX_FOLDER
 from timeline.markers.server import MarkerServer
 from timeline.rollback import clean_failed_writes
-from writer.client import Operation, WriteClient, WriteOptions
+from writer.client import Operation, WriteClient, WriteOptions, WriteTransaction
 
 from ..metadata_table.test_metadata_table import keys, rows
 from ..writer.test_failed_writes import hudi_rs
@@ -227,6 +228,83 @@ def test_indexer_crash_point(
     want = expected_rows(rows(keys(0, 120)), rows(keys(0, 30), ts=2), after)
     assert_converged(table, want)
     MATRIX.append(("indexer", label, "killed; restart converged"))
+
+
+# --- sync and resync -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sync_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A table whose index lags in every way a sync handles: commits that did not update it, a
+    clean another writer made and Hudi then archived (newer than active commits), and a lost
+    partition (its folder deleted), which the sync rebuilds from storage in place."""
+    from ..indexer.test_foreign_commits import _clean_by_another_writer
+
+    folder = tmp_path_factory.mktemp("sync-template")
+    table = Table.create(
+        str(folder / "t"), "trips", ["uuid"], ["city"], "ts", config=config(folder)
+    )
+    WriteClient(table).insert(rows(keys(0, 90)))
+    initialize(table, ALL, groups=dict.fromkeys(ALL, 1))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(WriteTransaction, "_update_metadata_table", lambda self, lock: None)
+        WriteClient(table).upsert(rows(keys(0, 20), ts=2))
+        _clean_by_another_writer(table)
+        WriteClient(table).upsert(rows(keys(40, 50), ts=3))
+    shutil.rmtree(Path(table.base_uri, INDEX_FOLDER, "bloom_filters"))
+    return folder
+
+
+def sync_args(folder: Path) -> list[str]:
+    return ["sync", str(folder / "t"), *conf_args(folder)]
+
+
+@pytest.fixture(scope="module")
+def sync_points(
+    sync_template: Path, tmp_path_factory: pytest.TempPathFactory
+) -> list[tuple[str, str]]:
+    tmp = tmp_path_factory.mktemp("sync-trace")
+    folder, _ = fresh(sync_template, tmp)
+    done = run("indexer", sync_args(folder), "storage.write:trace")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rebuilt bloom_filters from storage" in done.stdout, done.stdout
+    traced = mutations(done.stderr)
+    points = [
+        (f"storage.write@{n}:kill", f"#{n} before {what}")
+        for n, what in enumerate(traced, start=1)
+        if sampled(n, len(traced), dense_until=6, every=6)
+    ]
+    points += [("archive.read:kill", "reading Hudi's archive"), ("resync.mid:kill", "resync.mid")]
+    assert len(points) <= SYNC_SLOTS, f"{len(points)} points: raise SYNC_SLOTS"
+    return points
+
+
+SYNC_SLOTS = 60  # more than a sync makes; slots past the end are skipped
+
+
+@pytest.mark.parametrize("slot", range(SYNC_SLOTS))
+def test_sync_crash_point(
+    slot: int, sync_points: list[tuple[str, str]], sync_template: Path, tmp_path: Path
+) -> None:
+    """A sync (applying instants, reading the archive, rebuilding a lost partition) killed at
+    each point; writers go on; the next sync converges."""
+    if slot >= len(sync_points):
+        pytest.skip(f"a sync makes {len(sync_points)} crash points")
+    spec, label = sync_points[slot]
+    folder, table = fresh(sync_template, tmp_path)
+    killed = run("indexer", sync_args(folder), spec)
+    assert killed.returncode == -9, f"{spec} never fired: {killed.stderr[-2000:]}"
+    after = rows(keys(30, 35), ts=4)
+    WriteClient(table).upsert(after)
+    time.sleep(3 * HEARTBEAT_MS / 1000)  # a killed resync's heartbeat expires
+    again = run("indexer", sync_args(folder), None)
+    assert again.returncode == 0, again.stderr[-2000:]
+    want = expected_rows(
+        rows(keys(0, 90)), rows(keys(0, 20), ts=2), rows(keys(40, 50), ts=3), after
+    )
+    assert_converged(table, want)
+    assert not AsyncIndexer(table).unapplied() and not AsyncIndexer(table).lost()
+    MATRIX.append(("sync", label, "killed; the next sync converged"))
 
 
 # --- writers -------------------------------------------------------------------------------------
