@@ -566,24 +566,23 @@ class AsyncIndexer:
         names = sorted(partitions)
         for name in names:
             logger.warning("resync %s of %s: %s", name, self.table.base_uri, partitions[name])
-        with self._lock("resync index") as lock:
-            state = self.table.reload_index_state()
-            names = [p for p in names if p in state.completed]
-            if not names:
-                return {}
-            timeline = self.table.timeline.load().require_valid()
-            last = timeline.last_settled_write()
-            upto = last.timestamp if last else NOTHING
-            builds = []
-            for name in names:
-                groups = self.writer.ensure_file_groups(name, lock)
-                columns = state.column_stats_columns if self.writer.takes_columns(name) else ()
-                builds.append(self.writer.begin_build(name, upto, groups, columns))
-            failpoint("resync.mid")
-        marker_instant = builds[0].instant
+        builds: list[PartitionBuild] = []
         try:
+            with self._lock("resync index") as lock:
+                state = self.table.reload_index_state()
+                names = [p for p in names if p in state.completed]
+                if not names:
+                    return {}
+                timeline = self.table.timeline.load().require_valid()
+                last = timeline.last_settled_write()
+                upto = last.timestamp if last else NOTHING
+                for name in names:
+                    groups = self.writer.ensure_file_groups(name, lock)
+                    columns = state.column_stats_columns if self.writer.takes_columns(name) else ()
+                    builds.append(self.writer.begin_build(name, upto, groups, columns))
+                failpoint("resync.mid")
             files = self.writer.visible_files(timeline, upto, state, use_index=False)
-            sizes = self._run_builds(files, builds, marker_instant, "resync")
+            sizes = self._run_builds(files, builds, builds[0].instant, "resync")
             with self._lock("complete resync") as lock:
                 state = self.table.reload_index_state()
                 dropped = [b for b in builds if b.partition not in state.completed]
@@ -591,12 +590,13 @@ class AsyncIndexer:
                     if build not in dropped:
                         self.writer.complete_build(build, sizes[build.partition], lock)
         except BaseException:
-            self.writer.abandon(builds, marker_instant)
+            if builds:
+                self.writer.abandon(builds, builds[0].instant)
             raise
         if dropped:  # dropped while it was rebuilt
-            self.writer.abandon(dropped, marker_instant)
+            self.writer.abandon(dropped, builds[0].instant)
             names = [n for n in names if n not in {b.partition for b in dropped}]
-        self.writer.delete_markers(marker_instant)
+        self.writer.delete_markers(builds[0].instant)
         logger.info("resynced %s of %s up to %s", ",".join(names), self.table.base_uri, upto)
         return {name: partitions[name] for name in names}
 

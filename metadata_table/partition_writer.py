@@ -309,11 +309,19 @@ class PartitionWriter:
     # --- catch-up and sync -------------------------------------------------------------------------
 
     def logged_partitions(self, data_instant: str) -> set[str]:
-        """The partitions a completed metadata deltacommit of ``data_instant`` wrote logs to."""
+        """The partitions a completed metadata deltacommit of ``data_instant`` wrote logs to,
+        whose logs are still there: an aborted build's partitions were deleted after its
+        catch-up logged them, and the build that resumes its plan must log them again."""
         delta = self._mdt.timeline.load().get(data_instant, Action.DELTA_COMMIT)
         if delta is None or not delta.is_completed:
             return set()
-        return set(self._mdt.timeline.read_json(delta).get("logFiles", {}))
+        logged = self._mdt.timeline.read_json(delta).get("logFiles", {})
+        present = set()
+        for partition, names in logged.items():
+            existing = {e.name for e in self._mdt.storage.list(partition)} if names else set()
+            if all(name in existing for name in names):
+                present.add(partition)
+        return present
 
     def apply(
         self, lock: LockHandle, instant: Instant, partitions: Sequence[str], state: IndexState

@@ -213,12 +213,15 @@ class MetadataReader:
         return parse_removal(instant, content, timeline.path(instant))
 
     def _deltacommit_names(self, data_instant: str, partition: str) -> bool:
-        """Whether a completed metadata deltacommit of ``data_instant`` lists ``partition``: it
-        was applied there with no records to write (say, a file without the indexed columns)."""
+        """Whether a completed metadata deltacommit of ``data_instant`` lists ``partition`` with
+        no log file: it was applied there with no records to write (say, a file without the
+        indexed columns). One that lists log files counts only by those files (a partition
+        rebuilt since has lost them)."""
         delta = self._mdt_timeline.get(data_instant, Action.DELTA_COMMIT)
         if delta is None or not delta.is_completed:
             return False
-        return partition in self.mdt.timeline.read_json(delta).get("logFiles", {})
+        logged: dict[str, list[str]] = self.mdt.timeline.read_json(delta).get("logFiles", {})
+        return logged.get(partition) == []
 
     def _covers(self, base: MetadataFile | None) -> str:
         """The data instant a base file covers up to (recorded by the instant that wrote it)."""

@@ -19,6 +19,7 @@ from indexer.indexer import AsyncIndexer, IndexerOptions
 from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES, PARTITION_STATS, PARTITIONS
 from metadata_table.maintenance import compact, initialize
 from metadata_table.reads import IndexedSnapshot
+from metadata_table.table import MetadataTable
 from timeline import Table
 from timeline.config import LOCK_URL
 from timeline.fs_view import FileSystemView
@@ -349,3 +350,33 @@ def test_a_build_indexes_the_files_of_commits_hudi_archived(tmp_path: Path) -> N
     AsyncIndexer(table, IndexerOptions(engine="local")).run(list(PARTITIONS))
     assert_exact(table)
     assert indexer_cli(table, "validate").returncode == 0
+
+
+def test_reads_stay_current_while_a_lost_partition_is_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resync gives a lost partition its file groups back (empty base files) before it builds
+    them: until the build completes, every commit counts as unapplied there, so reads never
+    answer from the empty partition (a deltacommit naming log files that the loss deleted does
+    not count as applied), and the next sync completes it."""
+    import shutil
+
+    from timeline.errors import InjectedFailure
+    from timeline.failpoints import ENV
+    from timeline.index_state import INDEX_FOLDER
+
+    table = make_table(tmp_path / "t")
+    initialize(table, list(PARTITIONS))
+    WriteClient(table).upsert(rows(keys(0, 20), ts=2))  # logged in every partition
+    shutil.rmtree(Path(table.base_uri, INDEX_FOLDER, FILES))
+    monkeypatch.setenv(ENV, "resync.mid")
+    with pytest.raises(InjectedFailure):
+        AsyncIndexer(table).sync()
+    monkeypatch.delenv(ENV)
+    snapshot = IndexedSnapshot(table)
+    assert snapshot.uses(FILES) and snapshot.unapplied(FILES), "rebuilt empty, everything behind"
+    assert_reads_are_current(table)
+    assert not MetadataTable(table).timeline.load().pending(), "the failed rebuild was undone"
+    assert AsyncIndexer(table).sync().applied
+    assert indexer_cli(table, "validate").returncode == 0
+    assert_exact(table)
