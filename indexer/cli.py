@@ -12,10 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
-
-from tqdm import tqdm  # type: ignore[import-untyped]
+from collections.abc import Sequence
+from typing import Any
 
 from indexer.indexer import DEFAULT_TIMEOUT_SECONDS, ENGINES, AsyncIndexer, IndexerOptions
 from metadata_table.layout import PARTITIONS
@@ -23,6 +21,7 @@ from timeline.cli import (
     EXIT_ERROR,
     EXIT_OK,
     Parser,
+    Progress,
     add_common_options,
     add_spark_options,
     config_from_args,
@@ -38,49 +37,7 @@ def _list(value: str | None) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
 
 
-class _Progress:
-    """Progress bars (tqdm) on stderr for long steps, one bar per step ("build" in tasks: Spark's,
-    or in this process chunks of data files read and file groups written;
-    "catch-up", "sync", "compact" and "validate" in instants, file groups or partitions; "resync"
-    as a build); nothing when stderr is not a terminal or the output is JSON."""
-
-    UNITS: ClassVar[dict[str, str]] = {
-        "build": "task",
-        "compact": "file group",
-        "catch-up": "instant",
-        "sync": "instant",
-        "resync": "task",
-        "validate": "partition",
-    }
-
-    def __init__(self, enabled: bool | None = None) -> None:
-        self.enabled = sys.stderr.isatty() if enabled is None else enabled
-        self._step: str | None = None
-        self._bar: Any = None
-
-    def __call__(self, step: str, done: int, total: int) -> None:
-        if not self.enabled or not total:
-            return
-        if step != self._step:
-            self.close()
-            self._step = step
-            self._bar = tqdm(
-                total=total, desc=step, unit=self.UNITS.get(step, "it"), file=sys.stderr
-            )
-        self._bar.total = total
-        self._bar.n = done
-        self._bar.refresh()
-
-    def step(self, step: str) -> Callable[[int, int], None]:
-        return lambda done, total: self(step, done, total)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-        self._bar, self._step = None, None
-
-
-def _indexer(args: argparse.Namespace, progress: _Progress | None = None) -> AsyncIndexer:
+def _indexer(args: argparse.Namespace, progress: Progress | None = None) -> AsyncIndexer:
     lock_url = getattr(args, "lock_url", None)
     explicit = {"indexer.lock.url": lock_url} if lock_url else None
     table = Table.open(args.base, config_from_args(args, explicit))
@@ -125,7 +82,7 @@ def _schedule(args: argparse.Namespace) -> int:
 
 
 def _execute(args: argparse.Namespace) -> int:
-    bar = _Progress(enabled=False if args.json else None)
+    bar = Progress(enabled=False if args.json else None)
     indexer = _indexer(args, bar)
     try:
         done = indexer.execute(args.instant)
@@ -139,7 +96,7 @@ def _execute(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    bar = _Progress(enabled=False if args.json else None)
+    bar = Progress(enabled=False if args.json else None)
     indexer = _indexer(args, bar)
     try:
         done = indexer.run(_list(args.index_types), _list(args.columns))
@@ -173,7 +130,7 @@ def _drop(args: argparse.Namespace) -> int:
 
 
 def _sync(args: argparse.Namespace) -> int:
-    bar = _Progress(enabled=False if args.json else None)
+    bar = Progress(enabled=False if args.json else None)
     try:
         result = _indexer(args, bar).sync()
     finally:
@@ -196,7 +153,7 @@ def _sync(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     writer = _indexer(args).writer
-    bar = _Progress(enabled=False if args.json else None)
+    bar = Progress(enabled=False if args.json else None)
     try:
         reports = writer.validate(bar.step("validate"))
     finally:
@@ -230,7 +187,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _compact(args: argparse.Namespace) -> int:
-    bar = _Progress(enabled=False if args.json else None)
+    bar = Progress(enabled=False if args.json else None)
     try:
         compacted, skipped = _indexer(args, bar).compact(_list(args.index_types) or None)
     finally:

@@ -1,4 +1,5 @@
-"""``python -m metadata_table``: look into the metadata table; try data skipping."""
+"""``python -m metadata_table``: look into the metadata table; try data skipping; read rows
+through the index (``query``, ``changes``)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,27 @@ import datetime as dt
 import decimal
 import json
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import IO, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from metadata_table.layout import PARTITIONS, check_partition
 from metadata_table.maintenance import initialize
-from metadata_table.reads import IndexedSnapshot
+from metadata_table.read.scan import IndexedTable, TableScan
+from metadata_table.read.snapshot import IndexedSnapshot
 from metadata_table.records import python_value
 from metadata_table.table import MetadataTable
-from timeline.cli import EXIT_OK, Parser, add_common_options, config_from_args, run_subcommands
+from timeline.cli import (
+    EXIT_OK,
+    Parser,
+    Progress,
+    add_common_options,
+    config_from_args,
+    run_subcommands,
+)
+from timeline.errors import ConfigError
 from timeline.table import Table
 
 
@@ -93,6 +106,92 @@ def _prune(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: rows a table printed to a terminal shows when no --limit is given
+TABLE_ROWS = 20
+
+
+def _scan(args: argparse.Namespace) -> TableScan:
+    table = IndexedTable(Table.open(args.base, config_from_args(args)))
+    columns = [c.strip() for c in (args.columns or "").split(",") if c.strip()] or ["*"]
+    limit = args.limit
+    shown = (
+        args.format == "table" and not (args.json or args.explain or args.output) and limit is None
+    )
+    if shown:
+        limit = TABLE_ROWS + 1  # one more, to say there are more
+    if args.command == "changes":
+        return table.changes(args.begin, args.end, args.filter or "", columns, limit)
+    return table.scan(args.filter or "", columns, limit, args.as_of)
+
+
+def _query(args: argparse.Namespace) -> int:
+    """``query`` and ``changes``: rows (or, with --explain, the plan) in the chosen format."""
+    scan = _scan(args)
+    if args.explain:
+        if args.json:
+            print(json.dumps(scan.plan().to_json()))
+        else:
+            print(scan.explain())
+        return EXIT_OK
+    fmt = "json" if args.json else args.format
+    if fmt == "parquet" and not args.output:
+        raise ConfigError("--output", "--format parquet writes a file: name it with --output")
+    bar = Progress()
+    try:
+        batches = scan.batches(bar.step("scan"))
+        if fmt == "parquet":
+            with pq.ParquetWriter(args.output, scan.output_schema) as out:
+                for batch in batches:
+                    out.write_batch(batch)
+            return EXIT_OK
+        out_file = open(args.output, "w") if args.output else sys.stdout  # noqa: SIM115
+        try:
+            _write_rows(fmt, scan, batches, out_file, truncated=scan.limit == TABLE_ROWS + 1)
+        finally:
+            if args.output:
+                out_file.close()
+    finally:
+        bar.close()
+    return EXIT_OK
+
+
+def _write_rows(
+    fmt: str, scan: TableScan, batches: Iterator[pa.RecordBatch], out: IO[str], truncated: bool
+) -> None:
+    if fmt == "json":  # one JSON object per row
+        for batch in batches:
+            for row in batch.to_pylist():
+                out.write(json.dumps({k: _json_value(v) for k, v in row.items()}) + "\n")
+    elif fmt == "csv":
+        import pyarrow.csv as pcsv
+
+        sink = pa.BufferOutputStream()
+        with pcsv.CSVWriter(sink, scan.output_schema) as writer:
+            for batch in batches:
+                writer.write_batch(batch)
+        out.write(sink.getvalue().to_pybytes().decode())
+    else:
+        rows = [r for batch in batches for r in batch.to_pylist()]
+        more = truncated and len(rows) > TABLE_ROWS
+        out.write(_text_table(scan.output_schema.names, rows[:TABLE_ROWS] if more else rows))
+        if more:
+            out.write(f"(first {TABLE_ROWS} rows: --limit N or another --format for more)\n")
+
+
+def _text_table(names: Sequence[str], rows: Sequence[dict[str, Any]]) -> str:
+    cells = [[_cell(r[n]) for n in names] for r in rows]
+    widths = [max([len(n), *(len(c[i]) for c in cells)]) for i, n in enumerate(names)]
+    lines = ["  ".join(n.ljust(w) for n, w in zip(names, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(lines) + f"\n({len(rows)} row{'s' if len(rows) != 1 else ''})\n"
+
+
+def _cell(value: Any) -> str:
+    text = "null" if value is None else str(_json_value(value))
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _init(args: argparse.Namespace) -> int:
     table = Table.open(args.base, config_from_args(args))
     columns = [c for c in (args.columns or "").split(",") if c] or None
@@ -108,10 +207,18 @@ def _init(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+_QUERY_HELP = """Reads rows through the index: every completed index that can drop files does
+(partition_stats drops whole partitions, column_stats files, bloom_filters files that cannot hold
+a record key asked for by _hoodie_record_key = or IN), only the kept files and the needed
+columns are read, and the filter is applied to every row. Files of instants an index does not
+reflect yet are always read. --explain shows what each index dropped."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="indexer-metadata",
-        description="Inspect the metadata table of a table, and try data skipping against it.",
+        description="Inspect the metadata table of a table, try data skipping against it, and "
+        "read rows through it.",
     )
     parser.add_argument("--help-config", action="store_true", help="list configuration keys")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -140,6 +247,45 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_common_options(prune, json_help='print {"candidates", "total", "pruned", "used_index"}')
     prune.set_defaults(func=_prune)
+    for name, text in (
+        ("query", "rows of the table, read through its index (a scan)"),
+        ("changes", "rows written by commits after an instant (an incremental read)"),
+    ):
+        query = sub.add_parser(name, help=text, description=_QUERY_HELP)
+        query.add_argument("base", help="table base path")
+        query.add_argument(
+            "filter",
+            nargs="?",
+            default="",
+            help="e.g. \"fare > 50 AND city IN ('sf', 'la')\"; =, !=, <, <=, >, >=, "
+            "[NOT] BETWEEN, [NOT] IN, IS [NOT] NULL, AND, OR, NOT, parentheses (default: every row)",
+        )
+        if name == "changes":
+            query.add_argument("--begin", required=True, metavar="T", help="after this instant")
+            query.add_argument(
+                "--end", metavar="T", help="up to this instant (default: the newest commit)"
+            )
+        else:
+            query.add_argument(
+                "--as-of", metavar="T", help="the table as it was at instant T (time travel)"
+            )
+        query.add_argument("--columns", help="comma-separated columns to return (default: all)")
+        query.add_argument("--limit", type=int, help="at most this many rows")
+        query.add_argument(
+            "--format",
+            choices=["table", "json", "csv", "parquet"],
+            default="table",
+            help=f"table (text; {TABLE_ROWS} rows unless --limit), json (one object per row), "
+            "csv, parquet (needs --output)",
+        )
+        query.add_argument("--output", metavar="FILE", help="write the rows to FILE")
+        query.add_argument(
+            "--explain", action="store_true", help="print the plan (files, indexes) and no rows"
+        )
+        add_common_options(
+            query, json_help="rows as one JSON object per line; with --explain, the plan"
+        )
+        query.set_defaults(func=_query)
     init = sub.add_parser(
         "init", help="build partitions now, holding the table lock (small tables)"
     )

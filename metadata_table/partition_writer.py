@@ -237,7 +237,7 @@ class PartitionWriter:
         storage."""
         view = FileSystemView(self.table.timeline, timeline)
         if use_index and FILES in state.completed:
-            from metadata_table.reads import IndexedSnapshot
+            from metadata_table.read.snapshot import IndexedSnapshot
 
             view = IndexedSnapshot(self.table, timeline).view
         limit = normalize_timestamp(upto)

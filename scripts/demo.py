@@ -165,7 +165,7 @@ def main() -> int:
     lag = json.loads(_cli("status", BASE, "--json"))["lag"]
     behind = {p: row["unapplied_instants"] for p, row in lag.items() if row["unapplied_instants"]}
     print(f"lag: {behind or 'every partition reflects every completed instant'}\n")
-    from metadata_table.reads import IndexedSnapshot
+    from metadata_table.read.snapshot import IndexedSnapshot
 
     snapshot = IndexedSnapshot(table)
     all_files = [

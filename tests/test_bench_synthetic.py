@@ -7,7 +7,7 @@ from pathlib import Path
 
 from metadata_table.layout import PARTITIONS
 from metadata_table.maintenance import initialize
-from metadata_table.reads import IndexedSnapshot
+from metadata_table.read.snapshot import IndexedSnapshot
 from scripts.bench.synthetic import make_table
 from timeline.config import Config
 

@@ -12,7 +12,9 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
+
+from tqdm import tqdm  # type: ignore[import-untyped]
 
 from timeline import spark
 from timeline.config import STORAGE_PREFIX, Config, describe, parse_assignments
@@ -23,6 +25,50 @@ from timeline.table_config import TableType
 
 EXIT_OK = 0
 EXIT_ERROR = 1
+
+
+class Progress:
+    """Progress bars (tqdm) on stderr for long steps, one bar per step, called as
+    ``progress(step, done, total)`` ("build" in tasks: Spark's, or in this process chunks of data
+    files read and file groups written; "catch-up", "sync", "compact" and "validate" in
+    instants, file groups or partitions; "resync" as a build; "scan" in data files); nothing
+    when stderr is not a terminal or the output is JSON."""
+
+    UNITS: ClassVar[dict[str, str]] = {
+        "build": "task",
+        "compact": "file group",
+        "catch-up": "instant",
+        "sync": "instant",
+        "resync": "task",
+        "validate": "partition",
+        "scan": "file",
+    }
+
+    def __init__(self, enabled: bool | None = None) -> None:
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self._step: str | None = None
+        self._bar: Any = None
+
+    def __call__(self, step: str, done: int, total: int) -> None:
+        if not self.enabled or not total:
+            return
+        if step != self._step:
+            self.close()
+            self._step = step
+            self._bar = tqdm(
+                total=total, desc=step, unit=self.UNITS.get(step, "it"), file=sys.stderr
+            )
+        self._bar.total = total
+        self._bar.n = done
+        self._bar.refresh()
+
+    def step(self, step: str) -> Callable[[int, int], None]:
+        return lambda done, total: self(step, done, total)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        self._bar, self._step = None, None
 
 
 class Parser(argparse.ArgumentParser):

@@ -326,6 +326,41 @@ class FilterSyntaxError(TableError, ValueError):
         self.reason = reason
 
 
+class UnknownColumnError(TableError, ValueError):
+    """A filter or a projection names a column the table does not have."""
+
+    def __init__(self, column: str, columns: Sequence[str]) -> None:
+        super().__init__(f"no column {column!r} in the table; its columns: {', '.join(columns)}")
+        self.column = column
+        self.columns = list(columns)
+
+
+class FilterTypeError(TableError, ValueError):
+    """A filter compares a column with a value its type cannot hold (a string with a number)."""
+
+    def __init__(self, column: str, column_type: str, value: object) -> None:
+        super().__init__(
+            f"filter compares column {column!r} ({column_type}) with {value!r}, "
+            f"which is not a {column_type}"
+        )
+        self.column = column
+        self.column_type = column_type
+        self.value = value
+
+
+class SnapshotUnavailableError(TableError):
+    """A read of the table as of an instant, or of the changes since one, that the table can
+    no longer serve: a clean deleted files it needs, or what it needs was archived and trimmed.
+    ``instant`` is the instant asked for, ``cause`` what went (an instant, a file), ``keep`` the
+    setting that keeps more of the table's history."""
+
+    def __init__(self, what: str, instant: str, cause: str, keep: str) -> None:
+        super().__init__(f"{what} {instant} cannot be read: {cause}; {keep} keeps more")
+        self.instant = instant
+        self.cause = cause
+        self.keep = keep
+
+
 # --- indexing ------------------------------------------------------------------------------------
 
 

@@ -458,6 +458,37 @@ class Storage:
         """The full URI (or local absolute path) of a relative path, e.g. for Spark or logs."""
         return self._backend.join(self._root, _check_relative(path))
 
+    def arrow_filesystem(self) -> tuple[Any, str]:
+        """A pyarrow filesystem over this storage and the root's path in it, for readers that
+        stream data files through Arrow's own I/O (threads, read-ahead, no Python per read):
+        pyarrow's local and S3 filesystems (with this storage's endpoint and credentials), and
+        fsspec's own filesystem wrapped for anything else."""
+        import pyarrow.fs as pafs
+
+        if self.scheme == "file":
+            return pafs.LocalFileSystem(), self._root
+        path = self._root.split("://", 1)[1]
+        if self.scheme in ("s3", "s3a"):
+            options = dict(self.options)
+            kwargs: dict[str, Any] = {}
+            for ours, theirs in (("key", "access_key"), ("secret", "secret_key")):
+                if ours in options:
+                    kwargs[theirs] = options.pop(ours)
+            if "token" in options:
+                kwargs["session_token"] = options.pop("token")
+            endpoint = options.pop("endpoint_url", None)
+            if endpoint:
+                parts = urlsplit(endpoint)
+                kwargs["endpoint_override"] = parts.netloc or parts.path
+                kwargs["scheme"] = parts.scheme or "https"
+            region = (options.pop("client_kwargs", None) or {}).get("region_name")
+            if region:
+                kwargs["region"] = region
+            if not options:  # nothing pyarrow would not know: its own S3 client
+                return pafs.S3FileSystem(**kwargs), path
+        fs = self._backend.fs if isinstance(self._backend, _FsspecBackend) else None
+        return pafs.PyFileSystem(pafs.FSSpecHandler(fs)), path
+
     @contextlib.contextmanager
     def _translate(self, operation: str, path: str) -> Iterator[None]:
         try:

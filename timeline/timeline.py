@@ -167,6 +167,7 @@ class CommittedWrites:
             completed = completed.filter(lambda i: not _is_after(i.timestamp, as_of))
         self._completed = {i.timestamp for i in completed}
         self._known = {i.timestamp for i in timeline}
+        self._as_of = as_of
         savepoints = {i.timestamp for i in timeline.with_actions(Action.SAVEPOINT)}
         first = next((i for i in timeline.write_timeline() if i.timestamp not in savepoints), None)
         self.start = first.timestamp if first is not None else None
@@ -180,8 +181,12 @@ class CommittedWrites:
         )
 
     def __contains__(self, timestamp: object) -> bool:
-        return isinstance(timestamp, str) and (
-            timestamp in self._completed or self.is_archived(timestamp)
+        if not isinstance(timestamp, str):
+            return False
+        if timestamp in self._completed:
+            return True
+        return self.is_archived(timestamp) and (
+            self._as_of is None or not _is_after(timestamp, self._as_of)
         )
 
 

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from metadata_table.migrate import LEGACY_FOLDER, has_legacy_index
-from metadata_table.reads import IndexedSnapshot
+from metadata_table.read.snapshot import IndexedSnapshot
 from metadata_table.records import DataFileInfo
 from metadata_table.table import MetadataTable
 from timeline.commit_metadata import CommitMetadata, WriteStat

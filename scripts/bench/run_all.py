@@ -14,12 +14,14 @@ PNG plots (docs/bench-*.png).
 5. listing: a storage listing vs the files partition, on local files and on S3 (moto);
 6. e2e, what a user waits for: `indexer run` in a new process against the naive scan with its own
    JVM start, at 1,000 files;
-7. peer: Apache Hudi's own HoodieIndexer against `indexer run` on copies of one table.
+7. peer: Apache Hudi's own HoodieIndexer against `indexer run` on copies of one table;
+8. scan: `load_table(...).scan(...)` against pyarrow, DuckDB and hudi-rs reading every file, and
+   against reading only the kept files; peak memory of a whole-table scan (scripts/bench/scan.py).
 
     python scripts/bench/run_all.py [--files 2000] [--rows 10000] [--scaling 2000,20000,100000]
                                     [--scaling-rows 20] [--listing-files 10000]
                                     [--e2e-files 1000] [--peer-files 2000,20000]
-                                    [--sections build,skipping,scaling,writers,listing,e2e,peer]
+                                    [--sections build,skipping,scaling,writers,listing,e2e,peer,scan]
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 from indexer.indexer import AsyncIndexer, IndexerOptions  # noqa: E402
 from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES, PARTITION_STATS  # noqa: E402
 from metadata_table.maintenance import initialize  # noqa: E402
-from metadata_table.reads import IndexedSnapshot  # noqa: E402
+from metadata_table.read.snapshot import IndexedSnapshot  # noqa: E402
 from metadata_table.records import info_from_storage  # noqa: E402
 from timeline import Table  # noqa: E402
 from timeline.config import Config  # noqa: E402
@@ -846,7 +848,9 @@ def main() -> int:
     parser.add_argument("--listing-files", type=int, default=10_000)
     parser.add_argument("--peer-files", default="2000,20000")
     parser.add_argument("--e2e-files", type=int, default=1000)
-    parser.add_argument("--sections", default="build,skipping,scaling,writers,listing,e2e,peer")
+    parser.add_argument(
+        "--sections", default="build,skipping,scaling,writers,listing,e2e,peer,scan"
+    )
     parser.add_argument("--out", default=str(ROOT / "docs"))
     parser.add_argument("--build-loop", metavar="BASE", help=argparse.SUPPRESS)
     parser.add_argument("--master", default="local[2]", help=argparse.SUPPRESS)
@@ -888,6 +892,12 @@ def main() -> int:
             section_listing(report, root, args.listing_files)
         if "peer" in sections:
             section_peer(report, root, [int(c) for c in args.peer_files.split(",")])
+        if "scan" in sections:
+            from scripts.bench.scan import section as scan_section
+
+            text, figures = scan_section(root / "scan", args.files, args.rows, [2000, 20000])
+            report.add(text)
+            report.figures["scan"] = figures
         images = plots(report, out)
         body = "\n".join(report.sections) + "\n" + "\n".join(f"![{i}]({i})" for i in images) + "\n"
         (out / "benchmarks.md").write_text(body)

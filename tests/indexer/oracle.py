@@ -12,9 +12,9 @@ from typing import Any
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from metadata_table.filters import col
 from metadata_table.layout import data_partition
-from metadata_table.reads import IndexedSnapshot
+from metadata_table.read.filters import col
+from metadata_table.read.snapshot import IndexedSnapshot
 from metadata_table.records import python_value, value_kind
 
 Stats = tuple[Any, Any, int]

@@ -72,8 +72,8 @@ def test_a_failed_spark_job_is_one_line_naming_the_log(tmp_path: Path) -> None:
 def test_long_steps_report_progress_and_bars_show_only_on_a_terminal(
     tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from indexer.cli import _Progress
     from indexer.indexer import AsyncIndexer, IndexerOptions
+    from timeline.cli import Progress
 
     from ..metadata_table.test_metadata_table import keys, rows
     from .test_foreign_commits import foreign_write
@@ -94,14 +94,14 @@ def test_long_steps_report_progress_and_bars_show_only_on_a_terminal(
 
     shown = io.StringIO()
     monkeypatch.setattr(sys, "stderr", shown)
-    bar = _Progress(enabled=True)
+    bar = Progress(enabled=True)
     for step, done, total in calls:
         bar(step, done, total)
     bar.close()
     assert "build" in shown.getvalue() and "sync" in shown.getvalue()
     assert "2/2" in shown.getvalue()
     before = shown.getvalue()
-    quiet = _Progress()  # a StringIO is not a terminal: no bar
+    quiet = Progress()  # a StringIO is not a terminal: no bar
     quiet("sync", 1, 2)
     quiet.close()
     assert shown.getvalue() == before

@@ -18,7 +18,7 @@ import pytest
 from indexer.indexer import AsyncIndexer, IndexerOptions
 from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES, PARTITION_STATS, PARTITIONS
 from metadata_table.maintenance import compact, initialize
-from metadata_table.reads import IndexedSnapshot
+from metadata_table.read.snapshot import IndexedSnapshot
 from metadata_table.table import MetadataTable
 from timeline import Table
 from timeline.config import LOCK_URL
@@ -70,7 +70,7 @@ def test_a_foreign_commit_is_never_answered_from_a_stale_index(
     foreign = foreign_write(table, rows(keys(1000, 1010), city="tokyo"), monkeypatch)
     foreign_write(table, rows(keys(2000, 2003), city="sf"), monkeypatch)
 
-    with caplog.at_level(logging.WARNING, logger="metadata_table.reads"):
+    with caplog.at_level(logging.WARNING, logger="metadata_table.read.snapshot"):
         snapshot = IndexedSnapshot(table)
         assert "tokyo" in snapshot.list_partitions()
         kept = snapshot.prune("fare >= 1000 AND fare < 1010").candidates
@@ -194,7 +194,7 @@ def test_a_deleted_or_replaced_index_folder_is_never_read(
     shutil.rmtree(Path(table.base_uri, INDEX_FOLDER, COLUMN_STATS))
     WriteClient(table).insert(rows(keys(900, 905), city="oslo"))  # writers keep committing
 
-    with caplog.at_level(logging.WARNING, logger="metadata_table.reads"):
+    with caplog.at_level(logging.WARNING, logger="metadata_table.read.snapshot"):
         result = IndexedSnapshot(table).prune("fare > 100000")
     assert not result.used_index and result.pruned == 0
     assert "column_stats" in caplog.text and "is lost" in caplog.text
@@ -217,7 +217,7 @@ def test_a_deleted_or_replaced_index_folder_is_never_read(
     folder.mkdir()
     (folder / "partitions.json").write_text("<html>not ours</html>")
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="metadata_table.reads"):
+    with caplog.at_level(logging.WARNING, logger="metadata_table.read.snapshot"):
         snapshot = IndexedSnapshot(table)
         assert not snapshot.prune("fare > 100000").used_index
     assert "not a valid index state file" in caplog.text

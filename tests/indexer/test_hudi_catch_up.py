@@ -27,7 +27,7 @@ import pytest
 
 from indexer.indexer import AsyncIndexer, IndexerOptions
 from metadata_table.layout import PARTITIONS
-from metadata_table.reads import IndexedSnapshot
+from metadata_table.read.snapshot import IndexedSnapshot
 from metadata_table.validate import validate
 from timeline import Action, Table
 from timeline.config import Config

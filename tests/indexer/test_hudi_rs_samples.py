@@ -17,7 +17,7 @@ import pytest
 
 from indexer.indexer import AsyncIndexer
 from metadata_table.layout import PARTITIONS
-from metadata_table.reads import IndexedSnapshot
+from metadata_table.read.snapshot import IndexedSnapshot
 from timeline import Table
 from timeline.config import Config
 from timeline.errors import TableConfigError

@@ -11,7 +11,8 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metadata_table.filters import (
+from metadata_table.layout import VALUE_TYPE
+from metadata_table.read.filters import (
     And,
     ColumnArrays,
     ColumnStats,
@@ -21,7 +22,6 @@ from metadata_table.filters import (
     IsNull,
     Or,
 )
-from metadata_table.layout import VALUE_TYPE
 
 KINDS = {
     "int": st.integers(-5, 5),

@@ -14,7 +14,6 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from metadata_table.filters import col
 from metadata_table.index_types import index_type
 from metadata_table.layout import (
     BLOOM_FILTERS,
@@ -26,7 +25,8 @@ from metadata_table.layout import (
 )
 from metadata_table.maintenance import build_records, compact, initialize
 from metadata_table.partition_writer import PartitionWriter
-from metadata_table.reads import IndexedSnapshot
+from metadata_table.read.filters import col
+from metadata_table.read.snapshot import IndexedSnapshot
 from metadata_table.table import MetadataTable
 from timeline import Action, Table
 from timeline.config import Config

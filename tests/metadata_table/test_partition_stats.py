@@ -16,7 +16,7 @@ from indexer.indexer import AsyncIndexer
 from metadata_table.index_types import index_type
 from metadata_table.layout import COLUMN_STATS, FILES, PARTITION_STATS
 from metadata_table.maintenance import build_records, compact, initialize
-from metadata_table.reads import IndexedSnapshot
+from metadata_table.read.snapshot import IndexedSnapshot
 from metadata_table.table import MetadataTable
 from metadata_table.validate import validate
 from timeline import Table

@@ -93,6 +93,8 @@ def test_files_of_archived_instants_stay_committed() -> None:
     assert committed.start == _t(3)
     assert [n for n in range(1, 7) if _t(n) in committed] == [1, 2, 3, 6]
     assert [n for n in range(1, 7) if _t(n) in CommittedWrites(timeline, as_of=_t(3))] == [1, 2, 3]
+    # as of 1, instant 2 (archived since) did not exist yet
+    assert [n for n in range(1, 7) if _t(n) in CommittedWrites(timeline, as_of=_t(1))] == [1]
     # a savepointed commit that archival kept behind does not move the start back
     kept = Timeline(
         (

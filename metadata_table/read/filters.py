@@ -1,18 +1,23 @@
-"""Predicates for data skipping, and their evaluation against a file's column stats.
+"""The filter language of data skipping and table scans, and its evaluation at two levels.
 
-Build them in code (``col("fare") > 10``, ``col("city").isin(["sf", "la"])``, ``a & b``,
-``a | b``) or parse text (``fare > 10 AND city IN ('sf', 'la')``). Supported: ``=``, ``<``,
-``<=``, ``>``, ``>=``, ``BETWEEN x AND y``, ``IN (...)``, ``IS NULL``, ``IS NOT NULL``, ``AND``,
-``OR``, parentheses, over top-level columns; literals are numbers, 'strings', TRUE/FALSE,
-DATE 'yyyy-mm-dd' and TIMESTAMP 'yyyy-mm-dd hh:mm:ss' (UTC).
+Build filters in code (``col("fare") > 10``, ``col("city").isin(["sf", "la"])``, ``a & b``,
+``a | b``, ``~a``) or parse text (``fare > 10 AND city IN ('sf', 'la')``). Supported: ``=``,
+``!=`` (or ``<>``), ``<``, ``<=``, ``>``, ``>=``, ``[NOT] BETWEEN x AND y``, ``[NOT] IN (...)``,
+``IS [NOT] NULL``, ``AND``, ``OR``, ``NOT``, parentheses, over top-level columns; literals are
+numbers, 'strings', TRUE/FALSE, DATE 'yyyy-mm-dd' and TIMESTAMP 'yyyy-mm-dd hh:mm:ss' (UTC). As
+in SQL, a comparison with a null is not true, and ``NOT`` of it is not true either: negations are
+pushed down to the comparisons when a filter is built (``NOT fare > 10`` is ``fare <= 10``), so
+every node below is a positive test.
 
-``might_match(stats)`` answers "can this file contain a matching row?" from min, max, null count
-and value count; it says True whenever a statistic it needs is missing, so a file is pruned only
-when its stats prove no row can match.
-
-``mask(stats)`` gives the same answer for every file at once, on Arrow arrays
-(:class:`ArrowStats`, one entry per file); it returns None where the types involved need Python's
-comparison rules (decimals, mixed kinds), and the caller then asks ``might_match`` file by file.
+* Files: ``might_match(stats)`` answers "can this file contain a matching row?" from min, max,
+  null count and value count; it says True whenever a statistic it needs is missing, so a file
+  is pruned only when its stats prove no row can match. ``mask(stats)`` gives the same answer
+  for every file at once, on Arrow arrays (:class:`ArrowStats`, one entry per file); it returns
+  None where the types involved need Python's comparison rules (decimals, mixed kinds), and the
+  caller then asks ``might_match`` file by file.
+* Rows: ``expression(schema)`` is the filter as a ``pyarrow.compute`` expression over a table of
+  that schema, with each literal cast to its column's type; Arrow evaluates it exactly (and uses
+  Parquet row-group statistics with it), with SQL's null rules.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeline.errors import FilterSyntaxError
+from timeline.errors import FilterSyntaxError, FilterTypeError, UnknownColumnError
 
 
 @dataclass(frozen=True)
@@ -119,11 +124,22 @@ class Expr:
     def columns(self) -> set[str]:
         raise NotImplementedError
 
+    def negate(self) -> Expr:
+        """The filter that is true exactly where this one is false (not where it is null)."""
+        raise NotImplementedError
+
+    def expression(self, schema: pa.Schema) -> pc.Expression:
+        """This filter over rows of ``schema`` (see the module)."""
+        raise NotImplementedError
+
     def __and__(self, other: Expr) -> Expr:
         return And(self, other)
 
     def __or__(self, other: Expr) -> Expr:
         return Or(self, other)
+
+    def __invert__(self) -> Expr:
+        return self.negate()
 
 
 def _utc_naive(value: dt.datetime) -> dt.datetime:
@@ -152,14 +168,31 @@ def _comparable(a: Any, b: Any) -> tuple[Any, Any] | None:
     return None
 
 
+_NEGATED = {"=": "!=", "!=": "=", "<": ">=", "<=": ">", ">": "<=", ">=": "<"}
+
+
 @dataclass(frozen=True)
 class Compare(Expr):
     column: str
-    op: str  # = < <= > >=
+    op: str  # = != < <= > >=
     value: Any
 
     def columns(self) -> set[str]:
         return {self.column}
+
+    def negate(self) -> Expr:
+        return Compare(self.column, _NEGATED[self.op], self.value)
+
+    def expression(self, schema: pa.Schema) -> pc.Expression:
+        field, value = pc.field(self.column), _row_literal(schema, self.column, self.value)
+        return {
+            "=": field == value,
+            "!=": field != value,
+            "<": field < value,
+            "<=": field <= value,
+            ">": field > value,
+            ">=": field >= value,
+        }[self.op]
 
     def might_match(self, stats: Stats) -> bool:
         s = stats.get(self.column)
@@ -174,6 +207,8 @@ class Compare(Expr):
         (mn, v), (mx, _) = lo, hi
         if self.op == "=":
             return bool(mn <= v <= mx)
+        if self.op == "!=":
+            return not (mn == v == mx)
         if self.op == "<":
             return bool(mn < v)
         if self.op == "<=":
@@ -197,6 +232,10 @@ class Compare(Expr):
             if self.op == "=":
                 compared = pc.and_(
                     pc.less_equal(c.minimum, literal), pc.greater_equal(c.maximum, literal)
+                )
+            elif self.op == "!=":  # only a file whose every value is the literal is dropped
+                compared = pc.invert(
+                    pc.and_(pc.equal(c.minimum, literal), pc.equal(c.maximum, literal))
                 )
             elif self.op in ("<", "<="):
                 compared = _ARROW_OPS[self.op](c.minimum, literal)
@@ -241,20 +280,34 @@ def _arrow_literal(c: ColumnArrays, v: Any) -> pa.Scalar | bool | None:
 class In(Expr):
     column: str
     values: tuple[Any, ...]
+    negated: bool = False  # NOT IN: true for a non-null value that is none of them
 
     def columns(self) -> set[str]:
         return {self.column}
 
+    def negate(self) -> Expr:
+        return In(self.column, self.values, not self.negated)
+
+    def expression(self, schema: pa.Schema) -> pc.Expression:
+        field = pc.field(self.column)
+        kind = schema.field(_check_column(schema, self.column)).type
+        values = pa.array([_row_literal(schema, self.column, v) for v in self.values], kind)
+        found = field.isin(values)
+        return (~found & field.is_valid()) if self.negated else found
+
     def might_match(self, stats: Stats) -> bool:
+        if self.negated:  # dropped only when every value is one and the same listed value
+            return all(Compare(self.column, "!=", v).might_match(stats) for v in self.values)
         return any(Compare(self.column, "=", v).might_match(stats) for v in self.values)
 
     def mask(self, stats: ArrowStats, files: int) -> pa.BooleanArray | None:
-        out = pa.array([False] * files, pa.bool_())
+        op, combine = ("!=", pc.and_) if self.negated else ("=", pc.or_)
+        out = pa.array([self.negated] * files, pa.bool_())
         for v in self.values:
-            one = Compare(self.column, "=", v).mask(stats, files)
+            one = Compare(self.column, op, v).mask(stats, files)
             if one is None:
                 return None
-            out = pc.or_(out, one)
+            out = combine(out, one)
         return out
 
 
@@ -265,6 +318,14 @@ class IsNull(Expr):
 
     def columns(self) -> set[str]:
         return {self.column}
+
+    def negate(self) -> Expr:
+        return IsNull(self.column, not self.negated)
+
+    def expression(self, schema: pa.Schema) -> pc.Expression:
+        _check_column(schema, self.column)
+        field = pc.field(self.column)
+        return field.is_valid() if self.negated else field.is_null()
 
     def might_match(self, stats: Stats) -> bool:
         s = stats.get(self.column)
@@ -291,6 +352,12 @@ class And(Expr):
     def columns(self) -> set[str]:
         return self.left.columns() | self.right.columns()
 
+    def negate(self) -> Expr:
+        return Or(self.left.negate(), self.right.negate())
+
+    def expression(self, schema: pa.Schema) -> pc.Expression:
+        return self.left.expression(schema) & self.right.expression(schema)
+
     def might_match(self, stats: Stats) -> bool:
         return self.left.might_match(stats) and self.right.might_match(stats)
 
@@ -307,6 +374,12 @@ class Or(Expr):
     def columns(self) -> set[str]:
         return self.left.columns() | self.right.columns()
 
+    def negate(self) -> Expr:
+        return And(self.left.negate(), self.right.negate())
+
+    def expression(self, schema: pa.Schema) -> pc.Expression:
+        return self.left.expression(schema) | self.right.expression(schema)
+
     def might_match(self, stats: Stats) -> bool:
         return self.left.might_match(stats) or self.right.might_match(stats)
 
@@ -321,6 +394,9 @@ class col:
 
     def __eq__(self, value: object) -> Compare:  # type: ignore[override]
         return Compare(self.name, "=", value)
+
+    def __ne__(self, value: object) -> Compare:  # type: ignore[override]
+        return Compare(self.name, "!=", value)
 
     def __lt__(self, value: Any) -> Compare:
         return Compare(self.name, "<", value)
@@ -350,10 +426,36 @@ class col:
         return IsNull(self.name, negated=True)
 
 
+def _check_column(schema: pa.Schema, column: str) -> str:
+    if schema.get_field_index(column) < 0:
+        raise UnknownColumnError(column, schema.names)
+    return column
+
+
+def _row_literal(schema: pa.Schema, column: str, value: Any) -> pa.Scalar:
+    """``value`` as a scalar of ``column``'s type (a date for a date column, the column's unit
+    and zone for a timestamp, an exact decimal), or a :class:`FilterTypeError` naming both."""
+    kind = schema.field(_check_column(schema, column)).type
+    if isinstance(value, dt.datetime):
+        value = _utc_naive(value)
+        if pa.types.is_date(kind):
+            value = value.date() if value.time() == dt.time() else value
+    if pa.types.is_decimal(kind) and isinstance(value, int | float):
+        value = decimal.Decimal(str(value))
+    if pa.types.is_floating(kind) and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if pa.types.is_integer(kind) and isinstance(value, float):
+        return pa.scalar(value, pa.float64())  # Arrow compares the column with it as doubles
+    try:
+        return pa.scalar(value, type=kind)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as e:
+        raise FilterTypeError(column, str(kind), value) from e
+
+
 # --- parsing -------------------------------------------------------------------------------------
 
 _TOKEN = re.compile(
-    r"\s*(?:(?P<num>-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)|(?P<str>'(?:[^']|'')*')|(?P<op><=|>=|=|<|>|\(|\)|,)"
+    r"\s*(?:(?P<num>-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)|(?P<str>'(?:[^']|'')*')|(?P<op><=|>=|!=|<>|=|<|>|\(|\)|,)"
     r"|(?P<ident>[A-Za-z_][A-Za-z0-9_]*|\"[^\"]+\"|`[^`]+`))"
 )
 
@@ -410,10 +512,15 @@ class _Parser:
         return expr
 
     def _and(self) -> Expr:
-        expr = self._atom()
+        expr = self._not()
         while self._keyword("AND"):
-            expr = And(expr, self._atom())
+            expr = And(expr, self._not())
         return expr
+
+    def _not(self) -> Expr:
+        if self._keyword("NOT"):
+            return self._not().negate()
+        return self._atom()
 
     def _atom(self) -> Expr:
         token = self._peek()
@@ -430,10 +537,12 @@ class _Parser:
             negated = self._keyword("NOT")
             self._expect("NULL")
             return IsNull(column, negated)
+        negated = self._keyword("NOT")
         if self._keyword("BETWEEN"):
             low = self._literal()
             self._expect("AND")
-            return col(column).between(low, self._literal())
+            between = col(column).between(low, self._literal())
+            return between.negate() if negated else between
         if self._keyword("IN"):
             self._expect("(")
             values = [self._literal()]
@@ -441,11 +550,16 @@ class _Parser:
                 self.i += 1
                 values.append(self._literal())
             self._expect(")")
-            return In(column, tuple(values))
+            return In(column, tuple(values), negated)
+        if negated:
+            token = self._peek() or ("", "the end", len(self.text))
+            raise FilterSyntaxError(
+                self.text, token[2], f"expected IN or BETWEEN after NOT, found {token[1]!r}"
+            )
         kind, op, pos = self._next("a comparison")
-        if op not in ("=", "<", "<=", ">", ">="):
+        if op not in ("=", "!=", "<>", "<", "<=", ">", ">="):
             raise FilterSyntaxError(self.text, pos, f"expected a comparison, found {op!r}")
-        return Compare(column, op, self._literal())
+        return Compare(column, "!=" if op == "<>" else op, self._literal())
 
     def _literal(self) -> Any:
         kind, text, pos = self._next("a value")

@@ -31,7 +31,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from metadata_table.bloom import SplitBlockBloomFilter, hash_value, might_contain_each
-from metadata_table.filters import ColumnArrays, ColumnStats, Expr, parse_filter
 from metadata_table.layout import (
     BLOOM_FILTERS,
     COLUMN_STATS,
@@ -42,6 +41,7 @@ from metadata_table.layout import (
     data_partition,
     enc,
 )
+from metadata_table.read.filters import ColumnArrays, ColumnStats, Expr, parse_filter
 from metadata_table.reader import MetadataReader
 from metadata_table.records import RECORD_KEY, python_value
 from metadata_table.table import MetadataTable
@@ -65,6 +65,9 @@ class PruneResult:
     #: data partitions listed, and those dropped whole by ``partition_stats``
     partitions: int = 0
     partitions_pruned: int = 0
+    #: files in the partitions ``partition_stats`` dropped (the rest of ``pruned`` went by
+    #: ``column_stats``)
+    files_in_pruned_partitions: int = 0
 
     @property
     def pruned(self) -> int:
@@ -225,6 +228,7 @@ class IndexedSnapshot:
             keep_file = by_partition[of_file]
             selected = np.flatnonzero(keep_file)
             dropped = int(len(partitions) - np.count_nonzero(by_partition))
+        in_dropped = len(files) - len(selected)
         if not self.uses(COLUMN_STATS):
             return PruneResult(
                 [files[i] for i in selected],
@@ -232,25 +236,45 @@ class IndexedSnapshot:
                 used_index=by_partition is not None,
                 partitions=len(partitions),
                 partitions_pruned=dropped,
+                files_in_pruned_partitions=in_dropped,
             )
-        behind = self._unapplied_times(COLUMN_STATS)
         chosen = [files[i] for i in selected] if by_partition is not None else files
         arrays = self._listing_stats(expr.columns())
         if by_partition is not None:
             indices = pa.array(selected, pa.int64())
             arrays = {c: None if a is None else a.take(indices) for c, a in arrays.items()}
-        keep = self._file_keep(expr, chosen, arrays)
-        if behind:
-            keep = keep | np.array([f.instant_time in behind for f in chosen], dtype=bool)
-        kept = [chosen[i] for i in np.flatnonzero(keep)]
+        kept, behind = self._keep_by_file_stats(expr, chosen, arrays)
         return PruneResult(
             kept,
             len(files),
             used_index=True,
-            unapplied=tuple(sorted(behind)),
+            unapplied=behind,
             partitions=len(partitions),
             partitions_pruned=dropped,
+            files_in_pruned_partitions=in_dropped,
         )
+
+    def prune_files(self, expr: Expr, files: Sequence[BaseFile]) -> PruneResult:
+        """:meth:`prune` over any ``files`` (say, a listing as of an earlier instant), by
+        ``column_stats`` only: a file's stats never change, while ``partition_stats`` describe
+        the latest files."""
+        if not self.uses(COLUMN_STATS):
+            return PruneResult(list(files), len(files), used_index=False)
+        paths = pa.array([f.path for f in files], pa.string())
+        arrays = self._arrow_stats(expr.columns(), paths)
+        kept, behind = self._keep_by_file_stats(expr, files, arrays)
+        return PruneResult(kept, len(files), used_index=True, unapplied=behind)
+
+    def _keep_by_file_stats(
+        self, expr: Expr, files: Sequence[BaseFile], arrays: dict[str, ColumnArrays | None]
+    ) -> tuple[list[BaseFile], tuple[str, ...]]:
+        """Of ``files``, those their column stats say may match, and every file of an instant
+        ``column_stats`` does not reflect (those instants, too)."""
+        behind = self._unapplied_times(COLUMN_STATS)
+        keep = self._file_keep(expr, files, arrays)
+        if behind:
+            keep = keep | np.array([f.instant_time in behind for f in files], dtype=bool)
+        return [files[int(i)] for i in np.flatnonzero(keep)], tuple(sorted(behind))
 
     def _listing_stats(self, columns: set[str]) -> dict[str, ColumnArrays | None]:
         """:meth:`_arrow_stats` of the whole listing, worked out once per snapshot and column

@@ -1,0 +1,632 @@
+"""Rows of a table, read through its index: ``load_table(path).scan(...)``.
+
+One line gets rows, as pyiceberg's ``table.scan(...).to_arrow()`` and hudi-rs's
+``read_snapshot(filters=...)`` do::
+
+    from metadata_table import load_table
+
+    trips = load_table("/data/trips")
+    rows = trips.scan("fare > 50 AND city IN ('sf', 'la')", ("uuid", "fare")).to_arrow()
+
+The names:
+
+* :func:`load_table` opens a table (local path or ``s3://``; ``storage_options`` as fsspec/s3fs
+  take them) and returns an :class:`IndexedTable`.
+* :meth:`IndexedTable.scan` describes a read of a snapshot: ``row_filter`` (the filter language
+  of :mod:`metadata_table.read.filters`, text or built in code; empty for every row),
+  ``selected_fields`` (columns to return, ``("*",)`` for all, Hudi's meta columns included),
+  ``limit`` (stop after that many rows), ``as_of`` (read the table as it was at that instant, as
+  Hudi's ``as.of.instant``; default the latest). :meth:`IndexedTable.changes` describes an
+  incremental read: the latest values of the rows that commits after ``begin`` (up to ``end``)
+  wrote, as Hudi's incremental query gives them.
+* A :class:`TableScan` plans first (:meth:`~TableScan.plan`, :meth:`~TableScan.explain`): the
+  snapshot's files, then every completed index that can drop some (``partition_stats`` drops
+  whole partitions, ``column_stats`` files, ``bloom_filters`` files that cannot hold a record
+  key the filter asks for), each counted; files of instants an index does not reflect yet are
+  kept. It then reads only the kept files, only the columns it returns and those the filter
+  needs, streaming through Arrow with Parquet row-group statistics, and applies the whole filter
+  to every row: an index only ever drops files, it never decides a row.
+* Outputs: :meth:`~TableScan.to_arrow_batch_reader` (memory bounded by Arrow's read-ahead, not
+  the result), :meth:`~TableScan.to_arrow`, :meth:`~TableScan.to_pandas`,
+  :meth:`~TableScan.to_duckdb`, :meth:`~TableScan.to_polars` (DuckDB and Polars are the optional
+  extras ``async-indexer[duckdb]`` and ``[polars]``) and :meth:`~TableScan.to_spark`.
+
+Merge-on-read tables are refused by name: their file slices' log files are not merged here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import posixpath
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, PARTITION_STATS
+from metadata_table.read.filters import And, Compare, Expr, In, IsNull, Or, parse_filter
+from metadata_table.read.snapshot import IndexedSnapshot
+from metadata_table.reader import MetadataReader
+from metadata_table.table import MetadataTable
+from timeline.commit_metadata import CommitMetadata
+from timeline.config import Config
+from timeline.errors import (
+    CorruptInstantError,
+    SnapshotUnavailableError,
+    StorageFileNotFoundError,
+    TableConfigError,
+    UnknownColumnError,
+)
+from timeline.fs_view import BaseFile, FileSystemView, parquet_footer, read_parquet_schema_bytes
+from timeline.instant import WRITE_ACTIONS, Instant, is_after, validate_timestamp
+from timeline.removals import REMOVAL_ACTIONS
+from timeline.storage import FileInfo
+from timeline.table import Table
+from timeline.table_config import PROPERTIES_FILE, TYPE, TableType
+
+logger = logging.getLogger(__name__)
+
+ALL_FIELDS = ("*",)
+COMMIT_TIME = "_hoodie_commit_time"
+RECORD_KEY = "_hoodie_record_key"
+#: rows per batch a scan hands out
+BATCH_ROWS = 64 * 1024
+CLEANER_RETAINED = "hoodie.cleaner.commits.retained"
+ARCHIVE_KEEP = "hoodie.keep.min.commits (and an archive left whole)"
+
+
+def load_table(
+    path: str, storage_options: Mapping[str, Any] | None = None, config: Config | None = None
+) -> IndexedTable:
+    """Open the table at ``path`` (a local path or ``s3://...``) for reads through its index;
+    ``storage_options`` are fsspec/s3fs options (``endpoint_url``, ``key``, ``secret``, ...)."""
+    if config is None:
+        explicit = {f"indexer.storage.{k}": v for k, v in (storage_options or {}).items()}
+        config = Config.resolve(explicit=explicit)
+    return IndexedTable(Table.open(path, config))
+
+
+class IndexedTable:
+    """A table opened for reads; each :meth:`scan` sees the timeline as it is when it is made."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+
+    def __repr__(self) -> str:
+        return f"IndexedTable({self.table.base_uri!r})"
+
+    def scan(
+        self,
+        row_filter: str | Expr = "",
+        selected_fields: Sequence[str] = ALL_FIELDS,
+        limit: int | None = None,
+        as_of: str | None = None,
+    ) -> TableScan:
+        """A read of the latest snapshot, or of the table as of instant ``as_of``."""
+        if as_of is not None:
+            validate_timestamp(as_of)
+        return TableScan(self.table, row_filter, tuple(selected_fields), limit, as_of=as_of)
+
+    def changes(
+        self,
+        begin: str,
+        end: str | None = None,
+        row_filter: str | Expr = "",
+        selected_fields: Sequence[str] = ALL_FIELDS,
+        limit: int | None = None,
+    ) -> TableScan:
+        """The latest values of the rows written by commits after ``begin`` up to ``end`` (the
+        newest completed one by default), by ``_hoodie_commit_time``, as Hudi's incremental
+        query returns them."""
+        window = (validate_timestamp(begin), validate_timestamp(end) if end else None)
+        return TableScan(self.table, row_filter, tuple(selected_fields), limit, changes=window)
+
+
+@dataclass(frozen=True)
+class ScanPlan:
+    """What a scan reads, and what each index dropped."""
+
+    files: list[BaseFile]
+    #: files of the snapshot (or of the commits of an incremental read) before any index
+    total: int
+    #: the instant the scan reads the table as of; for changes, the window (begin, end]
+    snapshot: str
+    begin: str | None
+    #: per index used: files it dropped; partition_stats also counts partitions
+    dropped: dict[str, int] = field(default_factory=dict)
+    partitions: int = 0
+    partitions_dropped: int = 0
+    #: per index: completed instants it does not reflect yet, whose files were kept
+    unapplied: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: indexes not used, with why
+    unused: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def kept(self) -> int:
+        return len(self.files)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "snapshot": self.snapshot,
+            "begin": self.begin,
+            "files_total": self.total,
+            "files_kept": self.kept,
+            "partitions": self.partitions,
+            "partitions_dropped": self.partitions_dropped,
+            "dropped": dict(self.dropped),
+            "unapplied": {k: list(v) for k, v in self.unapplied.items()},
+            "unused": dict(self.unused),
+            "files": [f.path for f in self.files],
+        }
+
+
+class TableScan:
+    """One read of a table (see the module). Planned once, on first use; read as often as
+    asked, each time from the same files."""
+
+    def __init__(
+        self,
+        table: Table,
+        row_filter: str | Expr,
+        selected_fields: tuple[str, ...],
+        limit: int | None,
+        as_of: str | None = None,
+        changes: tuple[str, str | None] | None = None,
+    ) -> None:
+        if table.table_config.table_type is TableType.MERGE_ON_READ:
+            raise TableConfigError(
+                table.storage.uri(PROPERTIES_FILE),
+                f"{TYPE}=MERGE_ON_READ: a scan reads base files only, and a merge-on-read "
+                "table's log files would be left out",
+            )
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be at least 0, not {limit}")
+        self.table = table
+        self.text = row_filter if isinstance(row_filter, str) else repr(row_filter)
+        self.row_filter = (
+            parse_filter(row_filter)
+            if isinstance(row_filter, str) and row_filter.strip()
+            else (row_filter if isinstance(row_filter, Expr) else None)
+        )
+        self.selected_fields = selected_fields
+        self.limit = limit
+        self.as_of = as_of
+        self.window = changes
+        self.timeline = table.timeline.load()
+
+    # --- planning --------------------------------------------------------------------------------
+
+    @cached_property
+    def snapshot(self) -> IndexedSnapshot:
+        return IndexedSnapshot(self.table, self.timeline)
+
+    def plan(self) -> ScanPlan:
+        """The files to read (planned once)."""
+        return self._plan
+
+    @cached_property
+    def _plan(self) -> ScanPlan:
+        if self.window is not None:
+            return self._plan_changes(*self.window)
+        if self.as_of is not None:
+            return self._plan_as_of(self.as_of)
+        return self._plan_latest()
+
+    def _latest_instant(self) -> str:
+        last = self.timeline.write_timeline().completed().last()
+        return last.timestamp if last else ""
+
+    def _plan_latest(self) -> ScanPlan:
+        snapshot = self.snapshot
+        files = snapshot.view.latest_base_files()
+        instant = self._latest_instant()
+        if self.row_filter is None:
+            return ScanPlan(files, len(files), instant, None, unused=_no_filter())
+        self._check_filter_columns()
+        pruned = snapshot.prune(self.row_filter)
+        dropped, unapplied, unused = {}, {}, {}
+        if pruned.partitions_pruned or snapshot.uses(PARTITION_STATS):
+            if snapshot.uses(PARTITION_STATS) and not snapshot.unapplied(PARTITION_STATS):
+                dropped[PARTITION_STATS] = pruned.files_in_pruned_partitions
+            else:
+                unused[PARTITION_STATS] = _why_unused(snapshot, PARTITION_STATS)
+        else:
+            unused[PARTITION_STATS] = _why_unused(snapshot, PARTITION_STATS)
+        if snapshot.uses(COLUMN_STATS):
+            dropped[COLUMN_STATS] = pruned.pruned - pruned.files_in_pruned_partitions
+            if pruned.unapplied:
+                unapplied[COLUMN_STATS] = pruned.unapplied
+        else:
+            unused[COLUMN_STATS] = _why_unused(snapshot, COLUMN_STATS)
+        kept = pruned.candidates
+        keys = _record_keys(self.row_filter)
+        if keys is None:
+            unused[BLOOM_FILTERS] = (
+                "the filter asks for no record key (=, IN on _hoodie_record_key)"
+            )
+        elif not snapshot.uses(BLOOM_FILTERS) and not snapshot.uses(COLUMN_STATS):
+            unused[BLOOM_FILTERS] = _why_unused(snapshot, BLOOM_FILTERS)
+        else:
+            may_hold = {p for paths in snapshot.lookup_keys(keys).values() for p in paths}
+            before = len(kept)
+            kept = [f for f in kept if f.path in may_hold]
+            dropped[BLOOM_FILTERS] = before - len(kept)
+            behind = snapshot.unapplied(BLOOM_FILTERS) if snapshot.uses(BLOOM_FILTERS) else []
+            if behind:
+                unapplied[BLOOM_FILTERS] = tuple(i.timestamp for i in behind)
+        return ScanPlan(
+            kept,
+            len(files),
+            instant,
+            None,
+            dropped,
+            pruned.partitions,
+            pruned.partitions_pruned,
+            unapplied,
+            unused,
+        )
+
+    def _plan_as_of(self, as_of: str) -> ScanPlan:
+        """The table as it was at ``as_of``: every committed write up to it, as Hudi's file
+        system view sees them (archived ones included); refused when a clean (or a rollback,
+        restore) since deleted a file that was live then."""
+        listing = self.snapshot.view.all_base_files  # every committed version still stored
+        view = FileSystemView(
+            self.table.timeline,
+            self.timeline,
+            as_of=as_of,
+            listing=lambda: [FileInfo(b.path, b.size, False) for b in listing],
+        )
+        files = view.latest_base_files()
+        self._check_cleaned(as_of, listing)
+        return self._plan_files(files, as_of, None, "the table as of an earlier instant")
+
+    def _check_cleaned(self, as_of: str, listing: Sequence[BaseFile]) -> None:
+        """Refuse (naming the clean) when a removal after ``as_of`` deleted a file that was one
+        of the latest at ``as_of``."""
+        reader = MetadataTable(self.table).reader(self.timeline)
+        removals = [
+            i
+            for i in self._changes_after(as_of, reader)
+            if i.action in REMOVAL_ACTIONS and i.is_completed
+        ]
+        if not removals:
+            return
+        gone: dict[str, Instant] = {}
+        for removal in removals:
+            for partition, names in reader.removal(removal).deleted.items():
+                for name in names:
+                    gone.setdefault(posixpath.join(partition, name) if partition else name, removal)
+        stored = [FileInfo(b.path, b.size, False) for b in listing]
+        stored += [FileInfo(p, 0, False) for p in gone]
+        then = FileSystemView(
+            self.table.timeline, self.timeline, as_of=as_of, listing=lambda: stored
+        )
+        for base in then.latest_base_files():
+            if base.path in gone:
+                raise SnapshotUnavailableError(
+                    "the table as of",
+                    as_of,
+                    f"{gone[base.path].timestamp}.{gone[base.path].action} deleted {base.path}",
+                    CLEANER_RETAINED,
+                )
+
+    def _changes_after(self, begin: str, reader: MetadataReader) -> list[Instant]:
+        """Completed instants after ``begin`` that change data files, active or archived."""
+        active = [
+            i
+            for i in self.timeline.completed()
+            if (i.action in WRITE_ACTIONS or i.action in REMOVAL_ACTIONS)
+            and is_after(i.timestamp, begin)
+        ]
+        known = {i.timestamp for i in self.timeline}
+        archived = [
+            a.instant
+            for a in self.table.archive().instants()
+            if a.instant.timestamp not in known
+            and (a.instant.action in WRITE_ACTIONS or a.instant.action in REMOVAL_ACTIONS)
+            and is_after(a.instant.timestamp, begin)
+        ]
+        return sorted([*active, *archived])
+
+    def _plan_changes(self, begin: str, end: str | None) -> ScanPlan:
+        """The files the commits in (begin, end] wrote, the newest version of each file group
+        among them, as Hudi's incremental query reads them; refused when a clean deleted one or
+        a commit's metadata is gone."""
+        reader = MetadataTable(self.table).reader(self.timeline)
+        upto = end or self._latest_instant() or begin
+        newest: dict[tuple[str, str], BaseFile] = {}
+        for instant in self._changes_after(begin, reader):
+            if instant.action in REMOVAL_ACTIONS or is_after(instant.timestamp, upto):
+                continue
+            try:
+                metadata: CommitMetadata = reader.commit_metadata(instant)
+            except CorruptInstantError as e:
+                raise SnapshotUnavailableError(
+                    "the changes since", begin, str(e), ARCHIVE_KEEP
+                ) from e
+            for stat in metadata.write_stats:
+                base = BaseFile.parse(stat.partition_path, stat.file_name, stat.file_size_in_bytes)
+                if base is None:
+                    continue
+                key = (base.partition_path, base.file_id)
+                if key not in newest or is_after(base.instant_time, newest[key].instant_time):
+                    newest[key] = base
+        files = sorted(newest.values(), key=lambda b: b.path)
+        for base in files:
+            try:
+                self.table.storage.info(base.path)
+            except StorageFileNotFoundError:
+                raise SnapshotUnavailableError(
+                    "the changes since",
+                    begin,
+                    f"{base.path}, written by {base.instant_time}, was deleted by a clean",
+                    CLEANER_RETAINED,
+                ) from None
+        return self._plan_files(files, upto, begin, "an incremental read")
+
+    def _plan_files(
+        self, files: list[BaseFile], instant: str, begin: str | None, what: str
+    ) -> ScanPlan:
+        """A plan over ``files`` that only ``column_stats`` may prune (``partition_stats``
+        describe the latest files, and the key lookup the latest listing)."""
+        unused = {
+            PARTITION_STATS: f"it describes the latest files, not {what}",
+            BLOOM_FILTERS: f"the key lookup serves the latest files, not {what}",
+        }
+        if self.row_filter is None:
+            return ScanPlan(files, len(files), instant, begin, unused=_no_filter())
+        self._check_filter_columns()
+        snapshot = self.snapshot
+        if not snapshot.uses(COLUMN_STATS):
+            unused[COLUMN_STATS] = _why_unused(snapshot, COLUMN_STATS)
+            return ScanPlan(files, len(files), instant, begin, unused=unused)
+        pruned = snapshot.prune_files(self.row_filter, files)
+        unapplied = {COLUMN_STATS: pruned.unapplied} if pruned.unapplied else {}
+        dropped = {COLUMN_STATS: pruned.pruned}
+        return ScanPlan(
+            pruned.candidates,
+            len(files),
+            instant,
+            begin,
+            dropped,
+            unapplied=unapplied,
+            unused=unused,
+        )
+
+    def explain(self) -> str:
+        """The plan in words: what is read, and what each index dropped or why it was not used."""
+        plan = self.plan()
+        if self.window is not None:
+            head = f"changes of {self.table.base_uri} after {plan.begin} up to {plan.snapshot}"
+        elif self.as_of is not None:
+            head = f"scan of {self.table.base_uri} as of {plan.snapshot}"
+        else:
+            head = f"scan of {self.table.base_uri} at {plan.snapshot or '(no commit)'}"
+        lines = [
+            head,
+            f"  filter: {self.text or '(none: every row)'}",
+            f"  columns: {', '.join(self.output_schema.names)}",
+            f"  files: {plan.kept} of {plan.total} read, {plan.total - plan.kept} skipped",
+        ]
+        for index, count in plan.dropped.items():
+            extra = ""
+            if index == PARTITION_STATS:
+                extra = f" ({plan.partitions_dropped} of {plan.partitions} partitions whole)"
+            lines.append(f"  {index}: dropped {count} file(s){extra}")
+        for index, instants in plan.unapplied.items():
+            lines.append(
+                f"  {index}: does not reflect {', '.join(instants)} yet; their files were kept"
+            )
+        for index, why in plan.unused.items():
+            lines.append(f"  {index}: not used ({why})")
+        if self.limit is not None:
+            lines.append(f"  limit: {self.limit} row(s)")
+        return "\n".join(lines)
+
+    # --- schema ----------------------------------------------------------------------------------
+
+    @cached_property
+    def table_schema(self) -> pa.Schema:
+        """The table's schema: that of its newest data file (columns are only ever added and
+        types only widened, so it holds every older file's columns)."""
+        files = self.snapshot.view.latest_base_files()
+        if not files:
+            return pa.schema([])
+        newest = max(files, key=lambda b: (b.instant_time, b.path))
+        footer = parquet_footer(self.table.storage, newest.path)
+        return read_parquet_schema_bytes(footer, newest.path)
+
+    def _check_filter_columns(self) -> None:
+        if self.row_filter is not None and len(self.table_schema):
+            for column in sorted(self.row_filter.columns()):
+                if self.table_schema.get_field_index(column) < 0:
+                    raise UnknownColumnError(column, self.table_schema.names)
+
+    @cached_property
+    def output_schema(self) -> pa.Schema:
+        schema = self.table_schema
+        if self.selected_fields == ALL_FIELDS or not len(schema):
+            return schema
+        for name in self.selected_fields:
+            if schema.get_field_index(name) < 0:
+                raise UnknownColumnError(name, schema.names)
+        return pa.schema([schema.field(n) for n in self.selected_fields])
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def _arrow_filter(self) -> pc.Expression | None:
+        expr = None if self.row_filter is None else self.row_filter.expression(self.table_schema)
+        plan = self.plan()
+        if plan.begin is not None:
+            window = (pc.field(COMMIT_TIME) > plan.begin) & (pc.field(COMMIT_TIME) <= plan.snapshot)
+            expr = window if expr is None else expr & window
+        return expr
+
+    def batches(
+        self, progress: Callable[[int, int], None] | None = None
+    ) -> Iterator[pa.RecordBatch]:
+        """The rows, batch by batch, as they are read (``progress(files done, files)``)."""
+        plan = self.plan()
+        schema = self.output_schema
+        if not plan.files or self.limit == 0:
+            return
+        fs, root = self.table.storage.arrow_filesystem()
+        paths = [posixpath.join(root, f.path) for f in plan.files]
+        dataset = ds.dataset(paths, schema=self.table_schema, format="parquet", filesystem=fs)
+        import pyarrow.fs as pafs
+
+        scanner = dataset.scanner(
+            columns=schema.names,
+            filter=self._arrow_filter(),
+            batch_size=BATCH_ROWS,
+            # Python-backed file systems hand Arrow buffers over Python bytes: read them on this
+            # thread (see timeline.fs_view.read_parquet)
+            use_threads=not isinstance(fs, pafs.PyFileSystem),
+        )
+        left = self.limit
+        done: set[str] = set()
+        for tagged in scanner.scan_batches():
+            if progress is not None:
+                done.add(tagged.fragment.path)
+                progress(len(done), len(paths))
+            batch = tagged.record_batch
+            if not batch.num_rows:
+                continue
+            if left is not None:
+                if batch.num_rows >= left:
+                    yield batch.slice(0, left)
+                    return
+                left -= batch.num_rows
+            yield batch
+
+    def to_arrow_batch_reader(self) -> pa.RecordBatchReader:
+        """The rows as a stream: memory stays bounded by Arrow's read-ahead, whatever the size
+        of the result; ``limit`` stops the reading once enough rows came."""
+        return pa.RecordBatchReader.from_batches(self.output_schema, self.batches())
+
+    def to_arrow(self) -> pa.Table:
+        return pa.Table.from_batches(list(self.batches()), schema=self.output_schema)
+
+    def to_pandas(self, **kwargs: Any) -> Any:
+        """A pandas DataFrame (``kwargs`` go to ``pyarrow.Table.to_pandas``)."""
+        return self.to_arrow().to_pandas(**kwargs)
+
+    def to_duckdb(self, table_name: str, connection: Any = None) -> Any:
+        """The rows registered as DuckDB table ``table_name`` in ``connection`` (a new in-memory
+        database when None), which is returned."""
+        duckdb = _optional("duckdb", "duckdb")
+        con = connection if connection is not None else duckdb.connect()
+        con.register(table_name, self.to_arrow())
+        return con
+
+    def to_polars(self) -> Any:
+        """A Polars DataFrame."""
+        polars = _optional("polars", "polars")
+        return polars.from_arrow(self.to_arrow())
+
+    def to_spark(self, spark: Any) -> Any:
+        """A Spark DataFrame over the kept files (``spark``: a SparkSession), the filter and the
+        projection applied by Spark, for results too big for one process."""
+        from pyspark.sql import functions
+
+        plan = self.plan()
+        paths = [self.table.storage.uri(f.path) for f in plan.files]
+        if not paths:  # an empty frame of the output schema
+            from pyspark.sql.pandas.types import from_arrow_schema
+
+            return spark.createDataFrame([], from_arrow_schema(self.output_schema))
+        frame = spark.read.option("mergeSchema", "true").parquet(*paths)
+        condition = None if self.row_filter is None else spark_condition(self.row_filter, functions)
+        if plan.begin is not None:
+            column = functions.col(COMMIT_TIME)
+            window = (column > plan.begin) & (column <= plan.snapshot)
+            condition = window if condition is None else condition & window
+        if condition is not None:
+            frame = frame.filter(condition)
+        frame = frame.select(*self.output_schema.names)
+        return frame.limit(self.limit) if self.limit is not None else frame
+
+
+def spark_condition(expr: Expr, functions: Any) -> Any:
+    """A filter as a Spark column (``functions``: ``pyspark.sql.functions``), with SQL's null
+    rules as Arrow applies them, timestamps as UTC instants."""
+    if isinstance(expr, And):
+        return spark_condition(expr.left, functions) & spark_condition(expr.right, functions)
+    if isinstance(expr, Or):
+        return spark_condition(expr.left, functions) | spark_condition(expr.right, functions)
+    if isinstance(expr, IsNull):
+        column = functions.col(f"`{expr.column}`")
+        return column.isNotNull() if expr.negated else column.isNull()
+    if isinstance(expr, In):
+        column = functions.col(f"`{expr.column}`")
+        found = column.isin([_spark_value(v) for v in expr.values])
+        return (~found & column.isNotNull()) if expr.negated else found
+    if isinstance(expr, Compare):
+        column = functions.col(f"`{expr.column}`")
+        value = functions.lit(_spark_value(expr.value))
+        return {
+            "=": column == value,
+            "!=": column != value,
+            "<": column < value,
+            "<=": column <= value,
+            ">": column > value,
+            ">=": column >= value,
+        }[expr.op]
+    raise TypeError(f"not a filter: {expr!r}")
+
+
+def _spark_value(value: Any) -> Any:
+    if isinstance(value, dt.datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=dt.UTC)
+    return value
+
+
+def _record_keys(expr: Expr) -> list[str] | None:
+    """The record keys a filter confines rows to (``_hoodie_record_key = 'k'`` or ``IN``, at
+    its top level or in one of its top-level conjuncts), or None."""
+    if isinstance(expr, Compare) and expr.column == RECORD_KEY and expr.op == "=":
+        return [str(expr.value)] if isinstance(expr.value, str) else None
+    if isinstance(expr, In) and expr.column == RECORD_KEY and not expr.negated:
+        return (
+            [str(v) for v in expr.values] if all(isinstance(v, str) for v in expr.values) else None
+        )
+    if isinstance(expr, And):
+        left, right = _record_keys(expr.left), _record_keys(expr.right)
+        if left is not None and right is not None:
+            return sorted(set(left) & set(right))
+        return left if left is not None else right
+    return None
+
+
+def _no_filter() -> dict[str, str]:
+    return {name: "no filter" for name in (PARTITION_STATS, COLUMN_STATS, BLOOM_FILTERS)}
+
+
+def _why_unused(snapshot: IndexedSnapshot, partition: str) -> str:
+    if partition not in snapshot.completed:
+        return "not built"
+    lost = snapshot.lost(partition)
+    if lost:
+        return f"lost: {lost}"
+    behind = snapshot.unapplied(partition)
+    if behind:
+        return f"it does not reflect {', '.join(i.timestamp for i in behind)} yet"
+    return "nothing to use it for"
+
+
+def _optional(module: str, extra: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(f"{module} is not installed: pip install 'async-indexer[{extra}]'") from e
+
+
+__all__ = ["IndexedTable", "ScanPlan", "TableScan", "load_table", "spark_condition"]
