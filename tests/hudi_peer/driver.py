@@ -207,8 +207,9 @@ def op_write(peer: Peer, request: dict[str, Any]) -> dict[str, Any]:
 
 
 def op_read(peer: Peer, request: dict[str, Any]) -> dict[str, Any]:
-    """{path, output: parquet file, metadata: bool, query_type?: snapshot|read_optimized,
-    columns?: [..], options?}: reads the table with Hudi's Spark reader and writes the rows to one
+    """{path, output: parquet file, metadata: bool, query_type?: snapshot|read_optimized|
+    incremental, columns?: [..], filter?: Spark SQL, options?}: reads the table with Hudi's Spark
+    reader (time travel and incremental reads through its options) and writes the rows to one
     Parquet file. Answers the row count."""
     path = _required(request, "path")
     output = _required(request, "output")
@@ -216,6 +217,8 @@ def op_read(peer: Peer, request: dict[str, Any]) -> dict[str, Any]:
     options.setdefault("hoodie.metadata.enable", str(bool(request.get("metadata", True))).lower())
     options.setdefault("hoodie.datasource.query.type", request.get("query_type") or "snapshot")
     frame = peer.spark.read.format("hudi").options(**options).load(path)
+    if request.get("filter"):
+        frame = frame.filter(request["filter"])
     if request.get("columns"):
         frame = frame.select(*request["columns"])
     _write_one_parquet(frame, output)

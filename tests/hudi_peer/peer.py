@@ -207,8 +207,11 @@ class HudiPeer:
         metadata: bool = True,
         columns: Sequence[str] = (),
         query_type: str = "snapshot",
+        filter: str = "",
+        options: dict[str, str] | None = None,
     ) -> pa.Table:
-        """The rows Hudi's Spark reader returns (with Hudi's metadata table used or not)."""
+        """The rows Hudi's Spark reader returns (with Hudi's metadata table used or not), with
+        ``filter`` (Spark SQL) applied, and read ``options`` such as ``as.of.instant``."""
         output = str(self.scratch / f"read-{uuid.uuid4().hex}.parquet")
         self.request(
             "read",
@@ -217,6 +220,8 @@ class HudiPeer:
             metadata=metadata,
             columns=list(columns),
             query_type=query_type,
+            filter=filter,
+            options=options or {},
         )
         try:
             return pq.read_table(output)

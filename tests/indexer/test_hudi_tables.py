@@ -15,13 +15,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from indexer.indexer import AsyncIndexer
-from metadata_table.filters import col
 from metadata_table.layout import PARTITIONS
-from metadata_table.reads import IndexedSnapshot
+from metadata_table.read.filters import col
+from metadata_table.read.snapshot import IndexedSnapshot
 
 from ..hudi_peer.peer import HudiPeer, HudiTable
 from ..hudi_peer.rows import by_key, make_rows
 from ..hudi_peer.tables import HUDI_READER_FAILS, KEYGEN_TABLES, KEYGEN_TS
+from ..metadata_table.test_hudi_scan import assert_history_matches_hudi, assert_scans_match_hudi
 from ..writer.test_failed_writes import hudi_rs
 from .oracle import assert_stats_match_pyarrow
 from .test_hudi_interop import _checksums, _open
@@ -82,6 +83,10 @@ def test_hudi_written_tables_are_indexed_exactly(
             kept = {f.path for f in snapshot.prune(col(column) == row[column]).candidates}
             assert holder in kept, (column, row[column])
     assert snapshot.prune(col("fare") == -1.0).candidates == [], "stats prune what cannot match"
+
+    assert_scans_match_hudi(hudi, hudi_table, table)  # scans read through the index
+    if style == "simple-hive-style":
+        assert_history_matches_hudi(hudi, hudi_table, table)
 
     assert _checksums(base / ".hoodie" / "metadata") == hudi_metadata
     assert by_key(_hudi_rows(hudi, hudi_table)) == by_key(rows_before)
