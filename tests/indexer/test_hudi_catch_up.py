@@ -89,6 +89,25 @@ def assert_reads_agree_with_hudi(hudi: HudiPeer, hudi_table: HudiTable, table: T
         assert holder in snapshot.lookup_keys([key], partition)[key], row
 
 
+def _daemon_config(tmp_path: Path, table: Table, extra: str = "") -> Path:
+    """The daemon for ``table``: every index desired, a tick every 0.5 s, cleaning every 2 s."""
+    config = tmp_path / "service.toml"
+    config.write_text(f"""
+[service]
+request_store = "sqlite:///{tmp_path / "service.sqlite"}"
+http_port = 0
+reconcile_interval_seconds = 0.5
+clean_interval_seconds = 2
+
+[[tables]]
+base = "{table.base_uri}"
+index_types = {json.dumps(list(PARTITIONS))}
+lock_url = "sqlite:///{tmp_path / "locks.db"}"
+{extra}
+""")
+    return config
+
+
 def _valid(table: Table) -> bool:
     return all(r.ok for r in validate(table))
 
@@ -129,20 +148,7 @@ def test_the_index_catches_up_after_an_outage_and_stays_caught_up(
 
     daemon = None
     if closer == "daemon":
-        config = tmp_path / "service.toml"
-        config.write_text(f"""
-[service]
-request_store = "sqlite:///{tmp_path / "service.sqlite"}"
-http_port = 0
-reconcile_interval_seconds = 0.5
-clean_interval_seconds = 2
-
-[[tables]]
-base = "{table.base_uri}"
-index_types = {json.dumps(list(PARTITIONS))}
-lock_url = "sqlite:///{tmp_path / "locks.db"}"
-""")
-        daemon = Daemon(config)
+        daemon = Daemon(_daemon_config(tmp_path, table))
 
         def close_the_lag() -> None:
             _wait(lambda: _valid(table), 60, "the daemon to close the lag")
@@ -184,21 +190,8 @@ def test_the_daemon_never_rolls_back_hudis_live_writes(hudi: HudiPeer, tmp_path:
         txn.write(make_rows(range(n * 5, n * 5 + 5), ts=9, parts=3))
         txn.heartbeat.pause()
         dead.append(txn.instant_time)
-    config = tmp_path / "service.toml"
-    config.write_text(f"""
-[service]
-request_store = "sqlite:///{tmp_path / "service.sqlite"}"
-http_port = 0
-reconcile_interval_seconds = 0.5
-clean_interval_seconds = 2
-
-[[tables]]
-base = "{table.base_uri}"
-index_types = {json.dumps(list(PARTITIONS))}
-lock_url = "sqlite:///{tmp_path / "locks.db"}"
-conf = {{ "hoodie.client.heartbeat.interval_in_ms" = "200" }}
-""")
-    daemon = Daemon(config)
+    heartbeat = 'conf = { "hoodie.client.heartbeat.interval_in_ms" = "200" }'
+    daemon = Daemon(_daemon_config(tmp_path, table, heartbeat))
     try:
         _wait(
             lambda: all(ours.timeline.load().get(t) is None for t in dead),
