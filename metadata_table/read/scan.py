@@ -76,6 +76,9 @@ COMMIT_TIME = "_hoodie_commit_time"
 RECORD_KEY = "_hoodie_record_key"
 #: rows per batch a scan hands out
 BATCH_ROWS = 64 * 1024
+#: files per Arrow dataset a scan reads: a dataset's fragments keep each file's parsed footer
+#: (tens of KB) until the dataset goes, so one dataset over every file would grow with the table
+FILES_PER_DATASET = 512
 CLEANER_RETAINED = "hoodie.cleaner.commits.retained"
 ARCHIVE_KEEP = "hoodie.keep.min.commits (and an archive left whole)"
 
@@ -230,11 +233,8 @@ class TableScan:
         self._check_filter_columns()
         pruned = snapshot.prune(self.row_filter)
         dropped, unapplied, unused = {}, {}, {}
-        if pruned.partitions_pruned or snapshot.uses(PARTITION_STATS):
-            if snapshot.uses(PARTITION_STATS) and not snapshot.unapplied(PARTITION_STATS):
-                dropped[PARTITION_STATS] = pruned.files_in_pruned_partitions
-            else:
-                unused[PARTITION_STATS] = _why_unused(snapshot, PARTITION_STATS)
+        if snapshot.uses(PARTITION_STATS) and not snapshot.unapplied(PARTITION_STATS):
+            dropped[PARTITION_STATS] = pruned.files_in_pruned_partitions
         else:
             unused[PARTITION_STATS] = _why_unused(snapshot, PARTITION_STATS)
         if snapshot.uses(COLUMN_STATS):
@@ -478,32 +478,37 @@ class TableScan:
             return
         fs, root = self.table.storage.arrow_filesystem()
         paths = [posixpath.join(root, f.path) for f in plan.files]
-        dataset = ds.dataset(paths, schema=self.table_schema, format="parquet", filesystem=fs)
+        row_filter = self._arrow_filter()
         import pyarrow.fs as pafs
 
-        scanner = dataset.scanner(
-            columns=schema.names,
-            filter=self._arrow_filter(),
-            batch_size=BATCH_ROWS,
-            # Python-backed file systems hand Arrow buffers over Python bytes: read them on this
-            # thread (see timeline.fs_view.read_parquet)
-            use_threads=not isinstance(fs, pafs.PyFileSystem),
-        )
+        # Python-backed file systems hand Arrow buffers over Python bytes: read them on this
+        # thread (see timeline.fs_view.read_parquet)
+        threads = not isinstance(fs, pafs.PyFileSystem)
         left = self.limit
-        done: set[str] = set()
-        for tagged in scanner.scan_batches():
+        done = 0
+        for start in range(0, len(paths), FILES_PER_DATASET):
+            chunk = paths[start : start + FILES_PER_DATASET]
+            dataset = ds.dataset(chunk, schema=self.table_schema, format="parquet", filesystem=fs)
+            scanner = dataset.scanner(
+                columns=schema.names, filter=row_filter, batch_size=BATCH_ROWS, use_threads=threads
+            )
+            seen: set[str] = set()
+            for tagged in scanner.scan_batches():
+                if progress is not None and tagged.fragment.path not in seen:
+                    seen.add(tagged.fragment.path)
+                    progress(done + len(seen), len(paths))
+                batch = tagged.record_batch
+                if not batch.num_rows:
+                    continue
+                if left is not None:
+                    if batch.num_rows >= left:
+                        yield batch.slice(0, left)
+                        return
+                    left -= batch.num_rows
+                yield batch
+            done += len(chunk)
             if progress is not None:
-                done.add(tagged.fragment.path)
-                progress(len(done), len(paths))
-            batch = tagged.record_batch
-            if not batch.num_rows:
-                continue
-            if left is not None:
-                if batch.num_rows >= left:
-                    yield batch.slice(0, left)
-                    return
-                left -= batch.num_rows
-            yield batch
+                progress(done, len(paths))
 
     def to_arrow_batch_reader(self) -> pa.RecordBatchReader:
         """The rows as a stream: memory stays bounded by Arrow's read-ahead, whatever the size
