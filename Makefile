@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 # setuptools warns on every editable install of a flat layout: not the user's concern
 PIP    := PYTHONWARNINGS=ignore $(PY) -m pip
 
-.PHONY: demo test test-fast test-hudi hudi-peer soak lint bench bench-markers system-deps clean
+.PHONY: demo test test-fast test-hudi hudi-peer soak lint bench bench-markers bench-scan system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,10 @@ soak: $(VENV)/.installed-test system-deps
 # Benchmarks print ratios measured side by side in one run (this machine is shared and noisy).
 bench-markers: $(VENV)/.installed-test
 	$(PY) scripts/bench/markers.py
+
+# Scans through the index against full-scan readers, and a scan's peak memory (also in `make bench`).
+bench-scan: $(VENV)/.installed-test
+	$(PY) scripts/bench/scan.py
 
 # The full suite: writes docs/benchmarks.md and docs/bench-*.png (about 20 minutes on 2 cores).
 bench: $(VENV)/.installed-bench system-deps hudi-peer
