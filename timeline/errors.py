@@ -308,6 +308,15 @@ class UnknownPartitionError(TableError, ValueError):
         self.known = tuple(known)
 
 
+class LogFormatError(TableError):
+    """A Hudi log file's block that cannot be read as its type says (a schema missing, an Avro
+    type with no Arrow counterpart, a delete block of a format before Hudi 0.14)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"Hudi log block: {reason}")
+        self.reason = reason
+
+
 class BloomFilterFormatError(TableError):
     """Bytes that should be a Parquet split-block bloom filter are not one."""
 
