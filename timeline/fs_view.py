@@ -5,6 +5,14 @@ the snapshot's instant) and it is the newest such file of its file group; file g
 a completed replacecommit are dropped. Files of pending or failed writes are never visible, even
 before they are rolled back (hudi-rs does not filter them on v6 tables, see docs/architecture.md §7.2, which is
 why rollbacks delete them).
+
+Merge-on-read tables have *file slices* (:meth:`FileSystemView.latest_file_slices`): a file
+group's base file and the log files written after it, keyed by the base instant their names
+carry (a log file's ``_<baseInstant>``), or log files alone. A slice counts when its base instant
+is a committed write, or a compaction still pending; the latest slice of a group whose
+compaction is pending has no base file yet, and is read together with the slice before it, as
+Hudi's view merges them. Which blocks of the log files count is decided when they are read
+(:func:`timeline.log_format.effective_blocks`): a log file may hold blocks of failed writes.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import pyarrow.parquet as pq
 from timeline.commit_metadata import CommitMetadata
 from timeline.errors import NotParquetError
 from timeline.instant import Action, normalize_timestamp
+from timeline.log_format import LogFileName
 from timeline.storage import FileInfo, Storage
 from timeline.timeline import META_FOLDER, ActiveTimeline, CommittedWrites, Timeline
 
@@ -57,6 +66,43 @@ class BaseFile:
 _order = operator.attrgetter(
     "partition_path", "file_id", "instant_time", "write_token", "file_name", "size"
 )
+
+
+@dataclass(frozen=True)
+class LogFile:
+    """A log file ``.<fileId>_<baseInstant>.log.<version>_<writeToken>`` in a partition."""
+
+    partition_path: str
+    file_name: str
+    name: LogFileName
+    size: int = 0
+
+    @property
+    def path(self) -> str:
+        return f"{self.partition_path}/{self.file_name}" if self.partition_path else self.file_name
+
+    @classmethod
+    def parse(cls, partition_path: str, file_name: str, size: int = 0) -> LogFile | None:
+        name = LogFileName.parse(file_name)
+        return None if name is None else cls(partition_path, file_name, name, size)
+
+
+@dataclass(frozen=True)
+class FileSlice:
+    """A file group's base file (None for a slice of log files alone) and its log files, in the
+    order they are read; ``base_instant`` is the instant that keys the slice."""
+
+    partition_path: str
+    file_id: str
+    base_instant: str
+    base_file: BaseFile | None
+    log_files: tuple[LogFile, ...] = ()
+
+    @property
+    def paths(self) -> list[str]:
+        """The slice's files, base file first."""
+        base = [self.base_file.path] if self.base_file is not None else []
+        return base + [log.path for log in self.log_files]
 
 
 def base_file_name(file_id: str, write_token: str, instant_time: str) -> str:
@@ -104,16 +150,86 @@ class FileSystemView:
         return replaced
 
     @cached_property
-    def all_base_files(self) -> list[BaseFile]:
-        """Every base file in storage, committed or not (one listing of the data folders)."""
-        found: list[BaseFile] = []
+    def _all_files(self) -> tuple[list[BaseFile], list[LogFile]]:
+        """One listing of the data folders: its base files and log files."""
+        bases: list[BaseFile] = []
+        logs: list[LogFile] = []
         entries = self._listing() if self._listing is not None else _list_data_files(self.storage)
         for entry in entries:
             partition, _, name = entry.path.rpartition("/")
             base = BaseFile.parse(partition, name, entry.size)
             if base is not None:
-                found.append(base)
-        return sorted(found, key=_order)
+                bases.append(base)
+            elif name.startswith("."):
+                log = LogFile.parse(partition, name, entry.size)
+                if log is not None:
+                    logs.append(log)
+        return sorted(bases, key=_order), logs
+
+    @property
+    def all_base_files(self) -> list[BaseFile]:
+        """Every base file in storage, committed or not (one listing of the data folders)."""
+        return self._all_files[0]
+
+    @property
+    def all_log_files(self) -> list[LogFile]:
+        """Every log file in storage, of any slice, committed or not."""
+        return self._all_files[1]
+
+    @cached_property
+    def pending_compactions(self) -> set[str]:
+        """Instants of the compactions scheduled (at or before the snapshot) and not completed."""
+        return {
+            i.timestamp
+            for i in self.timeline.with_actions(Action.COMPACTION).pending()
+            if self.as_of is None
+            or normalize_timestamp(i.timestamp) <= normalize_timestamp(self.as_of)
+        }
+
+    def latest_file_slices(self, partitions: Iterable[str] | None = None) -> list[FileSlice]:
+        """The latest file slice of every live file group (optionally of some partitions); a
+        slice whose compaction is pending comes merged with the slice before it."""
+        if partitions is None:
+            return list(self._latest_slices)
+        wanted = set(partitions)
+        return [s for s in self._latest_slices if s.partition_path in wanted]
+
+    @cached_property
+    def _latest_slices(self) -> list[FileSlice]:
+        pending = self.pending_compactions
+        groups: dict[tuple[str, str], dict[str, tuple[BaseFile | None, list[LogFile]]]] = {}
+
+        def counts(instant: str) -> bool:
+            return instant in self._committed or instant in pending
+
+        for base in self.all_base_files:
+            # a pending compaction's base file is not written whole until the compaction completes
+            if base.instant_time in pending or base.instant_time not in self._committed:
+                continue
+            slices = groups.setdefault((base.partition_path, base.file_id), {})
+            slices.setdefault(base.instant_time, (base, []))  # as latest_base_files: the first
+        for log in self.all_log_files:
+            if log.name.cdc or not counts(log.name.base_instant):
+                continue
+            slices = groups.setdefault((log.partition_path, log.name.file_id), {})
+            base_file, logs = slices.get(log.name.base_instant, (None, []))
+            logs.append(log)
+            slices[log.name.base_instant] = (base_file, logs)
+        latest: list[FileSlice] = []
+        for (partition, file_id), slices in groups.items():
+            if (partition, file_id) in self._replaced:
+                continue
+            order = sorted(slices, key=normalize_timestamp)
+            newest = order[-1]
+            base_file, logs = slices[newest]
+            logs = sorted(logs, key=lambda log: log.name.order)
+            key = newest
+            if newest in pending and len(order) > 1:  # read with the slice before it
+                key = order[-2]
+                base_file, before = slices[key]
+                logs = sorted(before, key=lambda log: log.name.order) + logs
+            latest.append(FileSlice(partition, file_id, key, base_file, tuple(logs)))
+        return sorted(latest, key=lambda s: (s.partition_path, s.file_id))
 
     def latest_base_files(self, partitions: Iterable[str] | None = None) -> list[BaseFile]:
         """The newest committed base file of every live file group (optionally of some partitions)."""
