@@ -245,7 +245,8 @@ def op_instants(peer: Peer, request: dict[str, Any]) -> dict[str, Any]:
 def op_service(peer: Peer, request: dict[str, Any]) -> dict[str, Any]:
     """{path, service, options, instant?}: one of Hudi's table services through its write client:
     clean; cluster (schedule and execute); schedule_cluster; execute_cluster (instant?: the
-    earliest pending); compact (schedule and execute a merge-on-read compaction); savepoint
+    earliest pending); compact (schedule and execute a merge-on-read compaction);
+    schedule_compact; execute_compact (instant?: the earliest pending); savepoint
     (instant?: the latest completed commit); restore (instant: a savepoint); rollback (instant?:
     the latest completed write). Answers the instants it added."""
     path = _required(request, "path")
@@ -257,6 +258,8 @@ def op_service(peer: Peer, request: dict[str, Any]) -> dict[str, Any]:
         "schedule_cluster": _schedule_cluster,
         "execute_cluster": _execute_cluster,
         "compact": _compact,
+        "schedule_compact": _schedule_compact,
+        "execute_compact": _execute_compact,
         "savepoint": _savepoint,
         "restore": _restore,
         "rollback": _rollback,
@@ -304,16 +307,34 @@ def _cluster(peer: Peer, request: dict[str, Any]) -> Any:
     return _execute_cluster(peer, {**request, "instant": scheduled["instant"]})
 
 
-def _compact(peer: Peer, request: dict[str, Any]) -> Any:
-    client = request["client"]
-    instant = client.scheduleCompaction(peer.none())
+def _schedule_compact(peer: Peer, request: dict[str, Any]) -> Any:
+    instant = request["client"].scheduleCompaction(peer.none())
     if not instant.isPresent():
         raise RequestError(
             "compact: Hudi scheduled nothing (a copy-on-write table, or no log files; set "
             "hoodie.compact.inline.max.delta.commits)"
         )
-    client.compact(instant.get())  # completes the instant too (Hudi's hoodie.auto.commit)
     return {"instant": instant.get()}
+
+
+def _execute_compact(peer: Peer, request: dict[str, Any]) -> Any:
+    instant = request.get("instant")
+    if not instant:
+        pending = [
+            i
+            for i in peer.instants(request["path"])
+            if i["action"] == "compaction" and i["state"] != "COMPLETED"
+        ]
+        if not pending:
+            raise RequestError("execute_compact: no pending compaction")
+        instant = pending[0]["timestamp"]
+    request["client"].compact(instant)  # completes the instant too (Hudi's hoodie.auto.commit)
+    return {"instant": instant}
+
+
+def _compact(peer: Peer, request: dict[str, Any]) -> Any:
+    scheduled = _schedule_compact(peer, request)
+    return _execute_compact(peer, {**request, "instant": scheduled["instant"]})
 
 
 def _instant_or_latest(peer: Peer, request: dict[str, Any]) -> str:

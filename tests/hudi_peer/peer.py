@@ -241,8 +241,8 @@ class HudiPeer:
         instant: str | None = None,
         options: dict[str, str] | None = None,
     ) -> dict[str, Any]:
-        """clean, cluster, schedule_cluster, execute_cluster, compact, savepoint, restore or
-        rollback, through Hudi's write client."""
+        """clean, cluster, schedule_cluster, execute_cluster, compact, schedule_compact,
+        execute_compact, savepoint, restore or rollback, through Hudi's write client."""
         return self.request(
             "service",
             path=table.path,

@@ -6,6 +6,7 @@ slices merged from our blocks hold exactly the rows hudi-rs's snapshot read retu
 from __future__ import annotations
 
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -178,9 +179,25 @@ def _unpack(name: str, into: Path) -> Path:
     return into / name
 
 
-def _merged_slices(base: Path) -> dict[str, dict[str, Any]]:
-    """Every live row by record key: each file slice's base file, then its log files' blocks
+def merge(
+    base_rows: list[dict[str, Any]],
+    log_files: list[list[LogBlock]],
+    is_completed: Callable[[str], bool],
+) -> dict[str, dict[str, Any]]:
+    """A file slice's live rows by record key: its base file's, then the blocks of its log files
     that count, upserts replacing a key's row and deletes removing it."""
+    live = {r["_hoodie_record_key"]: r for r in base_rows}
+    for block in effective_blocks(log_files, is_completed):
+        if block.block_type == BlockType.DELETE:
+            for d in block.deletes():
+                live.pop(str(d.record_key), None)
+        else:
+            live.update({r["_hoodie_record_key"]: r for r in block.records().to_pylist()})
+    return live
+
+
+def _merged_slices(base: Path) -> dict[str, dict[str, Any]]:
+    """Every live row by record key, from the file slices hudi-rs lists."""
     import hudi
 
     table = hudi.HudiTableBuilder.from_base_uri(str(base)).build()
@@ -189,22 +206,15 @@ def _merged_slices(base: Path) -> dict[str, dict[str, Any]]:
     completed = {i.timestamp for i in done}
     rows: dict[str, dict[str, Any]] = {}
     for file_slice in table.get_file_slices():
-        live: dict[str, dict[str, Any]] = {}
+        base_rows = []
         if file_slice.base_file_name:
             base_rows = pq.read_table(base / file_slice.base_file_relative_path()).to_pylist()
-            live.update({r["_hoodie_record_key"]: r for r in base_rows})
         names = [(LogFileName.parse(n), n) for n in file_slice.log_file_names]
         assert all(parsed is not None for parsed, _ in names), names
         ordered = sorted(names, key=lambda p: p[0].order if p[0] else ())
         part = base / file_slice.partition_path
         log_files = [read_blocks((part / n).read_bytes()) for _, n in ordered]
-        for block in effective_blocks(log_files, completed.__contains__):
-            if block.block_type == BlockType.DELETE:
-                for d in block.deletes():
-                    live.pop(str(d.record_key), None)
-            else:
-                live.update({r["_hoodie_record_key"]: r for r in block.records().to_pylist()})
-        rows.update(live)
+        rows.update(merge(base_rows, log_files, completed.__contains__))
     return rows
 
 
