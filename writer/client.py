@@ -81,7 +81,7 @@ from timeline.markers.client import TimelineServerMarkers
 from timeline.markers.server import MarkerServer, MarkerServerConfig
 from timeline.rollback import rollback
 from timeline.table import Table
-from timeline.table_config import POPULATE_META_FIELDS, PROPERTIES_FILE
+from timeline.table_config import POPULATE_META_FIELDS, PROPERTIES_FILE, TYPE, TableType
 from writer.avro import avro_schema
 from writer.early_conflict import EarlyConflictDetector
 from writer.files import (
@@ -204,8 +204,17 @@ class WriteClient:
         self.close()
 
     def _key_generator(self) -> KeyGenerator:
+        """The table's key generator; tables this writer must not write are refused here, by
+        name, before anything is written."""
         config = self.table.table_config
         where = self.table.storage.uri(PROPERTIES_FILE)
+        if config.table_type is TableType.MERGE_ON_READ:
+            raise TableConfigError(
+                where,
+                f"{TYPE}=MERGE_ON_READ: this writer writes copy-on-write tables only; it reads "
+                "base files, and rewriting one would drop the updates its log files hold (write "
+                "with Apache Hudi)",
+            )
         if not config.populate_meta_fields:
             raise TableConfigError(
                 where,

@@ -106,3 +106,35 @@ def test_a_table_without_meta_fields_is_refused_by_name(tmp_path: Path, capsys: 
     assert code == 1
     assert "hoodie.populate.meta.fields=false" in capsys.readouterr().err
     assert _data_files(base) == before
+
+
+def test_a_merge_on_read_table_is_refused_by_name_by_both_engines(
+    tmp_path: Path, capsys: Any, spark: Any
+) -> None:
+    """Our writer reads base files only: rewriting one of a merge-on-read table would drop the
+    updates in its log files (it did: the update in v6_trips_8i1u's log file was lost). Both
+    engines refuse before anything is written, and leave every file of the table as it was."""
+    from timeline import Table
+    from timeline.config import Config
+    from timeline.errors import TableConfigError
+    from writer.spark import SparkWriteClient
+
+    from ..indexer.test_hudi_interop import _checksums
+
+    base = unpack(DATA / "mor" / "v6_trips_8i1u.zip", tmp_path)
+    rows = _read(base)
+    rows = rows.drop_columns([c for c in rows.column_names if c.startswith("_hoodie_")])
+    pq.write_table(rows, tmp_path / "rows.parquet")
+    before = _checksums(base)
+    lock = f"indexer.lock.url=sqlite:///{tmp_path / 'locks.db'}"
+    args = [str(base), "--input", str(tmp_path / "rows.parquet"), "--operation", "upsert"]
+    assert main([*args, "--conf", lock]) == 1
+    assert "hoodie.table.type=MERGE_ON_READ: this writer writes copy-on-write tables only" in (
+        capsys.readouterr().err
+    )
+    table = Table.open(
+        str(base), Config.resolve(explicit={"indexer.lock.url": lock.split("=", 1)[1]})
+    )
+    with pytest.raises(TableConfigError, match="MERGE_ON_READ"):
+        SparkWriteClient(table, spark).upsert(spark.createDataFrame(rows.to_pandas()))
+    assert _checksums(base) == before
