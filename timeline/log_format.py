@@ -22,7 +22,8 @@ framing, which no library offers (hudi-rs reads whole file slices, not one log f
 A writer that died mid-append leaves a partial block at the end, and a block may be damaged in
 the middle: as Hudi's own reader does, a block whose length runs past the end of the file, or
 whose trailing total length disagrees with its leading one, is a *corrupt* block that spans to
-the next magic (or the end), and reading goes on from there.
+the next magic (or the end), and reading goes on from there. A block framed whole that cannot be
+read (an unknown block type or header key, another format version) is an error, not skipped.
 
 Which blocks count (:func:`effective_blocks`), as Hudi's log record reader decides over a file
 slice's log files in order: blocks of instants that are not completed are left out; a rollback
@@ -281,33 +282,37 @@ def _corrupt_until_magic(data: bytes, start: int, blocks: list[LogBlock]) -> int
 
 
 def _block_at(data: bytes, start: int) -> LogBlock | None:
-    """The block whose magic is at ``start``, or None when it is not whole and consistent."""
+    """The block whose magic is at ``start``; None when its framing is not whole (its length
+    runs past the end, or its trailer disagrees: a partial append or damage). A block framed
+    whole whose parts cannot be read raises :class:`LogFormatError`, as Hudi's reader fails on
+    one, rather than being skipped: its records would be silently lost."""
+    at = start + len(MAGIC)
+    if at + 8 > len(data):
+        return None
+    (length,) = _LONG.unpack_from(data, at)
+    at += 8
+    end = at + length
+    if length < 16 or end > len(data):
+        return None
+    (total,) = _LONG.unpack_from(data, end - 8)
+    if total - len(MAGIC) != length:  # the trailer counts the magic, not the length field
+        return None
     try:
-        at = start + len(MAGIC)
-        (length,) = _LONG.unpack_from(data, at)
-        at += 8
-        end = at + length
-        if length < 16 or end > len(data):
-            return None  # runs past the end: a partial append
-        (total,) = _LONG.unpack_from(data, end - 8)
-        if total - len(MAGIC) != length:  # the trailer counts the magic, not the length field
-            return None
-        (version,) = _INT.unpack_from(data, at)
-        (kind,) = _INT.unpack_from(data, at + 4)
+        version, kind = struct.unpack_from(">ii", data, at)
         if version != 1:
-            return None
+            raise ValueError(f"log format version {version} (Hudi 0.x writes 1)")
         block_type = BlockType(kind)
         header, at = _metadata(data, at + 8, end)
         (content_length,) = _LONG.unpack_from(data, at)
         at += 8
         if content_length < 0 or at + content_length > end:
-            return None
+            raise ValueError(f"content of {content_length} bytes past the block's end")
         content = data[at : at + content_length]
         footer, at = _metadata(data, at + content_length, end)
         if at != end - 8:
-            return None
-    except (struct.error, ValueError, UnicodeDecodeError):
-        return None
+            raise ValueError(f"{end - 8 - at} bytes left between the footer and the trailer")
+    except (struct.error, ValueError, UnicodeDecodeError) as e:
+        raise LogFormatError(f"block at byte {start}: {e}") from e
     return LogBlock(block_type, start, end - start, header, footer, content, version)
 
 
@@ -315,13 +320,13 @@ def _metadata(data: bytes, at: int, end: int) -> tuple[dict[HeaderKey, str], int
     (count,) = _INT.unpack_from(data, at)
     at += 4
     if not 0 <= count <= 64:
-        raise ValueError(f"{count} metadata entries")
+        raise ValueError(f"{count} header or footer entries")
     entries: dict[HeaderKey, str] = {}
     for _ in range(count):
         key, length = struct.unpack_from(">ii", data, at)
         at += 8
         if length < 0 or at + length > end:
-            raise ValueError("metadata value past the block")
+            raise ValueError(f"a header or footer value of {length} bytes past the block's end")
         entries[HeaderKey(key)] = data[at : at + length].decode("utf-8")
         at += length
     return entries, at

@@ -136,6 +136,12 @@ def test_a_damaged_block_is_skipped_up_to_the_next_magic() -> None:
     damaged = bytearray(data)
     damaged[len(MAGIC)] = 0x7F
     assert [b.block_type for b in read_blocks(bytes(damaged))] == [BlockType.CORRUPT]
+    # framed whole but not readable: an error naming the block, never records silently lost
+    for where, value in [(len(MAGIC) + 8, 2), (len(MAGIC) + 12, 9), (len(MAGIC) + 20, 42)]:
+        odd = bytearray(data)  # format version, block type, first header key
+        odd[where : where + 4] = value.to_bytes(4, "big")
+        with pytest.raises(LogFormatError, match="block at byte 0"):
+            read_blocks(bytes(odd))
     # whole framing around content that is not what the block type says
     (block,) = read_blocks(data)
     bad = LogBlock(block.block_type, 0, block.size, block.header, content=block.content[:40])
