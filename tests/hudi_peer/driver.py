@@ -287,17 +287,18 @@ def _schedule_cluster(peer: Peer, request: dict[str, Any]) -> Any:
     return {"instant": instant.get()}
 
 
+def _instant_or_earliest_pending(peer: Peer, request: dict[str, Any], action: str) -> str:
+    """The request's instant, else the earliest pending ``action`` of the table."""
+    if request.get("instant"):
+        return str(request["instant"])
+    for i in peer.instants(request["path"]):
+        if i["action"] == action and i["state"] != "COMPLETED":
+            return str(i["timestamp"])
+    raise RequestError(f"{request['service']}: no pending {action}")
+
+
 def _execute_cluster(peer: Peer, request: dict[str, Any]) -> Any:
-    instant = request.get("instant")
-    if not instant:
-        pending = [
-            i
-            for i in peer.instants(request["path"])
-            if i["action"] == "replacecommit" and i["state"] != "COMPLETED"
-        ]
-        if not pending:
-            raise RequestError("execute_cluster: no pending clustering")
-        instant = pending[0]["timestamp"]
+    instant = _instant_or_earliest_pending(peer, request, "replacecommit")
     request["client"].cluster(instant, True)
     return {"instant": instant}
 
@@ -318,16 +319,7 @@ def _schedule_compact(peer: Peer, request: dict[str, Any]) -> Any:
 
 
 def _execute_compact(peer: Peer, request: dict[str, Any]) -> Any:
-    instant = request.get("instant")
-    if not instant:
-        pending = [
-            i
-            for i in peer.instants(request["path"])
-            if i["action"] == "compaction" and i["state"] != "COMPLETED"
-        ]
-        if not pending:
-            raise RequestError("execute_compact: no pending compaction")
-        instant = pending[0]["timestamp"]
+    instant = _instant_or_earliest_pending(peer, request, "compaction")
     request["client"].compact(instant)  # completes the instant too (Hudi's hoodie.auto.commit)
     return {"instant": instant}
 
