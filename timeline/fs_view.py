@@ -199,22 +199,20 @@ class FileSystemView:
         pending = self.pending_compactions
         groups: dict[tuple[str, str], dict[str, tuple[BaseFile | None, list[LogFile]]]] = {}
 
-        def counts(instant: str) -> bool:
-            return instant in self._committed or instant in pending
-
         for base in self.all_base_files:
-            # a pending compaction's base file is not written whole until the compaction completes
-            if base.instant_time in pending or base.instant_time not in self._committed:
+            # not a pending compaction's either: it is not whole until the compaction completes
+            if base.instant_time not in self._committed:
                 continue
             slices = groups.setdefault((base.partition_path, base.file_id), {})
             slices.setdefault(base.instant_time, (base, []))  # as latest_base_files: the first
         for log in self.all_log_files:
-            if log.name.cdc or not counts(log.name.base_instant):
+            base_instant = log.name.base_instant
+            if log.name.cdc or not (base_instant in self._committed or base_instant in pending):
                 continue
             slices = groups.setdefault((log.partition_path, log.name.file_id), {})
-            base_file, logs = slices.get(log.name.base_instant, (None, []))
+            base_file, logs = slices.get(base_instant, (None, []))
             logs.append(log)
-            slices[log.name.base_instant] = (base_file, logs)
+            slices[base_instant] = (base_file, logs)
         latest: list[FileSlice] = []
         for (partition, file_id), slices in groups.items():
             if (partition, file_id) in self._replaced:
