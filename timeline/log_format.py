@@ -18,6 +18,7 @@ Contents: an Avro data block is ``version (4), count (4)``, then ``count`` recor
 a Parquet file; a delete block is ``version (4), length (4)`` and one ``HoodieDeleteRecordList``
 in Avro. Avro is decoded by ``fastavro``, Parquet by ``pyarrow``; this module reads only the
 framing, which no library offers (hudi-rs reads whole file slices, not one log file's blocks).
+:func:`read_log_file` reads a file from storage block by block, with ranged reads.
 
 A writer that died mid-append leaves a partial block at the end, and a block may be damaged in
 the middle: as Hudi's own reader does, a block whose length runs past the end of the file, or
@@ -33,11 +34,12 @@ compaction replaces the blocks whose instants it lists; corrupt blocks are skipp
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
 import struct
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -47,6 +49,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from timeline.errors import LogFormatError
+from timeline.storage import Storage
 
 MAGIC = b"#HUDI#"
 _LONG = struct.Struct(">q")
@@ -257,28 +260,61 @@ class LogBlock:
         ]
 
 
+#: reads bytes [start, end) of one log file
+ReadRange = Callable[[int, int], bytes]
+#: how far a scan for the next magic reads at a time, past a corrupt block
+SCAN_CHUNK = 1 << 20
+
+
 def read_blocks(data: bytes) -> list[LogBlock]:
     """Every block of a log file's bytes, corrupt ones included, in order."""
-    blocks: list[LogBlock] = []
+    return list(iter_blocks(lambda start, end: data[start:end], len(data)))
+
+
+def read_log_file(storage: Storage, path: str) -> Iterator[LogBlock]:
+    """The blocks of the log file at ``path``, read block by block with ranged reads: memory is
+    bounded by the largest block (Hudi's ``hoodie.logfile.data.block.max.size``), not the file
+    (``hoodie.logfile.max.size``, 1 GB by default)."""
+    size = storage.info(path).size
+    return iter_blocks(lambda start, end: storage.read_range(path, start, end), size)
+
+
+def iter_blocks(read: ReadRange, size: int, scan_chunk: int = SCAN_CHUNK) -> Iterator[LogBlock]:
+    """The blocks of a log file of ``size`` bytes, each read whole once its framing checks out
+    (a damaged length never makes it read past the trailer it claims)."""
     at = 0
-    while at < len(data):
-        if data[at : at + len(MAGIC)] != MAGIC:
-            at = _corrupt_until_magic(data, at, blocks)
-            continue
-        block = _block_at(data, at)
+    while at < size:
+        block = None
+        head = read(at, min(at + len(MAGIC) + 8, size))
+        if len(head) == len(MAGIC) + 8 and head.startswith(MAGIC):
+            (length,) = _LONG.unpack_from(head, len(MAGIC))
+            end = at + len(MAGIC) + 8 + length
+            if length >= 16 and end <= size:
+                (total,) = _LONG.unpack_from(read(end - 8, end))
+                if total - len(MAGIC) == length:
+                    block = _block_at(read(at, end), 0)
         if block is None:
-            at = _corrupt_until_magic(data, at, blocks)
+            following = _next_magic(read, size, at + 1, scan_chunk)
+            yield LogBlock(BlockType.CORRUPT, at, following - at)
+            at = following
             continue
-        blocks.append(block)
+        yield dataclasses.replace(block, offset=at)
         at += block.size
-    return blocks
 
 
-def _corrupt_until_magic(data: bytes, start: int, blocks: list[LogBlock]) -> int:
-    following = data.find(MAGIC, start + 1)
-    end = len(data) if following < 0 else following
-    blocks.append(LogBlock(BlockType.CORRUPT, start, end - start))
-    return end
+def _next_magic(read: ReadRange, size: int, start: int, chunk: int) -> int:
+    """Where the next magic at or after ``start`` begins, or ``size``."""
+    chunk = max(chunk, 2 * len(MAGIC))
+    at = start
+    while at < size:
+        data = read(at, min(at + chunk, size))
+        found = data.find(MAGIC)
+        if found >= 0:
+            return at + found
+        if at + len(data) >= size:
+            break
+        at += len(data) - (len(MAGIC) - 1)  # a magic across the boundary is found next time
+    return size
 
 
 def _block_at(data: bytes, start: int) -> LogBlock | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import zipfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +23,11 @@ from timeline.log_format import (
     LogBlock,
     LogFileName,
     effective_blocks,
+    iter_blocks,
     read_blocks,
+    read_log_file,
 )
+from timeline.storage import Storage
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "hudi_rs"
 FIXTURES = DATA / "log_files"
@@ -99,13 +103,48 @@ def test_log_file_names() -> None:
     assert sorted([later, retried, first], key=lambda n: n.order) == [first, retried, later]
 
 
-def test_a_partial_last_block_is_corrupt_and_the_blocks_before_it_count() -> None:
+@pytest.fixture(params=["bytes", "ranged reads"])
+def blocks_of(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[bytes], list[LogBlock]]:
+    """A log file's blocks read from its bytes, or from storage by ranged reads (scanning for
+    the next magic 13 bytes at a time, so that magics straddle the reads)."""
+    if request.param == "bytes":
+        return read_blocks
+    storage = Storage(str(tmp_path))
+
+    def ranged(data: bytes) -> list[LogBlock]:
+        storage.overwrite("log", data)
+        read = partial(storage.read_range, "log")
+        return list(iter_blocks(read, len(data), scan_chunk=13))
+
+    return ranged
+
+
+def test_a_log_file_is_read_block_by_block_from_storage(tmp_path: Path) -> None:
+    _, data = _fixture("valid_log_avro_data")
+    _, rollback = _fixture("valid_log_rollback")
+    storage = Storage(str(tmp_path))
+    storage.overwrite("p/.f_20250101000000000.log.1_0-1-1", data + rollback + data[:100])
+    reads = storage.requests.get("read", 0)
+    blocks = list(read_log_file(storage, "p/.f_20250101000000000.log.1_0-1-1"))
+    assert [b.block_type for b in blocks] == [
+        BlockType.AVRO_DATA,
+        BlockType.COMMAND,
+        BlockType.CORRUPT,
+    ]
+    assert blocks[0] == read_blocks(data)[0] and blocks[1].offset == len(data)
+    # a block: its head, its trailer, then the block; the partial one: its head and one scan
+    assert storage.requests["read"] - reads == 3 + 3 + 2
+
+
+def test_a_partial_last_block_is_corrupt_and_the_blocks_before_it_count(
+    blocks_of: Callable[[bytes], list[LogBlock]],
+) -> None:
     """A writer killed mid-append: the blocks before are read whole, the tail is one corrupt
     block however it was cut."""
     _, data = _fixture("valid_log_avro_data")
     _, rollback = _fixture("valid_log_rollback")
     for cut in (1, 5, len(MAGIC) + 8, 100, len(data) - 1):
-        blocks = read_blocks(data + rollback + data[:cut])
+        blocks = blocks_of(data + rollback + data[:cut])
         assert [b.block_type for b in blocks] == [
             BlockType.AVRO_DATA,
             BlockType.COMMAND,
@@ -115,10 +154,12 @@ def test_a_partial_last_block_is_corrupt_and_the_blocks_before_it_count() -> Non
         assert blocks[0].records().num_rows == 1
 
 
-def test_a_damaged_block_is_skipped_up_to_the_next_magic() -> None:
+def test_a_damaged_block_is_skipped_up_to_the_next_magic(
+    blocks_of: Callable[[bytes], list[LogBlock]],
+) -> None:
     _, data = _fixture("valid_log_avro_data")
     # bytes between blocks
-    blocks = read_blocks(data + b"garbage" + data)
+    blocks = blocks_of(data + b"garbage" + data)
     assert [(b.block_type, b.size) for b in blocks] == [
         (BlockType.AVRO_DATA, len(data)),
         (BlockType.CORRUPT, 7),
@@ -127,7 +168,7 @@ def test_a_damaged_block_is_skipped_up_to_the_next_magic() -> None:
     # a trailer that disagrees with the leading length
     damaged = bytearray(data)
     damaged[-1] ^= 0xFF
-    blocks = read_blocks(bytes(damaged) + data)
+    blocks = blocks_of(bytes(damaged) + data)
     assert [(b.block_type, b.offset) for b in blocks] == [
         (BlockType.CORRUPT, 0),
         (BlockType.AVRO_DATA, len(data)),
@@ -135,13 +176,13 @@ def test_a_damaged_block_is_skipped_up_to_the_next_magic() -> None:
     # a leading length past the end of the file
     damaged = bytearray(data)
     damaged[len(MAGIC)] = 0x7F
-    assert [b.block_type for b in read_blocks(bytes(damaged))] == [BlockType.CORRUPT]
+    assert [b.block_type for b in blocks_of(bytes(damaged))] == [BlockType.CORRUPT]
     # framed whole but not readable: an error naming the block, never records silently lost
     for where, value in [(len(MAGIC) + 8, 2), (len(MAGIC) + 12, 9), (len(MAGIC) + 20, 42)]:
         odd = bytearray(data)  # format version, block type, first header key
         odd[where : where + 4] = value.to_bytes(4, "big")
         with pytest.raises(LogFormatError, match="block at byte 0"):
-            read_blocks(bytes(odd))
+            blocks_of(bytes(odd))
     # whole framing around content that is not what the block type says
     (block,) = read_blocks(data)
     bad = LogBlock(block.block_type, 0, block.size, block.header, content=block.content[:40])
