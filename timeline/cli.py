@@ -371,7 +371,11 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--partition-field", default="", help="partition field(s), comma-separated")
     init.add_argument("--precombine-field", help="field whose largest value wins among duplicates")
     init.add_argument(
-        "--table-type", default=TableType.COPY_ON_WRITE.value, choices=[t.value for t in TableType]
+        "--table-type",
+        default=TableType.COPY_ON_WRITE.value,
+        choices=[t.value for t in TableType],
+        help="hoodie.table.type (default COPY_ON_WRITE); indexer-write and the indexer refuse "
+        "MERGE_ON_READ tables, which only Apache Hudi's writers write",
     )
     init.add_argument("--database", default="", help="hoodie.database.name (optional)")
     add_common_options(init, json_help='print {"created": name, "base": uri}')
