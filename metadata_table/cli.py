@@ -165,11 +165,17 @@ def _write_rows(
     elif fmt == "csv":
         import pyarrow.csv as pcsv
 
-        sink = pa.BufferOutputStream()
-        with pcsv.CSVWriter(sink, scan.output_schema) as writer:
-            for batch in batches:
-                writer.write_batch(batch)
-        out.write(sink.getvalue().to_pybytes().decode())
+        def csv(rows: pa.Table, header: bool) -> str:
+            sink = pa.BufferOutputStream()
+            pcsv.write_csv(rows, sink, pcsv.WriteOptions(include_header=header))
+            return str(sink.getvalue().to_pybytes().decode())
+
+        first = True  # streamed batch by batch: memory bounded by a batch, not the result
+        for batch in batches:
+            out.write(csv(pa.Table.from_batches([batch], scan.output_schema), first))
+            first = False
+        if first:  # no rows: the header alone
+            out.write(csv(scan.output_schema.empty_table(), True))
     else:
         rows = [r for batch in batches for r in batch.to_pylist()]
         more = truncated and len(rows) > TABLE_ROWS

@@ -47,6 +47,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 
 from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, PARTITION_STATS
 from metadata_table.read.filters import And, Compare, Expr, In, IsNull, Or, parse_filter
@@ -58,7 +59,6 @@ from timeline.config import Config
 from timeline.errors import (
     CorruptInstantError,
     SnapshotUnavailableError,
-    StorageFileNotFoundError,
     TableConfigError,
     UnknownColumnError,
 )
@@ -358,16 +358,15 @@ class TableScan:
                 if key not in newest or is_after(base.instant_time, newest[key].instant_time):
                     newest[key] = base
         files = sorted(newest.values(), key=lambda b: b.path)
+        stored = {b.path for b in self.snapshot.view.all_base_files}  # one listing for all
         for base in files:
-            try:
-                self.table.storage.info(base.path)
-            except StorageFileNotFoundError:
+            if base.path not in stored:
                 raise SnapshotUnavailableError(
                     "the changes since",
                     begin,
                     f"{base.path}, written by {base.instant_time}, was deleted by a clean",
                     CLEANER_RETAINED,
-                ) from None
+                )
         return self._plan_files(files, upto, begin, "an incremental read")
 
     def _plan_files(
@@ -479,8 +478,6 @@ class TableScan:
         fs, root = self.table.storage.arrow_filesystem()
         paths = [posixpath.join(root, f.path) for f in plan.files]
         row_filter = self._arrow_filter()
-        import pyarrow.fs as pafs
-
         # Python-backed file systems hand Arrow buffers over Python bytes: read them on this
         # thread (see timeline.fs_view.read_parquet)
         threads = not isinstance(fs, pafs.PyFileSystem)
