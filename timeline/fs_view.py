@@ -105,6 +105,16 @@ class FileSlice:
         return base + [log.path for log in self.log_files]
 
 
+def slice_instant(file_name: str) -> str | None:
+    """The instant that keys the file slice a data file belongs to: a base file's instant, a
+    log file's base instant; None for any other file."""
+    base = _BASE_FILE.match(file_name)
+    if base is not None:
+        return base["ts"]
+    log = LogFileName.parse(file_name)
+    return None if log is None else log.base_instant
+
+
 def base_file_name(file_id: str, write_token: str, instant_time: str) -> str:
     return f"{file_id}_{write_token}_{instant_time}.parquet"
 
@@ -194,6 +204,28 @@ class FileSystemView:
         wanted = set(partitions)
         return [s for s in self._latest_slices if s.partition_path in wanted]
 
+    @property
+    def committed(self) -> CommittedWrites:
+        """Which write instants this snapshot counts as committed."""
+        return self._committed
+
+    @cached_property
+    def committed_log_files(self) -> list[LogFile]:
+        """Log files of file slices keyed by a committed instant or by a compaction (pending or
+        completed); which of their blocks count is for the reader to say, by the instant each
+        block names (:func:`timeline.log_format.effective_blocks`). ``.cdc`` files are left out."""
+        pending = self.pending_compactions
+        return [
+            log
+            for log in self.all_log_files
+            if not log.name.cdc
+            and (log.name.base_instant in self._committed or log.name.base_instant in pending)
+        ]
+
+    def latest_paths(self) -> set[str]:
+        """Paths of the files of every latest file slice."""
+        return {path for s in self._latest_slices for path in s.paths}
+
     @cached_property
     def _latest_slices(self) -> list[FileSlice]:
         pending = self.pending_compactions
@@ -205,10 +237,8 @@ class FileSystemView:
                 continue
             slices = groups.setdefault((base.partition_path, base.file_id), {})
             slices.setdefault(base.instant_time, (base, []))  # as latest_base_files: the first
-        for log in self.all_log_files:
+        for log in self.committed_log_files:
             base_instant = log.name.base_instant
-            if log.name.cdc or not (base_instant in self._committed or base_instant in pending):
-                continue
             slices = groups.setdefault((log.partition_path, log.name.file_id), {})
             base_file, logs = slices.get(base_instant, (None, []))
             logs.append(log)
@@ -254,7 +284,9 @@ class FileSystemView:
         return sorted(latest.values(), key=_order)
 
     def partitions(self) -> list[str]:
-        """Partitions that hold at least one live file group."""
+        """Partitions that hold at least one live file group (of log files alone, too)."""
+        if self.all_log_files:
+            return sorted({s.partition_path for s in self.latest_file_slices()})
         return sorted({b.partition_path for b in self.latest_base_files()})
 
     def read_snapshot(self, columns: list[str] | None = None) -> pa.Table:

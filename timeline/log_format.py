@@ -39,7 +39,7 @@ import io
 import json
 import re
 import struct
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -394,6 +394,51 @@ def effective_blocks(
                 kept = [b for b in kept if b.instant_time not in replaced]
             kept.append(block)
     return kept
+
+
+# --- writing blocks (made-to-order log files for tests and benchmarks) ---------------------------
+
+
+def encode_block(
+    block_type: BlockType,
+    header: Mapping[HeaderKey, str],
+    content: bytes = b"",
+    footer: Mapping[HeaderKey, str] | None = None,
+) -> bytes:
+    """One block, framed as Hudi's log format version 1 writes it (:func:`read_blocks` reads it
+    back); a log file is its blocks one after another."""
+
+    def entries(values: Mapping[HeaderKey, str]) -> bytes:
+        out = [_INT.pack(len(values))]
+        for key, value in values.items():
+            data = value.encode("utf-8")
+            out.append(struct.pack(">ii", int(key), len(data)) + data)
+        return b"".join(out)
+
+    body = b"".join(
+        [
+            struct.pack(">ii", 1, int(block_type)),
+            entries(header),
+            _LONG.pack(len(content)),
+            content,
+            entries(footer or {}),
+        ]
+    )
+    length = len(body) + 8  # the trailer
+    return MAGIC + _LONG.pack(length) + body + _LONG.pack(length + len(MAGIC))
+
+
+def avro_data_content(records: Iterable[Mapping[str, Any]], schema: Mapping[str, Any]) -> bytes:
+    """An Avro data block's content as Hudi 0.x writes it: version 3, the count, then each
+    record, length first, in Avro's binary encoding under ``schema`` (the block's SCHEMA
+    header)."""
+    parsed = fastavro.parse_schema(dict(schema))
+    encoded = []
+    for record in records:
+        buffer = io.BytesIO()
+        fastavro.schemaless_writer(buffer, parsed, dict(record))
+        encoded.append(_INT.pack(buffer.tell()) + buffer.getvalue())
+    return _INT.pack(3) + _INT.pack(len(encoded)) + b"".join(encoded)
 
 
 # --- Avro schemas as Arrow schemas ---------------------------------------------------------------

@@ -37,7 +37,8 @@ AVRO_MAGIC = b"Obj\x01"
 @dataclass(frozen=True)
 class Removal:
     """The data files one completed removal instant deleted, per partition path ('' when the
-    table is not partitioned), and the partitions it deleted whole."""
+    table is not partitioned), and the partitions it deleted whole. A merge-on-read rollback's
+    log files of its target count as deleted: they stay on storage, holding nothing that counts."""
 
     instant: Instant
     deleted: Mapping[str, frozenset[str]] = field(default_factory=dict)
@@ -101,6 +102,10 @@ def _from_partition_metadata(instant: Instant, records: Iterable[Mapping[str, An
             names = deleted.setdefault(partition, set())
             # a clean names files; a rollback gives full paths
             names.update(posixpath.basename(p) for p in meta.get("successDeleteFiles") or [])
+            # a merge-on-read rollback leaves the log files its target wrote in place, their
+            # blocks no longer counting (a rollback command block follows them): gone from the
+            # index as if deleted
+            names.update(posixpath.basename(p) for p in meta.get("logFilesFromFailedCommit") or {})
             if meta.get("isPartitionDeleted"):
                 whole.add(partition)
     return Removal(instant, {p: frozenset(n) for p, n in deleted.items()}, frozenset(whole))

@@ -13,6 +13,7 @@ import pytest
 from timeline.errors import CorruptInstantError
 from timeline.fs_view import FileSystemView
 from timeline.instant import Action, Instant, State
+from timeline.log_format import LogFileName
 from timeline.removals import parse_removal
 from timeline.storage import Storage
 from timeline.timeline import ActiveTimeline, CommittedWrites, Timeline
@@ -48,6 +49,19 @@ def test_hudis_rollback_and_restore_give_file_names_not_paths() -> None:
     removal = parse_removal(restore, data, "x")
     assert {p: len(n) for p, n in removal.deleted.items()} == {"p0": 1, "p1": 1}
     assert all("/" not in n for names in removal.deleted.values() for n in names)
+
+
+def test_a_merge_on_read_rollback_removes_its_targets_log_files() -> None:
+    """Hudi rolls back a deltacommit by appending rollback command blocks, deleting nothing: the
+    log files its target wrote stay, holding nothing that counts, and leave the index."""
+    rollback, data = _hudi("20261125035801583.rollback")
+    removal = parse_removal(rollback, data, "x")
+    assert sorted(removal.deleted) == ["p0", "p1", "p2"]
+    for partition, names in removal.deleted.items():
+        (name,) = names
+        assert LogFileName.parse(name) is not None, name
+        assert removal.removes(partition, name)
+    assert not removal.whole_partitions
 
 
 def test_our_rollbacks_and_empty_content() -> None:
