@@ -191,7 +191,6 @@ class AsyncIndexer:
         if not index_types:
             raise ConfigError("--index-types", "name at least one of " + ", ".join(PARTITIONS))
         types = [check_partition(t) for t in dict.fromkeys(index_types)]
-        self.writer.check_indexable()
         if columns:
             known = self._table_columns()
             if known is not None:

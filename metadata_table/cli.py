@@ -83,12 +83,14 @@ def _dump(args: argparse.Namespace) -> int:
 
 def _prune(args: argparse.Namespace) -> int:
     table = Table.open(args.base, config_from_args(args))
-    result = IndexedSnapshot(table).prune(args.filter)
+    snapshot = IndexedSnapshot(table)
+    result = snapshot.prune(args.filter)
     if args.json:
         print(
             json.dumps(
                 {
                     "candidates": [f.path for f in result.candidates],
+                    "slices": [s.paths for s in result.slices],
                     "total": result.total,
                     "pruned": result.pruned,
                     "used_index": result.used_index,
@@ -96,11 +98,12 @@ def _prune(args: argparse.Namespace) -> int:
             )
         )
         return EXIT_OK
-    for f in result.candidates:
-        print(f.path)
+    for file_slice in result.slices:  # a base file, then its log files (merge-on-read)
+        print(" ".join(file_slice.paths))
     note = "" if result.used_index else " (column_stats is not completed: nothing can be pruned)"
+    unit = "file slices" if snapshot.merge_on_read else "files"
     print(
-        f"{len(result.candidates)} of {result.total} files may match; {result.pruned} pruned{note}",
+        f"{len(result.slices)} of {result.total} {unit} may match; {result.pruned} pruned{note}",
         file=sys.stderr,
     )
     return EXIT_OK
@@ -243,7 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
         dump, json_help='print {"partition", "state", "records": [...]} (bytes as base64)'
     )
     dump.set_defaults(func=_dump)
-    prune = sub.add_parser("prune", help="the files a filter may match (data skipping)")
+    prune = sub.add_parser(
+        "prune",
+        help="the files a filter may match (data skipping); on a merge-on-read table the file "
+        "slices, one a line: the base file, then its log files",
+    )
     prune.add_argument("base", help="table base path")
     prune.add_argument(
         "--filter",
@@ -251,7 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="e.g. \"fare > 10 AND city IN ('sf', 'la')\"; =, <, <=, >, >=, "
         "BETWEEN, IN, IS [NOT] NULL, AND, OR, parentheses",
     )
-    add_common_options(prune, json_help='print {"candidates", "total", "pruned", "used_index"}')
+    add_common_options(
+        prune, json_help='print {"candidates", "slices", "total", "pruned", "used_index"}'
+    )
     prune.set_defaults(func=_prune)
     for name, text in (
         ("query", "rows of the table, read through its index (a scan)"),

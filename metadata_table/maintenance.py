@@ -24,8 +24,8 @@ from metadata_table.layout import (
 )
 from metadata_table.partition_stats import superseded
 from metadata_table.reader import MetadataReader
-from metadata_table.records import DataFileInfo, info_from_storage
-from metadata_table.table import MetadataTable, check_indexable
+from metadata_table.records import DataFileInfo, info_from_log, info_from_storage
+from metadata_table.table import MetadataTable
 from timeline.fs_view import FileSystemView
 from timeline.instant import Instant, is_after
 from timeline.table import Table
@@ -38,18 +38,20 @@ def committed_data_files(
     table: Table, timeline: Timeline, upto: str | None = None
 ) -> list[DataFileInfo]:
     """Footers of every committed base file (every version still on storage), optionally only
-    of instants up to ``upto``."""
-    view = FileSystemView(table.timeline, timeline)
-    files = [
-        b
+    of instants up to ``upto``, and the committed blocks of every log file of a committed slice
+    (those of instants up to ``upto``; a log file without any is left out)."""
+    view = FileSystemView(table.timeline, timeline, as_of=upto)
+    infos = [
+        info_from_storage(table.storage, b.partition_path, b.file_name, b.size, b.instant_time)
         for b in view.all_base_files
         if view.is_committed(b.instant_time)
-        and (upto is None or not is_after(b.instant_time, upto))
     ]
-    return [
-        info_from_storage(table.storage, b.partition_path, b.file_name, b.size, b.instant_time)
-        for b in files
-    ]
+    counted = view.committed.__contains__
+    for log in view.committed_log_files:
+        info = info_from_log(table.storage, log.partition_path, log.file_name, log.size, counted)
+        if info is not None:
+            infos.append(info)
+    return infos
 
 
 def build_records(
@@ -92,7 +94,6 @@ def initialize(
     """Build ``partitions`` synchronously and mark them completed, holding the table lock
     throughout: for new or small tables (large ones use the asynchronous indexer). Returns the
     partitions built (already completed or inflight ones are skipped)."""
-    check_indexable(table)
     mdt = MetadataTable(table)
     with table.lock("initialize metadata") as lock:
         state = table.reload_index_state()

@@ -3,8 +3,9 @@
 A partition's min and max cannot be kept by merging one commit's records into the last ones: an
 upsert replaces a file version, a rollback or restore takes one away, and the old values must
 leave the aggregate. So the records a data instant writes for ``partition_stats`` are not made
-from its own files alone: for every data partition the instant touched, the partition's latest
-base files *as the table is now* (plus, for a commit not completed yet, its own new files) are
+from its own files alone: for every data partition the instant touched, the files of its latest
+file slices *as the table is now* (base files and, on a merge-on-read table, their log files;
+plus, for a commit not completed yet, its own new files) are
 aggregated again (:func:`recompute`), and a key no longer produced gets a tombstone.
 
 Each record says when it was worked out (``computed``, an instant time taken under the table
@@ -16,7 +17,8 @@ was scheduled wins over them. A change that did not go through this kernel (Apac
 writer) is an instant ``partition_stats`` does not reflect: readers do not use the partition
 until ``indexer sync`` applies it, which recomputes the partitions it touched.
 
-The per-file stats come from the files' footers (read once per process: files never change).
+The per-file stats come from base files' footers and log files' records (read once per process:
+a path names one file's bytes, and a log file's size says how much of it was appended).
 """
 
 from __future__ import annotations
@@ -32,12 +34,17 @@ import pyarrow.parquet as pq
 
 from metadata_table.layout import NON_PARTITIONED, PARTITION_STATS, PARTITION_STATS_SCHEMA
 from metadata_table.reader import MetadataReader
-from metadata_table.records import DataFileInfo, info_from_storage, partition_stats_records
+from metadata_table.records import (
+    DataFileInfo,
+    info_from_log,
+    info_from_storage,
+    partition_stats_records,
+)
 from timeline.errors import StorageFileNotFoundError
-from timeline.fs_view import BaseFile, FileSystemView
+from timeline.fs_view import BaseFile, FileSystemView, LogFile
 from timeline.storage import FileInfo, Storage
 from timeline.table import Table
-from timeline.timeline import Timeline
+from timeline.timeline import CommittedWrites, Timeline
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +56,29 @@ class _Footers:
     def __init__(self, size: int) -> None:
         self.size = size
         self._cache: OrderedDict[tuple[str, int], pq.FileMetaData] = OrderedDict()
+        self._logs: OrderedDict[tuple[str, int], DataFileInfo] = OrderedDict()
         self._lock = threading.Lock()
+
+    def log_info(
+        self, storage: Storage, log: LogFile, committed: CommittedWrites
+    ) -> DataFileInfo | None:
+        """A log file's info, its committed blocks counted; kept once it has some (a block
+        that counts now counts for good: the instant it names is committed)."""
+        key = (storage.uri(log.path), log.size)
+        with self._lock:
+            info = self._logs.get(key)
+            if info is not None:
+                self._logs.move_to_end(key)
+                return info
+        info = info_from_log(
+            storage, log.partition_path, log.file_name, log.size, committed.__contains__, False
+        )
+        if info is not None:
+            with self._lock:
+                self._logs[key] = info
+                while len(self._logs) > self.size:
+                    self._logs.popitem(last=False)
+        return info
 
     def info(self, storage: Storage, base: BaseFile) -> DataFileInfo:
         key = (storage.uri(base.path), base.size)
@@ -79,9 +108,10 @@ def latest_files(
     timeline: Timeline,
     partitions: Iterable[str],
     pending: Sequence[DataFileInfo] = (),
-) -> list[BaseFile]:
-    """The latest committed base files of ``partitions`` (listing those folders only), with the
-    files of a commit not completed yet (``pending``) in place of the versions they replace."""
+) -> tuple[list[BaseFile | LogFile], CommittedWrites]:
+    """The files of the latest file slices of ``partitions`` (listing those folders only), with
+    the base files of a commit not completed yet (``pending``) in place of the versions they
+    replace; and the instants the snapshot counts as committed."""
     wanted = sorted(set(partitions))
     storage = table.storage
 
@@ -89,12 +119,17 @@ def latest_files(
         return [e for p in wanted for e in storage.list(p) if not e.is_dir]
 
     view = FileSystemView(table.timeline, timeline, listing=listing)
-    latest = {(b.partition_path, b.file_id): b for b in view.latest_base_files(wanted)}
+    slices = {(s.partition_path, s.file_id): s for s in view.latest_file_slices(wanted)}
+    files: dict[tuple[str, str], list[BaseFile | LogFile]] = {
+        key: ([s.base_file] if s.base_file is not None else []) + list(s.log_files)
+        for key, s in slices.items()
+    }
     for info in pending:
         base = BaseFile.parse(info.partition, info.file_name, info.size)
-        if base is not None:
-            latest[(base.partition_path, base.file_id)] = base
-    return sorted(latest.values(), key=lambda b: b.path)
+        if base is not None:  # a new base file starts a new slice (our writer's: no log files)
+            files[(base.partition_path, base.file_id)] = [base]
+    out = [f for group in files.values() for f in group]
+    return sorted(out, key=lambda f: f.path), view.committed
 
 
 def recompute(
@@ -120,15 +155,20 @@ def recompute(
     computed = table.timeline.generator.unclaimed_after(newest)
     known = {(i.partition, i.file_name): i for i in infos}
     latest = []
-    for base in latest_files(table, reader.data_timeline, touched, infos if pending else ()):
-        info = known.get((base.partition_path, base.file_name))
+    files, committed = latest_files(table, reader.data_timeline, touched, infos if pending else ())
+    for file in files:
+        info = known.get((file.partition_path, file.file_name))
         if info is None:
             try:
-                info = _FOOTERS.info(table.storage, base)
+                if isinstance(file, LogFile):
+                    info = _FOOTERS.log_info(table.storage, file, committed)
+                else:
+                    info = _FOOTERS.info(table.storage, file)
             except StorageFileNotFoundError:
-                logger.warning("%s is no longer on storage: left out of partition_stats", base)
+                logger.warning("%s is no longer on storage: left out of partition_stats", file)
                 continue
-        latest.append(info)
+        if info is not None:
+            latest.append(info)
     fresh = partition_stats_records(latest, list(columns) or None, computed)
     gone = current.filter(
         pc.and_(
@@ -153,16 +193,15 @@ def _set(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
 
 
 def superseded(table: Table, timeline: Timeline, upto: str | None = None) -> frozenset[str]:
-    """Paths of committed base files (up to ``upto``) that are not the latest of their file
-    group as of ``upto`` (older versions, replaced file groups): an index build over every
-    committed file leaves these out of ``partition_stats``."""
+    """Paths of committed files (base files up to ``upto``, and log files) that are not in the
+    latest file slice of their file group as of ``upto`` (older versions, compacted slices,
+    replaced file groups): an index build over every committed file leaves these out of
+    ``partition_stats``."""
     view = FileSystemView(table.timeline, timeline, as_of=upto)
-    latest = {b.path for b in view.latest_base_files()}
-    return frozenset(
-        b.path
-        for b in view.all_base_files
-        if view.is_committed(b.instant_time) and b.path not in latest
-    )
+    latest = view.latest_paths()
+    bases = (b.path for b in view.all_base_files if view.is_committed(b.instant_time))
+    logs = (log.path for log in view.committed_log_files)
+    return frozenset(path for path in (*bases, *logs) if path not in latest)
 
 
 __all__ = ["latest_files", "recompute", "superseded"]

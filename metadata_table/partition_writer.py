@@ -44,8 +44,8 @@ from metadata_table.maintenance import compact
 from metadata_table.migrate import MigrationResult, has_legacy_index, migrate
 from metadata_table.partition_stats import superseded
 from metadata_table.reader import MetadataReader
-from metadata_table.records import DataFileInfo, aggregate_partition_stats, info_from_storage
-from metadata_table.table import MetadataTable, check_indexable, split_by_group, write_base_file
+from metadata_table.records import DataFileInfo, aggregate_partition_stats, info_of
+from metadata_table.table import MetadataTable, split_by_group, write_base_file
 from metadata_table.validate import PartitionReport, validate
 from timeline.commit_metadata import CommitMetadata
 from timeline.errors import MarkerAlreadyExistsError, StorageFileNotFoundError
@@ -57,11 +57,12 @@ from timeline.markers import DirectMarkers, IOType, Marker, marker_folder
 from timeline.removals import REMOVAL_ACTIONS, Removal
 from timeline.storage import Storage
 from timeline.table import Table
-from timeline.timeline import Timeline
+from timeline.timeline import CommittedWrites, Timeline
 
 logger = logging.getLogger(__name__)
 
-#: (partition path, file name, size, instant) of a committed data file
+#: (partition path, file name, size, instant) of a committed data file; a log file's instant is
+#: "" (its blocks name theirs, and a build counts those of :attr:`PartitionBuild.counted`)
 DataFile = tuple[str, str, int, str]
 
 
@@ -75,9 +76,12 @@ class PartitionBuild:
     columns: tuple[str, ...]
     instant: str
     covers_upto: str
-    #: paths of committed files that are not the latest of their file group at ``covers_upto``
-    #: (left out by an index type recomputed over latest files: ``partition_stats``)
+    #: paths of committed files that are not in the latest file slice of their file group at
+    #: ``covers_upto`` (left out by an index type recomputed over latest files:
+    #: ``partition_stats``)
     superseded: frozenset[str] = frozenset()
+    #: the write instants committed up to ``covers_upto``: the log blocks a build counts
+    counted: CommittedWrites | None = None
 
     def records(self, infos: Sequence[DataFileInfo]) -> pa.Table:
         """This partition's records of some data files (from their footers), as one table; for
@@ -165,6 +169,10 @@ def _from_ipc(data: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.BufferReader(data)).read_all()
 
 
+def _nothing(instant: str) -> bool:
+    return False
+
+
 #: data files whose records a build task makes at once (bounded: each holds its bloom filter)
 RECORDS_CHUNK = 500
 
@@ -177,6 +185,9 @@ def file_records(
     is ever a Python object (a Spark task's body)."""
     per_build: list[list[pa.Table]] = [[] for _ in builds]
     chunk: list[DataFileInfo] = []
+    # the builds of one job cover the same instant (one plan, or one resync)
+    counted = builds[0].counted if builds else None
+    is_counted = counted.__contains__ if counted is not None else _nothing
 
     def flush() -> None:
         for number, build in enumerate(builds):
@@ -184,7 +195,10 @@ def file_records(
         chunk.clear()
 
     for partition, name, size, instant in files:
-        chunk.append(info_from_storage(storage, partition, name, size, instant))
+        info = info_of(storage, partition, name, size, instant, is_counted)
+        if info is None:
+            continue  # a log file without counted blocks
+        chunk.append(info)
         if len(chunk) == RECORDS_CHUNK:
             flush()
     if chunk:
@@ -204,9 +218,6 @@ class PartitionWriter:
         self._mdt = MetadataTable(table)
 
     # --- what can be indexed, and how --------------------------------------------------------------
-
-    def check_indexable(self) -> None:
-        check_indexable(self.table)
 
     def configured_groups(self, partition: str) -> int:
         return index_type(partition).configured_groups(self.table.config)
@@ -234,28 +245,39 @@ class PartitionWriter:
     ) -> list[DataFile]:
         """Every committed data file up to ``upto`` (archived commits' included), listed by the
         ``files`` partition when it is usable and current (and ``use_index``), else by
-        storage."""
+        storage; and the log files of committed file slices (a build counts their blocks of
+        instants up to ``upto``)."""
         view = FileSystemView(self.table.timeline, timeline)
         if use_index and FILES in state.completed:
             from metadata_table.read.snapshot import IndexedSnapshot
 
             view = IndexedSnapshot(self.table, timeline).view
         limit = normalize_timestamp(upto)
-        return [
+        bases = [
             (b.partition_path, b.file_name, b.size, b.instant_time)
             for b in view.all_base_files
             if view.is_committed(b.instant_time) and normalize_timestamp(b.instant_time) <= limit
         ]
+        logs = [
+            (log.partition_path, log.file_name, log.size, "")
+            for log in view.committed_log_files
+            if normalize_timestamp(log.name.base_instant) <= limit
+        ]
+        return bases + logs
 
     def begin_build(
         self, partition: str, covers_upto: str, groups: int, columns: Sequence[str]
     ) -> PartitionBuild:
         instant_time = self.table.timeline.generator.next()
+        timeline = self.table.timeline.load()
         older = frozenset[str]()
         if index_type(partition).recomputed:
-            older = superseded(self.table, self.table.timeline.load(), covers_upto)
+            older = superseded(self.table, timeline, covers_upto)
+        counted = CommittedWrites(timeline, as_of=covers_upto)
         self._mdt.begin_base_files(partition, covers_upto, instant_time, groups)
-        return PartitionBuild(partition, groups, tuple(columns), instant_time, covers_upto, older)
+        return PartitionBuild(
+            partition, groups, tuple(columns), instant_time, covers_upto, older, counted
+        )
 
     def complete_build(
         self, build: PartitionBuild, sizes: Mapping[str, int], lock: LockHandle | None = None
@@ -349,23 +371,25 @@ class PartitionWriter:
         self._mdt.apply_removal(lock, removal)
 
     def _infos_of(self, instant: Instant, metadata: CommitMetadata) -> list[DataFileInfo]:
-        """The footers of the data files a completed instant wrote. A file a later clean or
-        restore already deleted is left out: it is no longer live, and that removal's own
-        deletion records account for it."""
+        """The footers of the data files a completed instant wrote (of a log file, its blocks of
+        that instant). A file a later clean or restore already deleted is left out: it is no
+        longer live, and that removal's own deletion records account for it."""
         infos = []
         for s in metadata.write_stats:
             try:
-                infos.append(
-                    info_from_storage(
-                        self.table.storage,
-                        s.partition_path,
-                        s.file_name,
-                        s.file_size_in_bytes,
-                        instant.timestamp,
-                    )
+                info = info_of(
+                    self.table.storage,
+                    s.partition_path,
+                    s.file_name,
+                    s.file_size_in_bytes,
+                    instant.timestamp,
+                    instant.timestamp.__eq__,
                 )
             except StorageFileNotFoundError:
                 logger.warning("%s of %s is no longer on storage: not indexed", s.path, instant)
+                continue
+            if info is not None:
+                infos.append(info)
         return infos
 
     # --- what the partitions reflect ---------------------------------------------------------------

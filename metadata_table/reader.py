@@ -36,7 +36,7 @@ from metadata_table.records import python_value
 from timeline.archived import ArchivedInstant, ArchivedTimeline
 from timeline.commit_metadata import CommitMetadata
 from timeline.errors import CorruptInstantError, StorageFileNotFoundError, TableError
-from timeline.fs_view import BaseFile
+from timeline.fs_view import slice_instant
 from timeline.instant import WRITE_ACTIONS, Action, Instant, State, is_after, normalize_timestamp
 from timeline.removals import REMOVAL_ACTIONS, Removal, parse_removal, removal_from_record
 from timeline.timeline import CommittedWrites, Timeline
@@ -236,7 +236,8 @@ class MetadataReader:
     def _changed_files(self, instant: Instant, watermark: str) -> bool:
         """Whether a completed instant wrote data files, or deleted files an index partition with
         base files covering up to ``watermark`` may list: committed ones (a clean), or ones as
-        old as the watermark (a rollback or restore of commits the base files had covered)."""
+        old as the watermark (a rollback or restore of commits the base files had covered). A
+        log file is judged by the instant of its file slice."""
         try:
             if instant.action not in REMOVAL_ACTIONS:
                 if instant.timestamp not in self._wrote:
@@ -249,10 +250,9 @@ class MetadataReader:
         except TableError:  # unreadable: assume it changed files (never answer stale)
             return True
         return bool(removal.whole_partitions) or any(
-            base is not None
-            and (base.instant_time in self._committed or not is_after(base.instant_time, watermark))
-            for partition, names in removal.deleted.items()
-            for base in (BaseFile.parse(partition, n) for n in names)
+            at is not None and (at in self._committed or not is_after(at, watermark))
+            for names in removal.deleted.values()
+            for at in map(slice_instant, names)
         )
 
     def slices(self, partition: str) -> dict[str, tuple[MetadataFile | None, list[MetadataFile]]]:

@@ -1,4 +1,5 @@
-"""Index records of data files, from their Parquet footers (never a scan of the data).
+"""Index records of data files: of base files from their Parquet footers (never a scan of the
+data), of merge-on-read log files from the records their data blocks hold.
 
 * ``files``: partition, file name, size.
 * ``column_stats``: per top-level column: min, max (typed), null count, value count, compressed and
@@ -8,7 +9,14 @@
   dictionaries of those) are skipped. A row group without min/max makes the file's min/max
   unknown (null): such a file is never pruned on that column.
 * ``bloom_filters``: the Parquet split-block bloom filter of the record key column, read from the
-  file when it has one (one row group); otherwise built from the key column.
+  file when it has one (one row group); otherwise built from the key column (a log file's from
+  the keys of its data blocks).
+
+A log file (:func:`info_from_log`) counts the data blocks of the instants the caller names (the
+committed ones up to a build's instant, or the one deltacommit a sync applies): its stats cover
+every value its counted blocks hold, so data skipping never drops a row an update moved outside
+its base file's range. Delete blocks add no values (a log file of deletes alone has stats with
+no values, under the schema its header names); command blocks add nothing.
 * ``partition_stats``: per data partition and column, the ``column_stats`` of some files
   aggregated (:func:`aggregate_partition_stats`): min of mins, max of maxes, summed counts; a file
   whose min/max is unknown makes the partition's unknown.
@@ -18,8 +26,9 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import functools
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +51,15 @@ from metadata_table.layout import (
 from timeline.arrow_types import ScalarKind, scalar_kind
 from timeline.errors import NotParquetError
 from timeline.fs_view import read_parquet
+from timeline.instant import is_after
+from timeline.log_format import (
+    DATA_BLOCKS,
+    BlockType,
+    HeaderKey,
+    LogFileName,
+    arrow_schema,
+    read_log_file,
+)
 from timeline.storage import Storage
 
 RECORD_KEY = "_hoodie_record_key"
@@ -56,8 +74,17 @@ class DataFileInfo:
     file_name: str
     size: int
     instant: str
-    metadata: pq.FileMetaData
+    metadata: pq.FileMetaData | None
     bloom: bytes | None = None  # SBBF bitset of the record key column
+    #: a log file's column aggregates (from its records; a base file's come from ``metadata``)
+    stats: dict[str, _ColumnAggregate] | None = None
+
+    def aggregates(self, columns: Sequence[str] | None = None) -> dict[str, _ColumnAggregate]:
+        if self.stats is None:
+            assert self.metadata is not None
+            return column_aggregates(self.metadata, columns)
+        wanted = set(columns) if columns else None
+        return {c: a for c, a in self.stats.items() if wanted is None or c in wanted}
 
     @property
     def path(self) -> str:
@@ -121,6 +148,67 @@ def info_from_storage(
         values = [k for k in keys.to_pylist() if k is not None]
         bitset = bytes(SplitBlockBloomFilter.build(values, ndv=len(values)).bitset)
     return DataFileInfo(partition, file_name, size, instant, metadata, bitset)
+
+
+def info_from_log(
+    storage: Storage,
+    partition: str,
+    file_name: str,
+    size: int,
+    counted: Callable[[str], bool],
+    bloom: bool = True,
+) -> DataFileInfo | None:
+    """A merge-on-read log file's info, from the records of its data blocks whose instant is
+    ``counted`` (read block by block, never the whole file at once): its column aggregates and,
+    with ``bloom``, a bloom filter of its record keys. Its ``instant`` is the newest counted
+    block's. None when no data or delete block of the file is counted (a failed write's file,
+    or one holding only a rollback command): such a file adds nothing to the slice."""
+    path = f"{partition}/{file_name}" if partition else file_name
+    aggregates: dict[str, _ColumnAggregate] = {}
+    keys: set[str] = set()
+    newest: str | None = None
+    for block in read_log_file(storage, path):
+        instant = block.instant_time
+        if block.block_type not in (*DATA_BLOCKS, BlockType.DELETE) or instant is None:
+            continue
+        if not counted(instant):
+            continue
+        newest = instant if newest is None or is_after(instant, newest) else newest
+        if block.block_type == BlockType.DELETE:
+            if HeaderKey.SCHEMA not in block.header:
+                continue
+            # keys of deleted rows, no values: the table's columns, each with none
+            records = arrow_schema(block.avro_schema()).empty_table()
+        else:
+            records = block.records()
+        for name, agg in record_aggregates(records).items():
+            aggregates[name] = (
+                merge_aggregates(aggregates[name], agg) if name in aggregates else agg
+            )
+        if bloom and RECORD_KEY in records.column_names:
+            keys.update(k for k in records.column(RECORD_KEY).to_pylist() if k is not None)
+    if newest is None:
+        return None
+    bitset = None
+    if bloom and keys:
+        bitset = bytes(SplitBlockBloomFilter.build(sorted(keys), ndv=len(keys)).bitset)
+    return DataFileInfo(partition, file_name, size, newest, None, bitset, aggregates)
+
+
+def info_of(
+    storage: Storage,
+    partition: str,
+    file_name: str,
+    size: int,
+    instant: str,
+    counted: Callable[[str], bool],
+    bloom: bool = True,
+) -> DataFileInfo | None:
+    """A data file's info, base file (``instant`` wrote it) or log file (its blocks of
+    ``counted`` instants; None when it holds none)."""
+    if LogFileName.parse(file_name) is not None:
+        return info_from_log(storage, partition, file_name, size, counted, bloom)
+    return info_from_storage(storage, partition, file_name, size, instant, bloom)
 
 
 # --- typed min/max -------------------------------------------------------------------------------
@@ -234,6 +322,50 @@ def column_aggregates(
     return out
 
 
+def record_aggregates(records: pa.Table) -> dict[str, _ColumnAggregate]:
+    """Column aggregates of records in memory (a log file's data block): exact min and max,
+    null and value counts; no sizes (a block's bytes are not split by column)."""
+    out: dict[str, _ColumnAggregate] = {}
+    for field in records.schema:
+        kind = value_kind(field.type)
+        if kind is None:
+            continue
+        column = records.column(field.name)
+        agg = _ColumnAggregate(kind, null_count=column.null_count, value_count=len(column))
+        if column.null_count < len(column):
+            bounds = pc.min_max(column)
+            agg.minimum = _normalize(kind, bounds["min"].as_py())
+            agg.maximum = _normalize(kind, bounds["max"].as_py())
+        out[field.name] = agg
+    return out
+
+
+def merge_aggregates(a: _ColumnAggregate, b: _ColumnAggregate) -> _ColumnAggregate:
+    """One column's aggregates of two parts of a file (a log file's blocks); parts that disagree
+    on the kind of value (an evolved schema) leave min and max unknown."""
+    if a.kind != b.kind:
+        unknown = _ColumnAggregate(a.kind, min_known=False, null_count=None)
+        unknown.value_count = a.value_count + b.value_count
+        return unknown
+    merged = _ColumnAggregate(
+        a.kind,
+        min_known=a.min_known and b.min_known,
+        null_count=None
+        if a.null_count is None or b.null_count is None
+        else a.null_count + b.null_count,
+        value_count=a.value_count + b.value_count,
+        total_size=a.total_size + b.total_size,
+        uncompressed=a.uncompressed + b.uncompressed,
+    )
+    if merged.min_known:
+        lows = [v for v in (a.minimum, b.minimum) if v is not None]
+        highs = [v for v in (a.maximum, b.maximum) if v is not None]
+        key = functools.partial(_decimal_key, a.kind)
+        merged.minimum = min(lows, key=key) if lows else None
+        merged.maximum = max(highs, key=key) if highs else None
+    return merged
+
+
 # --- records -------------------------------------------------------------------------------------
 
 
@@ -261,7 +393,7 @@ def column_stats_records(
 ) -> pa.Table:
     rows = []
     for info in infos:
-        for name, agg in column_aggregates(info.metadata, columns).items():
+        for name, agg in info.aggregates(columns).items():
             rows.append(
                 {
                     "key": column_stats_key(name, info.partition, info.file_name),

@@ -50,7 +50,6 @@ from timeline.errors import (
     CorruptInstantError,
     FileAlreadyExistsError,
     StorageFileNotFoundError,
-    TableConfigError,
 )
 from timeline.heartbeat import Heartbeat, heartbeat_path
 from timeline.index_state import IndexState
@@ -60,24 +59,10 @@ from timeline.markers import IOType, Marker, MarkerWriter, marker_folder
 from timeline.removals import Removal
 from timeline.storage import Storage
 from timeline.table import Table
-from timeline.table_config import PROPERTIES_FILE, TYPE, TableConfig, TableType
+from timeline.table_config import PROPERTIES_FILE, TableConfig, TableType
 from timeline.timeline import META_FOLDER, ActiveTimeline, Timeline
 
 logger = logging.getLogger(__name__)
-
-
-def check_indexable(table: Table) -> None:
-    """Refuse, by name, a table whose index would be wrong. A merge-on-read file slice's log files
-    change its rows, and column stats and bloom filters built from its base file alone would let
-    data skipping drop a slice that holds a matching row: such tables are not indexed (yet)."""
-    config = table.table_config
-    if config.table_type is TableType.MERGE_ON_READ:
-        raise TableConfigError(
-            table.storage.uri(PROPERTIES_FILE),
-            f"{TYPE}=MERGE_ON_READ: merge-on-read tables are not indexed, since stats of base "
-            "files alone could make data skipping drop file slices whose log files hold matching "
-            "rows (copy-on-write tables are)",
-        )
 
 
 class MetadataTable:

@@ -15,6 +15,12 @@ next tick) applies such instants.
 With ``partition_stats`` completed, :meth:`prune` first drops whole data partitions whose
 aggregated stats prove that no row matches, and looks at file stats only in the others. A
 partition's record is used only when it counts as many files as the listing holds there.
+
+On a merge-on-read table the unit of an answer is the file slice (a base file and its log files,
+or log files alone): :meth:`prune` and :meth:`lookup_keys` judge every file of the latest slices
+by its own records (a log file's from the records it holds) and keep a slice when **any** of its
+files may match, so a row an update moved into a log file is never dropped with its base file.
+On a copy-on-write table a slice is its base file.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -45,11 +51,12 @@ from metadata_table.read.filters import ColumnArrays, ColumnStats, Expr, parse_f
 from metadata_table.reader import MetadataReader
 from metadata_table.records import RECORD_KEY, python_value
 from metadata_table.table import MetadataTable
-from timeline.errors import IndexStateError
-from timeline.fs_view import BaseFile, FileSystemView
+from timeline.errors import IndexStateError, TableConfigError
+from timeline.fs_view import BaseFile, FileSlice, FileSystemView, LogFile
 from timeline.instant import Instant
 from timeline.storage import FileInfo
 from timeline.table import Table
+from timeline.table_config import PROPERTIES_FILE, TYPE, TableType
 from timeline.timeline import Timeline
 
 logger = logging.getLogger(__name__)
@@ -57,7 +64,9 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class PruneResult:
+    #: the base files of the kept slices (on a copy-on-write table, the kept files)
     candidates: list[BaseFile]
+    #: slices (of the listing) before pruning
     total: int
     used_index: bool
     #: completed data instants the index does not reflect yet; their files were kept
@@ -65,13 +74,15 @@ class PruneResult:
     #: data partitions listed, and those dropped whole by ``partition_stats``
     partitions: int = 0
     partitions_pruned: int = 0
-    #: files in the partitions ``partition_stats`` dropped (the rest of ``pruned`` went by
+    #: slices in the partitions ``partition_stats`` dropped (the rest of ``pruned`` went by
     #: ``column_stats``)
     files_in_pruned_partitions: int = 0
+    #: the kept file slices, whose files a reader merges (log-only slices included)
+    slices: list[FileSlice] = field(default_factory=list)
 
     @property
     def pruned(self) -> int:
-        return self.total - len(self.candidates)
+        return self.total - len(self.slices)
 
 
 class IndexedSnapshot:
@@ -213,45 +224,45 @@ class IndexedSnapshot:
         return out
 
     def prune(self, expr: Expr | str) -> PruneResult:
-        """The latest base files that may hold rows matching ``expr``: whole data partitions
-        dropped first by ``partition_stats``, then the files of the others by ``column_stats``;
-        evaluated on Arrow arrays over all partitions or files at once, or one by one when the
-        types need Python's comparison."""
+        """The latest file slices that may hold rows matching ``expr``: whole data partitions
+        dropped first by ``partition_stats``, then the slices of the others by ``column_stats``
+        (a slice is kept when any of its files may match); evaluated on Arrow arrays over all
+        partitions or files at once, or one by one when the types need Python's comparison."""
         if isinstance(expr, str):
             expr = parse_filter(expr)
-        files, _ = self._listing
+        listing = self._listing
+        files = listing.files
         partitions, of_file = self._partitions
         selected = np.arange(len(files))
         dropped = 0
         by_partition = self._partition_keep(expr)
         if by_partition is not None:
-            keep_file = by_partition[of_file]
-            selected = np.flatnonzero(keep_file)
+            selected = np.flatnonzero(by_partition[of_file])
             dropped = int(len(partitions) - np.count_nonzero(by_partition))
-        in_dropped = len(files) - len(selected)
+        keep = np.zeros(len(files), dtype=bool)
+        behind: tuple[str, ...] = ()
         if not self.uses(COLUMN_STATS):
-            return PruneResult(
-                [files[i] for i in selected],
-                len(files),
-                used_index=by_partition is not None,
-                partitions=len(partitions),
-                partitions_pruned=dropped,
-                files_in_pruned_partitions=in_dropped,
-            )
-        chosen = [files[i] for i in selected] if by_partition is not None else files
-        arrays = self._listing_stats(expr.columns())
+            keep[selected] = True
+        else:
+            arrays = self._listing_stats(expr.columns())
+            if by_partition is not None:
+                indices = pa.array(selected, pa.int64())
+                arrays = {c: None if a is None else a.take(indices) for c, a in arrays.items()}
+            chosen = [files[i] for i in selected]
+            keep[selected], behind = self._keep_by_file_stats(expr, chosen, arrays)
+        kept = listing.kept_slices(keep)
+        in_dropped = 0
         if by_partition is not None:
-            indices = pa.array(selected, pa.int64())
-            arrays = {c: None if a is None else a.take(indices) for c, a in arrays.items()}
-        kept, behind = self._keep_by_file_stats(expr, chosen, arrays)
+            in_dropped = len(listing.slices) - len(listing.kept_slices(by_partition[of_file]))
         return PruneResult(
-            kept,
-            len(files),
-            used_index=True,
+            [s.base_file for s in kept if s.base_file is not None],
+            len(listing.slices),
+            used_index=by_partition is not None or self.uses(COLUMN_STATS),
             unapplied=behind,
             partitions=len(partitions),
             partitions_pruned=dropped,
             files_in_pruned_partitions=in_dropped,
+            slices=kept,
         )
 
     def prune_files(self, expr: Expr, files: Sequence[BaseFile]) -> PruneResult:
@@ -262,26 +273,33 @@ class IndexedSnapshot:
             return PruneResult(list(files), len(files), used_index=False)
         paths = pa.array([f.path for f in files], pa.string())
         arrays = self._arrow_stats(expr.columns(), paths)
-        kept, behind = self._keep_by_file_stats(expr, files, arrays)
-        return PruneResult(kept, len(files), used_index=True, unapplied=behind)
+        keep, behind = self._keep_by_file_stats(expr, files, arrays)
+        kept = [files[int(i)] for i in np.flatnonzero(keep)]
+        return PruneResult(
+            kept, len(files), used_index=True, unapplied=behind, slices=_as_slices(kept)
+        )
 
     def _keep_by_file_stats(
-        self, expr: Expr, files: Sequence[BaseFile], arrays: dict[str, ColumnArrays | None]
-    ) -> tuple[list[BaseFile], tuple[str, ...]]:
-        """Of ``files``, those their column stats say may match, and every file of an instant
-        ``column_stats`` does not reflect (those instants, too)."""
+        self,
+        expr: Expr,
+        files: Sequence[BaseFile | LogFile],
+        arrays: dict[str, ColumnArrays | None],
+    ) -> tuple[np.ndarray, tuple[str, ...]]:
+        """Which of ``files`` their column stats say may match, every base file of an instant
+        ``column_stats`` does not reflect included (and those instants). A log file such an
+        instant wrote has no record yet, so it is kept as unrecorded."""
         behind = self._unapplied_times(COLUMN_STATS)
         keep = self._file_keep(expr, files, arrays)
         if behind:
-            keep = keep | np.array([f.instant_time in behind for f in files], dtype=bool)
-        return [files[int(i)] for i in np.flatnonzero(keep)], tuple(sorted(behind))
+            keep = keep | np.array([_written_at(f) in behind for f in files], dtype=bool)
+        return keep, tuple(sorted(behind))
 
     def _listing_stats(self, columns: set[str]) -> dict[str, ColumnArrays | None]:
         """:meth:`_arrow_stats` of the whole listing, worked out once per snapshot and column
         (a column no file has stats for is left out)."""
         missing = columns - self._listing_arrays.keys()
         if missing:
-            found = self._arrow_stats(missing, self._listing[1])
+            found = self._arrow_stats(missing, self._listing.paths)
             for column in missing:
                 self._listing_arrays[column] = (column in found, found.get(column))
         out = {}
@@ -292,7 +310,10 @@ class IndexedSnapshot:
         return out
 
     def _file_keep(
-        self, expr: Expr, files: Sequence[BaseFile], arrays: dict[str, ColumnArrays | None]
+        self,
+        expr: Expr,
+        files: Sequence[BaseFile | LogFile],
+        arrays: dict[str, ColumnArrays | None],
     ) -> np.ndarray:
         """Which of ``files`` their column stats (``arrays``, aligned with them) say may match
         ``expr``."""
@@ -360,23 +381,44 @@ class IndexedSnapshot:
                     stats[row["partition"]][column] = _column_stats(row)
         return np.array([expr.might_match(stats[n]) for n in names.to_pylist()], dtype=bool)
 
+    @property
+    def merge_on_read(self) -> bool:
+        return self.table.table_config.table_type is TableType.MERGE_ON_READ
+
+    def _slice_listing(self, partitions: Iterable[str] | None = None) -> _Listing:
+        """The latest file slices (of some partitions) and their files."""
+        if self.merge_on_read:
+            return _Listing.of_slices(self.view.latest_file_slices(partitions))
+        return _Listing.of_base_files(self.view.latest_base_files(partitions))
+
     @cached_property
-    def _listing(self) -> tuple[list[BaseFile], pa.Array]:
-        """The latest base files of every partition and their paths, once per snapshot."""
-        files = self.view.latest_base_files()
-        return files, pa.array([f.path for f in files], pa.string())
+    def _listing(self) -> _Listing:
+        """The latest file slices of every partition and their files, once per snapshot."""
+        return self._slice_listing()
+
+    def list_slices(self, partition: str) -> list[FileSlice]:
+        """The latest file slices of a partition (a base file each on a copy-on-write table)."""
+        return self._slice_listing([partition]).slices
 
     @cached_property
     def _partitions(self) -> tuple[list[str], np.ndarray]:
         """The listing's data partitions, and each file's index among them."""
-        files, _ = self._listing
+        files = self._listing.files
         names = pa.array([f.partition_path for f in files], pa.string())
         unique = pc.unique(names)
         of_file = pc.index_in(names, value_set=unique).to_numpy(zero_copy_only=False)
         return unique.to_pylist(), np.asarray(of_file, dtype=np.int64)
 
     def spark_paths(self, expr: Expr | str) -> list[str]:
-        """Full paths of the files to read, for ``spark.read.parquet(*paths)``."""
+        """Full paths of the files to read, for ``spark.read.parquet(*paths)`` (a copy-on-write
+        table's: a merge-on-read slice's rows need its log files merged)."""
+        if self.merge_on_read:
+            raise TableConfigError(
+                self.table.storage.uri(PROPERTIES_FILE),
+                f"{TYPE}=MERGE_ON_READ: its file slices need their log files merged, which "
+                "spark.read.parquet does not do; read prune(...).slices with a merge-on-read "
+                "reader (Apache Hudi, hudi-rs)",
+            )
         return [self.table.storage.uri(f.path) for f in self.prune(expr).candidates]
 
     # --- bloom filters ---------------------------------------------------------------------------
@@ -437,19 +479,19 @@ class IndexedSnapshot:
     def lookup_keys(
         self, keys: Iterable[str], partition: str | None = None
     ) -> dict[str, list[str]]:
-        """Record key -> paths of the latest base files that may hold it: files whose record key
-        range (column_stats of ``_hoodie_record_key``, when indexed) holds the key and whose
-        bloom filter may hold it, both tested on Arrow arrays over all files at once. A file
-        without a record, or written by an instant an index does not reflect, is kept."""
+        """Record key -> paths of the files of the latest slices that may hold it (a base file
+        each on a copy-on-write table). A file may hold it when its record key range
+        (column_stats of ``_hoodie_record_key``, when indexed) holds the key and its bloom filter
+        may hold it, both tested on Arrow arrays over all files at once; a file without a
+        record, or written by an instant an index does not reflect, is kept; a slice is kept
+        when any of its files is (a log file that holds inserts or updates of the key)."""
         wanted = list(keys)
-        if partition is None:
-            files, paths = self._listing
-        else:
-            files = self.list_files(partition)
-            paths = pa.array([f.path for f in files], pa.string())
+        listing = self._listing if partition is None else self._slice_listing([partition])
+        files, paths = listing.files, listing.paths
         out: dict[str, list[str]] = {k: [] for k in wanted}
         if not wanted or not files:
             return out
+        written_at = pa.array([_written_at(f) for f in files], pa.string())
         blooms = None
         if self.uses(BLOOM_FILTERS):
             records = self._bloom_records()
@@ -457,16 +499,16 @@ class IndexedSnapshot:
             blooms = pc.take(records.column("bloom_filter"), at)  # null: no filter, read it
             behind = self._unapplied_times(BLOOM_FILTERS)
             if behind:
-                stale = pa.array([f.instant_time in behind for f in files], pa.bool_())
+                stale = pc.fill_null(pc.is_in(written_at, pa.array(sorted(behind))), False)
                 blooms = pc.if_else(stale, pa.scalar(None, blooms.type), blooms)
         ranges = None
         if self.uses(COLUMN_STATS):
             arrays = self._arrow_stats({RECORD_KEY}, paths).get(RECORD_KEY)
             if arrays is not None and arrays.kind == "string":
-                stats_behind = self._unapplied_times(COLUMN_STATS)
+                stats_behind = pa.array(sorted(self._unapplied_times(COLUMN_STATS)), pa.string())
                 unknown = pc.or_(
                     pc.invert(arrays.present),
-                    pa.array([f.instant_time in stats_behind for f in files], pa.bool_()),
+                    pc.fill_null(pc.is_in(written_at, stats_behind), False),
                 )
                 ranges = (arrays, unknown)
         for key in wanted:
@@ -479,8 +521,53 @@ class IndexedSnapshot:
                     pc.less_equal(arrays.minimum, key), pc.greater_equal(arrays.maximum, key)
                 )
                 keep &= pc.or_(pc.fill_null(inside, True), unknown).to_numpy(zero_copy_only=False)
-            out[key] = [files[i].path for i in np.flatnonzero(keep)]
+            out[key] = [p for s in listing.kept_slices(keep) for p in s.paths]
         return out
+
+
+@dataclass(frozen=True)
+class _Listing:
+    """Latest file slices, their files in one list (base file first, then log files, slice by
+    slice), the files' paths, and each file's slice."""
+
+    slices: list[FileSlice]
+    files: list[BaseFile | LogFile]
+    paths: pa.Array
+    slice_of: np.ndarray
+
+    @classmethod
+    def of_base_files(cls, files: list[BaseFile]) -> _Listing:
+        slices = _as_slices(files)
+        paths = pa.array([f.path for f in files], pa.string())
+        return cls(slices, list(files), paths, np.arange(len(files)))
+
+    @classmethod
+    def of_slices(cls, slices: list[FileSlice]) -> _Listing:
+        files: list[BaseFile | LogFile] = []
+        slice_of: list[int] = []
+        for number, s in enumerate(slices):
+            members: list[BaseFile | LogFile] = [s.base_file] if s.base_file is not None else []
+            members.extend(s.log_files)
+            files.extend(members)
+            slice_of.extend([number] * len(members))
+        paths = pa.array([f.path for f in files], pa.string())
+        return cls(slices, files, paths, np.asarray(slice_of, dtype=np.int64))
+
+    def kept_slices(self, keep_file: np.ndarray) -> list[FileSlice]:
+        """The slices with at least one kept file."""
+        keep = np.zeros(len(self.slices), dtype=bool)
+        np.logical_or.at(keep, self.slice_of, keep_file)
+        return [self.slices[int(i)] for i in np.flatnonzero(keep)]
+
+
+def _written_at(file: BaseFile | LogFile) -> str | None:
+    """The instant that wrote a base file; None for a log file (its blocks name theirs)."""
+    return file.instant_time if isinstance(file, BaseFile) else None
+
+
+def _as_slices(files: Sequence[BaseFile]) -> list[FileSlice]:
+    """Copy-on-write slices: a base file each."""
+    return [FileSlice(b.partition_path, b.file_id, b.instant_time, b) for b in files]
 
 
 def _aligned(records: pa.Table, keys: pa.Array, wanted: pa.Array) -> ColumnArrays | None:

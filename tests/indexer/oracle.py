@@ -1,5 +1,6 @@
 """Oracles for an index built on a table someone else wrote: per-file column stats computed with
-pyarrow, and the rule that pruning on any value a file holds keeps that file."""
+pyarrow, and the rule that pruning on any value a file holds keeps that file (on a merge-on-read
+table, that pruning on any value a row holds keeps the row's file slice)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from metadata_table.layout import data_partition
 from metadata_table.read.filters import col
 from metadata_table.read.snapshot import IndexedSnapshot
 from metadata_table.records import python_value, value_kind
+from timeline.log_format import LogFileName
 
 Stats = tuple[Any, Any, int]
 
@@ -82,4 +84,42 @@ def assert_every_value_keeps_its_file(
                 kept = {f.path for f in snapshot.prune(col(column) == value).candidates}
                 assert path in kept, (path, column, value)
                 checks += 1
+    return checks
+
+
+def slice_of_row(row: dict[str, Any]) -> tuple[str, str]:
+    """(partition, file id) of a row a Hudi snapshot read returned: ``_hoodie_file_name`` names
+    the base file, or, for a row merged from a log file, the file id alone."""
+    name = row["_hoodie_file_name"]
+    log = LogFileName.parse(name)
+    file_id = log.file_id if log is not None else name.split("_")[0]
+    return row["_hoodie_partition_path"] or "", file_id
+
+
+def assert_every_row_keeps_its_slice(
+    snapshot: IndexedSnapshot, rows: Iterable[dict[str, Any]]
+) -> int:
+    """For every row a merge-on-read snapshot read returns (meta columns included) and every
+    indexed column, ``prune(col == value)`` keeps the row's file slice, and the key lookup keeps
+    a file of it. Returns the number of checks made."""
+    checks = 0
+    indexed = {
+        row["column_name"]
+        for row in snapshot.column_stats().to_pylist()
+        if row["value_type"] is not None
+    }
+    for row in rows:
+        where = slice_of_row(row)
+        for column, value in row.items():
+            if column not in indexed or not _filterable(value):
+                continue
+            kept = {
+                (s.partition_path, s.file_id) for s in snapshot.prune(col(column) == value).slices
+            }
+            assert where in kept, (where, column, value)
+            checks += 1
+        key = row["_hoodie_record_key"]
+        holders = snapshot.lookup_keys([key])[key]
+        assert any(where[1] in path for path in holders), (where, key, holders)
+        checks += 1
     return checks

@@ -4,7 +4,9 @@ tests/data/hudi_rs, see its NOTICE.md): fast tests on tables Hudi itself wrote, 
 Each copy-on-write table opens with Hudi's defaults for the properties it leaves out, is indexed
 with stats equal to pyarrow's over the live files hudi-rs lists, keeps every row's file when
 pruning on any of its values, and reads the same in hudi-rs before and after; nothing of Hudi's
-changes. The merge-on-read table is refused by name and left byte for byte as it was."""
+changes. Each merge-on-read table (updates and deletes in log files) is indexed with its log
+files: every row hudi-rs reads keeps its file slice when pruning on any of its values or looking
+up its key, the index equals a rebuild, and nothing of Hudi's changes."""
 
 from __future__ import annotations
 
@@ -23,13 +25,20 @@ from timeline.config import Config
 from timeline.errors import TableConfigError
 from timeline.index_state import INDEX_FOLDER
 
-from .oracle import assert_every_value_keeps_its_file, assert_stats_match_pyarrow
+from .oracle import (
+    assert_every_row_keeps_its_slice,
+    assert_every_value_keeps_its_file,
+    assert_stats_match_pyarrow,
+    slice_of_row,
+)
+from .test_foreign_commits import indexer_cli
 from .test_hudi_interop import _checksums
 from .test_indexer import assert_exact
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "hudi_rs"
 _OUR_INSTANT = re.compile(r"^\.hoodie/\d{17}\.indexing(\.requested|\.inflight)?$")
 COW = sorted(p.stem for p in (DATA / "cow").glob("*.zip"))
+MOR = sorted(p.stem for p in (DATA / "mor").glob("*.zip"))
 
 
 def unpack(archive: Path, into: Path) -> Path:
@@ -74,7 +83,7 @@ def assert_only_ours_added(before: dict[str, str], after: dict[str, str]) -> Non
 
 
 def test_every_sample_is_vendored() -> None:
-    assert len(COW) == 7, COW
+    assert len(COW) == 7 and len(MOR) == 2, (COW, MOR)
     assert (DATA / "LICENSE").is_file() and (DATA / "NOTICE.md").is_file()
 
 
@@ -99,18 +108,45 @@ def test_hudi_rs_sample_tables_are_indexed_exactly(name: str, tmp_path: Path, sp
     assert_only_ours_added(before, _checksums(base))
 
 
-@pytest.mark.parametrize(
-    ("sample", "reason"),
-    [
-        ("mor/v6_trips_8i1u", "MERGE_ON_READ: merge-on-read tables are not"),
-        ("v8/v8_nonpartitioned", r"hoodie.table.version=8 \(Apache Hudi 1.x\) is not supported"),
-    ],
-)
-def test_unsupported_samples_are_refused_by_name_and_left_as_they_were(
-    tmp_path: Path, sample: str, reason: str
-) -> None:
-    base = unpack(DATA / f"{sample}.zip", tmp_path)
+@pytest.mark.parametrize("name", MOR)
+def test_merge_on_read_samples_are_indexed_with_their_log_files(name: str, tmp_path: Path) -> None:
+    """Updates and deletes that Hudi wrote to log files: the index lists them and holds their
+    stats, every row keeps its slice, and a value an update moved outside its base file's range
+    still finds the slice."""
+    base = unpack(DATA / "mor" / f"{name}.zip", tmp_path)
     before = _checksums(base)
+    rows_before = _rows(base)
+
+    table = _open(base, tmp_path)
+    AsyncIndexer(table).run(list(PARTITIONS))
+    assert_exact(table)
+
+    snapshot = IndexedSnapshot(table)
+    import hudi
+
+    slices = hudi.HudiTableBuilder.from_base_uri(str(base)).build().get_file_slices()
+    ours = snapshot.view.latest_file_slices()
+    assert {(s.partition_path, s.file_id) for s in ours} == {
+        (s.partition_path, s.file_id) for s in slices
+    }
+    assert any(s.log_files for s in ours), "the sample's updates and deletes are in log files"
+    indexed = {r["file_name"] for r in snapshot.column_stats(["uuid"]).to_pylist()}
+    assert {log.file_name for s in ours for log in s.log_files} <= indexed
+    assert {slice_of_row(r) for r in rows_before} <= {(s.partition_path, s.file_id) for s in ours}
+    assert assert_every_row_keeps_its_slice(snapshot, rows_before) >= len(rows_before) * 6
+
+    for command in ("status", "validate"):
+        ran = indexer_cli(table, command)
+        assert ran.returncode == 0, (command, ran.stdout, ran.stderr)
+
+    assert _rows(base) == rows_before
+    assert_only_ours_added(before, _checksums(base))
+
+
+def test_unsupported_samples_are_refused_by_name_and_left_as_they_were(tmp_path: Path) -> None:
+    base = unpack(DATA / "v8" / "v8_nonpartitioned.zip", tmp_path)
+    before = _checksums(base)
+    reason = r"hoodie.table.version=8 \(Apache Hudi 1.x\) is not supported"
     with pytest.raises(TableConfigError, match=reason):
         AsyncIndexer(_open(base, tmp_path)).run(list(PARTITIONS))
     assert _checksums(base) == before

@@ -16,7 +16,7 @@ from indexer.indexer import AsyncIndexer
 from metadata_table.index_types import index_type
 from metadata_table.layout import COLUMN_STATS, FILES, PARTITION_STATS
 from metadata_table.maintenance import build_records, compact, initialize
-from metadata_table.read.snapshot import IndexedSnapshot
+from metadata_table.read.snapshot import IndexedSnapshot, _Listing
 from metadata_table.table import MetadataTable
 from metadata_table.validate import validate
 from timeline import Table
@@ -130,10 +130,10 @@ def test_a_partition_whose_file_count_differs_from_the_listing_is_kept(tmp_path:
     client.insert(by_city(rows(keys(0, 30))))
     initialize(table, PARTS)
     snapshot = IndexedSnapshot(table)
-    files, _ = snapshot._listing
+    files = snapshot.view.latest_base_files()
     # a listing with one more file in ny than ny's record counts (as if a file were missed)
     extra = next(f for f in files if f.partition_path == "ny")
-    snapshot._listing = ([*files, extra], snapshot._listing[1])
+    snapshot._listing = _Listing.of_base_files([*files, extra])
     snapshot.completed.discard(COLUMN_STATS)
     kept = snapshot.prune("fare = 1004")
     assert kept.partitions_pruned == 1  # sf dropped; ny kept: its count does not match
