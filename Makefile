@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 # setuptools warns on every editable install of a flat layout: not the user's concern
 PIP    := PYTHONWARNINGS=ignore $(PY) -m pip
 
-.PHONY: demo test test-fast test-hudi hudi-peer soak lint bench bench-markers bench-scan system-deps clean
+.PHONY: demo test test-fast test-hudi hudi-peer soak lint bench bench-markers bench-scan bench-mor system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,10 @@ bench-markers: $(VENV)/.installed-test
 # Scans through the index against full-scan readers, and a scan's peak memory (also in `make bench`).
 bench-scan: $(VENV)/.installed-test
 	$(PY) scripts/bench/scan.py
+
+# Merge-on-read tables: the build over slices with 0, 4, 16 log files each (also in `make bench`).
+bench-mor: $(VENV)/.installed-test
+	$(PY) scripts/bench/merge_on_read.py
 
 # The full suite: writes docs/benchmarks.md and docs/bench-*.png (about 20 minutes on 2 cores).
 bench: $(VENV)/.installed-bench system-deps hudi-peer

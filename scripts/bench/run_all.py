@@ -16,12 +16,14 @@ PNG plots (docs/bench-*.png).
    JVM start, at 1,000 files;
 7. peer: Apache Hudi's own HoodieIndexer against `indexer run` on copies of one table;
 8. scan: `load_table(...).scan(...)` against pyarrow, DuckDB and hudi-rs reading every file, and
-   against reading only the kept files; peak memory of a whole-table scan (scripts/bench/scan.py).
+   against reading only the kept files; peak memory of a whole-table scan (scripts/bench/scan.py);
+9. mor: merge-on-read tables with 0, 4 and 16 log files per slice: the build against reading its
+   inputs once, prune() beside copy-on-write (scripts/bench/merge_on_read.py).
 
     python scripts/bench/run_all.py [--files 2000] [--rows 10000] [--scaling 2000,20000,100000]
                                     [--scaling-rows 20] [--listing-files 10000]
                                     [--e2e-files 1000] [--peer-files 2000,20000]
-                                    [--sections build,skipping,scaling,writers,listing,e2e,peer,scan]
+                                    [--sections build,skipping,scaling,writers,listing,e2e,peer,scan,mor]
 """
 
 from __future__ import annotations
@@ -849,7 +851,7 @@ def main() -> int:
     parser.add_argument("--peer-files", default="2000,20000")
     parser.add_argument("--e2e-files", type=int, default=1000)
     parser.add_argument(
-        "--sections", default="build,skipping,scaling,writers,listing,e2e,peer,scan"
+        "--sections", default="build,skipping,scaling,writers,listing,e2e,peer,scan,mor"
     )
     parser.add_argument("--out", default=str(ROOT / "docs"))
     parser.add_argument("--build-loop", metavar="BASE", help=argparse.SUPPRESS)
@@ -898,6 +900,12 @@ def main() -> int:
             text, figures = scan_section(root / "scan", args.files, args.rows, [2000, 20000])
             report.add(text)
             report.figures["scan"] = figures
+        if "mor" in sections:
+            from scripts.bench.merge_on_read import section as mor_section
+
+            text, rows = mor_section(root / "mor", 200, 2000, 200)
+            report.add(text)
+            report.figures["mor"] = rows
         images = plots(report, out)
         body = "\n".join(report.sections) + "\n" + "\n".join(f"![{i}]({i})" for i in images) + "\n"
         (out / "benchmarks.md").write_text(body)

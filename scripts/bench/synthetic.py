@@ -27,6 +27,7 @@ from timeline.commit_metadata import NULL_COMMIT, CommitMetadata, WriteStat
 from timeline.config import Config
 from timeline.instant import Action
 from timeline.table import Table
+from timeline.table_config import TableType
 from writer.files import META_COLUMNS, RECORD_KEY, ensure_partition_metadata
 
 CATEGORIES = ["alpha", "beta", "gamma", "delta", "epsilon"]
@@ -94,12 +95,19 @@ def _write_files(
 
 
 def make_table(
-    base: Path, files: int, rows: int, partitions: int = 0, config: Config | None = None
+    base: Path,
+    files: int,
+    rows: int,
+    partitions: int = 0,
+    config: Config | None = None,
+    table_type: TableType = TableType.COPY_ON_WRITE,
 ) -> Table:
     """Create a local table at ``base`` with ``files`` files of ``rows`` rows in one commit
     (``partitions`` partitions, 0: unpartitioned)."""
     fields = ["part"] if partitions else []
-    table = Table.create(str(base), "synthetic", ["key"], fields, config=config)
+    table = Table.create(
+        str(base), "synthetic", ["key"], fields, table_type=table_type, config=config
+    )
     timeline = table.timeline
     instant = timeline.create_requested(Action.COMMIT)
     partition_names = [f"p{i:04d}" for i in range(partitions)] if partitions else [""]
