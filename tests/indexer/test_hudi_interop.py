@@ -16,7 +16,6 @@ from indexer.indexer import AsyncIndexer
 from metadata_table.layout import PARTITIONS
 from timeline import Table
 from timeline.config import Config
-from timeline.errors import TableConfigError
 from timeline.index_state import STATE_FILE
 
 from ..hudi_peer.peer import HudiPeer, HudiTable
@@ -90,19 +89,6 @@ def test_indexing_a_hudi_table_leaves_hudi_untouched(
     for metadata in (True, False):
         assert by_key(hudi.read(hudi_table, metadata=metadata)) == expected
     assert (base / STATE_FILE).is_file(), "Hudi left our index folder alone"
-
-
-def test_merge_on_read_tables_are_refused_by_name(hudi: HudiPeer, tmp_path: Path) -> None:
-    """Stats of base files alone would let data skipping drop a file slice whose log files hold a
-    matching row: a merge-on-read table is refused, and left as it was."""
-    hudi_table = HudiTable(str(tmp_path / "mor"), table_type="MERGE_ON_READ")
-    hudi.write(hudi_table, "insert", make_rows(range(10)))
-    hudi.write(hudi_table, "upsert", make_rows(range(3), ts=2, fare_offset=5.0))
-    before = _checksums(Path(hudi_table.path))
-    table = _open(hudi_table, tmp_path)
-    with pytest.raises(TableConfigError, match="MERGE_ON_READ: merge-on-read tables are not"):
-        AsyncIndexer(table).run(list(PARTITIONS))
-    assert _checksums(Path(hudi_table.path)) == before
 
 
 def test_beside_hudis_writer_every_read_is_current_and_sync_closes_the_lag(
