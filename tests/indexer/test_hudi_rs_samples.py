@@ -20,6 +20,7 @@ import pytest
 from indexer.indexer import AsyncIndexer
 from metadata_table.layout import PARTITIONS
 from metadata_table.read.snapshot import IndexedSnapshot
+from metadata_table.validate import validate
 from timeline import Table
 from timeline.config import Config
 from timeline.errors import TableConfigError
@@ -31,7 +32,9 @@ from .oracle import (
     assert_stats_match_pyarrow,
     slice_of_row,
 )
+from .test_daemon import Daemon, _completed, _wait
 from .test_foreign_commits import indexer_cli
+from .test_hudi_catch_up import _daemon_config
 from .test_hudi_interop import _checksums
 from .test_indexer import assert_exact
 
@@ -139,6 +142,27 @@ def test_merge_on_read_samples_are_indexed_with_their_log_files(name: str, tmp_p
         ran = indexer_cli(table, command)
         assert ran.returncode == 0, (command, ran.stdout, ran.stderr)
 
+    assert _rows(base) == rows_before
+    assert_only_ours_added(before, _checksums(base))
+
+
+def test_the_daemon_builds_and_keeps_a_merge_on_read_sample(tmp_path: Path) -> None:
+    """The daemon, told to keep every index of a merge-on-read table, builds them (log files
+    included) and stops cleanly; the table reads the same."""
+    base = unpack(DATA / "mor" / "v6_trips_8i1u.zip", tmp_path)
+    before, rows_before = _checksums(base), _rows(base)
+    table = _open(base, tmp_path)
+    daemon = Daemon(_daemon_config(tmp_path, table))
+    try:
+        _wait(_completed(table, list(PARTITIONS)), 120, "the daemon to build every index")
+        _wait(lambda: all(r.ok for r in validate(table)), 60, "a valid index")
+        assert daemon.get("/status"), "the daemon reports its table"
+        assert daemon.stop() == 0
+    finally:
+        if daemon.process.poll() is None:
+            daemon.process.kill()
+    indexed = {r["file_name"] for r in IndexedSnapshot(table).column_stats(["uuid"]).to_pylist()}
+    assert any(name.startswith(".") for name in indexed), "log files are indexed"
     assert _rows(base) == rows_before
     assert_only_ours_added(before, _checksums(base))
 
