@@ -40,6 +40,7 @@ from timeline.markers import IOType, marker_folder, read_markers
 from timeline.removals import AVRO_MAGIC, Removal, read_avro_records
 from timeline.storage import Storage
 from timeline.table import Table
+from timeline.table_config import TableType
 
 logger = logging.getLogger(__name__)
 
@@ -215,14 +216,37 @@ def _rollback_target(table: Table, pending: Instant) -> str | None:
         return None
 
 
+def _left_to_hudi(table: Table, instant: Instant) -> bool:
+    """A failed deltacommit of a merge-on-read table: rolling back its log appends takes rollback
+    command blocks (without them, once the failed instant is older than the active timeline,
+    Hudi's reader counts its blocks again), which this kernel does not write; Apache Hudi's own
+    rollback of failed writes does."""
+    if instant.action is not Action.DELTA_COMMIT:
+        return False
+    if table.table_config.table_type is not TableType.MERGE_ON_READ:
+        return False
+    logger.warning(
+        "failed write %s of merge-on-read table %s left to Apache Hudi's rollback (its log "
+        "appends need rollback command blocks)",
+        instant,
+        table.base_uri,
+    )
+    return True
+
+
 def clean_failed_writes(table: Table, on_removal: RemovalHook | None = None) -> list[Instant]:
     """Finish interrupted rollbacks of writes whose writer is provably dead (a rollback is
     re-executed from its plan), then roll back every pending write whose writer is provably dead
     (:meth:`Table.writer_is_dead`), newest first. Each one is re-checked under the lock.
     ``on_removal`` writes the index's update of each rollback inside its critical section.
+    On a merge-on-read table (only Apache Hudi writes one) failed deltacommits and interrupted
+    rollbacks are left to Hudi, whose rollbacks append the command blocks log files need.
     Returns the rolled-back instants."""
     rolled_back: list[Instant] = []
+    merge_on_read = table.table_config.table_type is TableType.MERGE_ON_READ
     for pending in table.timeline.load().with_actions(Action.ROLLBACK).pending():
+        if merge_on_read:  # Hudi's, whose plan may append rollback command blocks
+            continue
         target = _rollback_target(table, pending)
         if target is None or not table.writer_is_dead(target):
             continue  # a rollback in progress (Hudi's own writer rolling back its write)
@@ -233,7 +257,9 @@ def clean_failed_writes(table: Table, on_removal: RemovalHook | None = None) -> 
     failed = [
         i
         for i in table.timeline.load().pending()
-        if i.action in ROLLBACK_ACTIONS and table.writer_is_dead(i.timestamp)
+        if i.action in ROLLBACK_ACTIONS
+        and table.writer_is_dead(i.timestamp)
+        and not _left_to_hudi(table, i)
     ]
     for instant in reversed(failed):
         with table.lock(f"rollback {instant.timestamp}") as lock:

@@ -21,6 +21,7 @@ from timeline.locks import LockHandle
 from timeline.markers import DirectMarkers, IOType, Marker
 from timeline.removals import Removal, parse_removal
 from timeline.rollback import RollbackPlan, clean_failed_writes
+from timeline.table_config import TableType
 
 HEARTBEAT_MS = 200
 
@@ -69,6 +70,31 @@ def test_lazy_writers_count_a_missing_heartbeat_as_expired(tmp_path: Path) -> No
     instant, data = _pending_write(table, heartbeat_age=None)
     assert [i.timestamp for i in clean_failed_writes(table)] == [instant.timestamp]
     assert not table.storage.exists(data)
+
+
+def test_a_dead_deltacommit_of_a_merge_on_read_table_is_left_to_hudi(tmp_path: Path) -> None:
+    """Rolling back log appends takes rollback command blocks (else, once the failed instant is
+    older than the active timeline, Hudi's reader counts its blocks again): this kernel writes
+    none, so a failed deltacommit is left to Apache Hudi's own rollback, untouched."""
+    conf = {"indexer.lock.url": "inprocess", "hoodie.cleaner.policy.failed.writes": "LAZY"}
+    table = Table.create(
+        str(tmp_path / "mor"),
+        "mor",
+        ["id"],
+        ["p"],
+        table_type=TableType.MERGE_ON_READ,
+        config=Config.resolve(explicit=conf),
+    )
+    instant = table.timeline.create_requested(Action.DELTA_COMMIT)
+    instant = table.timeline.transition_to_inflight(instant)
+    log = f"p0/.fg1-0_{instant.timestamp}.log.1_0-1-1"
+    DirectMarkers(table.storage, instant.timestamp).create(Marker("p0", log[3:], IOType.APPEND))
+    table.storage.create(log, b"#HUDI# a block")
+    assert table.writer_is_dead(instant.timestamp)
+    assert clean_failed_writes(table) == []
+    assert table.timeline.load().get(instant.timestamp) == instant
+    assert table.storage.exists(log)
+    assert not table.timeline.load().with_actions(Action.ROLLBACK)
 
 
 def test_never_rolls_back_nothing_and_a_fresh_heartbeat_is_alive(tmp_path: Path) -> None:
