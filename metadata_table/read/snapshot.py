@@ -253,10 +253,10 @@ class IndexedSnapshot:
         kept = listing.kept_slices(keep)
         in_dropped = 0
         if by_partition is not None:
-            in_dropped = len(listing.slices) - len(listing.kept_slices(by_partition[of_file]))
+            in_dropped = listing.count - len(listing.kept_slices(by_partition[of_file]))
         return PruneResult(
             [s.base_file for s in kept if s.base_file is not None],
-            len(listing.slices),
+            listing.count,
             used_index=by_partition is not None or self.uses(COLUMN_STATS),
             unapplied=behind,
             partitions=len(partitions),
@@ -270,7 +270,7 @@ class IndexedSnapshot:
         ``column_stats`` only: a file's stats never change, while ``partition_stats`` describe
         the latest files."""
         if not self.uses(COLUMN_STATS):
-            return PruneResult(list(files), len(files), used_index=False)
+            return PruneResult(list(files), len(files), used_index=False, slices=_as_slices(files))
         paths = pa.array([f.path for f in files], pa.string())
         arrays = self._arrow_stats(expr.columns(), paths)
         keep, behind = self._keep_by_file_stats(expr, files, arrays)
@@ -525,21 +525,25 @@ class IndexedSnapshot:
         return out
 
 
-@dataclass(frozen=True)
 class _Listing:
-    """Latest file slices, their files in one list (base file first, then log files, slice by
-    slice), the files' paths, and each file's slice."""
+    """Latest file slices and their files in one list (base file first, then log files, slice by
+    slice), the files' paths, and each file's slice. On a copy-on-write table a slice is its base
+    file, made only for the slices a caller keeps."""
 
-    slices: list[FileSlice]
-    files: list[BaseFile | LogFile]
-    paths: pa.Array
-    slice_of: np.ndarray
+    def __init__(
+        self,
+        files: Sequence[BaseFile | LogFile],
+        slices: list[FileSlice] | None = None,
+        slice_of: np.ndarray | None = None,
+    ) -> None:
+        self.files = list(files)
+        self.paths = pa.array([f.path for f in self.files], pa.string())
+        self._slices = slices  # None: one per base file
+        self.slice_of = slice_of if slice_of is not None else np.arange(len(self.files))
 
     @classmethod
-    def of_base_files(cls, files: list[BaseFile]) -> _Listing:
-        slices = _as_slices(files)
-        paths = pa.array([f.path for f in files], pa.string())
-        return cls(slices, list(files), paths, np.arange(len(files)))
+    def of_base_files(cls, files: Sequence[BaseFile]) -> _Listing:
+        return cls(files)
 
     @classmethod
     def of_slices(cls, slices: list[FileSlice]) -> _Listing:
@@ -550,14 +554,28 @@ class _Listing:
             members.extend(s.log_files)
             files.extend(members)
             slice_of.extend([number] * len(members))
-        paths = pa.array([f.path for f in files], pa.string())
-        return cls(slices, files, paths, np.asarray(slice_of, dtype=np.int64))
+        return cls(files, slices, np.asarray(slice_of, dtype=np.int64))
+
+    @property
+    def count(self) -> int:
+        """How many slices."""
+        return len(self._slices) if self._slices is not None else len(self.files)
+
+    @property
+    def slices(self) -> list[FileSlice]:
+        return self._slices if self._slices is not None else self._base_slices(range(self.count))
 
     def kept_slices(self, keep_file: np.ndarray) -> list[FileSlice]:
         """The slices with at least one kept file."""
-        keep = np.zeros(len(self.slices), dtype=bool)
+        if self._slices is None:
+            return self._base_slices(np.flatnonzero(keep_file))
+        keep = np.zeros(len(self._slices), dtype=bool)
         np.logical_or.at(keep, self.slice_of, keep_file)
-        return [self.slices[int(i)] for i in np.flatnonzero(keep)]
+        return [self._slices[int(i)] for i in np.flatnonzero(keep)]
+
+    def _base_slices(self, indices: Iterable[int]) -> list[FileSlice]:
+        chosen = (self.files[int(i)] for i in indices)
+        return _as_slices([f for f in chosen if isinstance(f, BaseFile)])
 
 
 def _written_at(file: BaseFile | LogFile) -> str | None:

@@ -298,6 +298,13 @@ def test_reads_listing_pruning_and_bloom_lookup(tmp_path: Path) -> None:
     late = prune("when >= TIMESTAMP '2026-02-14 00:00:00'")
     assert late == sorted([by_city["la"], by_city["ny"]])
     assert prune(col("unknown_column") > 1) == sorted(by_city.values()), "no stats: never pruned"
+    kept = snapshot.prune(col("fare") > 2005)
+    assert (kept.total, kept.pruned, [s.paths for s in kept.slices]) == (3, 2, [[by_city["ny"]]])
+    listed = snapshot.view.latest_base_files()
+    assert snapshot.prune_files(col("fare") > 2005, listed).pruned == 2
+    snapshot.completed.discard(COLUMN_STATS)  # without column_stats nothing is pruned
+    assert snapshot.prune_files(col("fare") > 2005, listed).pruned == 0
+    snapshot.completed.add(COLUMN_STATS)
     paths = snapshot.spark_paths("fare > 2005")
     assert paths == [table.storage.uri(by_city["ny"])]
     stats = snapshot.column_stats(["fare"], files=[by_city["la"]]).to_pylist()
