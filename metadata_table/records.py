@@ -167,6 +167,7 @@ def info_from_log(
     aggregates: dict[str, _ColumnAggregate] = {}
     keys: set[str] = set()
     newest: str | None = None
+    rows = 0
     for block in read_log_file(storage, path):
         instant = block.instant_time
         if block.block_type not in (*DATA_BLOCKS, BlockType.DELETE) or instant is None:
@@ -181,6 +182,7 @@ def info_from_log(
             records = arrow_schema(block.avro_schema()).empty_table()
         else:
             records = block.records()
+        rows += records.num_rows
         for name, agg in record_aggregates(records).items():
             aggregates[name] = (
                 merge_aggregates(aggregates[name], agg) if name in aggregates else agg
@@ -189,6 +191,10 @@ def info_from_log(
             keys.update(k for k in records.column(RECORD_KEY).to_pylist() if k is not None)
     if newest is None:
         return None
+    for agg in aggregates.values():  # rows of blocks written before a column was added: nulls
+        missing = rows - agg.value_count
+        agg.value_count += missing
+        agg.null_count = None if agg.null_count is None else agg.null_count + missing
     bitset = None
     if bloom and keys:
         bitset = bytes(SplitBlockBloomFilter.build(sorted(keys), ndv=len(keys)).bitset)
