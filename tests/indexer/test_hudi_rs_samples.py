@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from indexer.indexer import AsyncIndexer
+from indexer.indexer import AsyncIndexer, IndexerOptions
 from metadata_table.layout import PARTITIONS
 from metadata_table.read.snapshot import IndexedSnapshot
 from metadata_table.validate import validate
@@ -111,17 +111,20 @@ def test_hudi_rs_sample_tables_are_indexed_exactly(name: str, tmp_path: Path, sp
     assert_only_ours_added(before, _checksums(base))
 
 
-@pytest.mark.parametrize("name", MOR)
-def test_merge_on_read_samples_are_indexed_with_their_log_files(name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "engine"), [(MOR[0], "spark"), (MOR[1], "local")])
+def test_merge_on_read_samples_are_indexed_with_their_log_files(
+    name: str, engine: str, tmp_path: Path, spark: Any
+) -> None:
     """Updates and deletes that Hudi wrote to log files: the index lists them and holds their
     stats, every row keeps its slice, and a value an update moved outside its base file's range
-    still finds the slice."""
+    still finds the slice. Both build engines (Spark tasks read the log files too)."""
     base = unpack(DATA / "mor" / f"{name}.zip", tmp_path)
     before = _checksums(base)
     rows_before = _rows(base)
 
     table = _open(base, tmp_path)
-    AsyncIndexer(table).run(list(PARTITIONS))
+    options = IndexerOptions(engine=engine)
+    AsyncIndexer(table, options, spark=spark if engine == "spark" else None).run(list(PARTITIONS))
     assert_exact(table)
 
     snapshot = IndexedSnapshot(table)
