@@ -24,6 +24,7 @@ no values, under the schema its header names); command blocks add nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import decimal
 import functools
@@ -76,15 +77,17 @@ class DataFileInfo:
     instant: str
     metadata: pq.FileMetaData | None
     bloom: bytes | None = None  # SBBF bitset of the record key column
-    #: a log file's column aggregates (from its records; a base file's come from ``metadata``)
-    stats: dict[str, _ColumnAggregate] | None = None
+    #: column aggregates: a log file's from its records; a base file's from ``metadata``, worked
+    #: out on first use (every index type of a build asks for them)
+    stats: dict[str, _ColumnAggregate] | None = dataclasses.field(default=None, compare=False)
 
     def aggregates(self, columns: Sequence[str] | None = None) -> dict[str, _ColumnAggregate]:
         if self.stats is None:
             assert self.metadata is not None
-            return column_aggregates(self.metadata, columns)
-        wanted = set(columns) if columns else None
-        return {c: a for c, a in self.stats.items() if wanted is None or c in wanted}
+            self.stats = column_aggregates(self.metadata)
+        if not columns:
+            return self.stats
+        return {c: self.stats[c] for c in columns if c in self.stats}
 
     @property
     def path(self) -> str:
@@ -237,8 +240,10 @@ _VALUE_TYPE = {
 }
 
 
+@functools.lru_cache(maxsize=1024)
 def value_kind(t: pa.DataType) -> str | None:
-    """The VALUE_TYPE field a column's min/max go to, or None when the type is not indexed."""
+    """The VALUE_TYPE field a column's min/max go to, or None when the type is not indexed
+    (remembered per type: asked for every column of every file)."""
     kind = scalar_kind(t)
     return None if kind is None else _VALUE_TYPE[kind]
 
