@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -99,14 +100,23 @@ def column_stats_key(column: str, partition: str, file_name: str) -> str:
     return f"{enc(column)}|{file_key(partition, file_name)}"
 
 
+def _encoded(values: Any) -> Any:
+    """:func:`enc` on an Arrow array."""
+    return pc.replace_substring(pc.replace_substring(values, "%", "%25"), "|", "%7C")
+
+
 def partition_stats_keys(columns: pa.ChunkedArray, partitions: pa.ChunkedArray) -> pa.ChunkedArray:
     """``partition_stats`` keys of records' ``column_name`` and ``partition`` values (already
     ``.`` for an unpartitioned table): :func:`enc` on Arrow arrays."""
+    return pc.binary_join_element_wise(_encoded(columns), _encoded(partitions), "|")
 
-    def encoded(values: pa.ChunkedArray) -> pa.ChunkedArray:
-        return pc.replace_substring(pc.replace_substring(values, "%", "%25"), "|", "%7C")
 
-    return pc.binary_join_element_wise(encoded(columns), encoded(partitions), "|")
+def column_stats_keys(columns: pa.Array, partitions: pa.Array, files: pa.Array) -> pa.Array:
+    """:func:`column_stats_key` on Arrow arrays (``partitions`` already ``.`` for an
+    unpartitioned table)."""
+    return pc.binary_join_element_wise(
+        _encoded(columns), _encoded(partitions), _encoded(files), "|"
+    )
 
 
 def column_prefix(column: str) -> str:

@@ -45,7 +45,7 @@ from metadata_table.layout import (
     NON_PARTITIONED,
     PARTITION_STATS_SCHEMA,
     VALUE_TYPE,
-    column_stats_key,
+    column_stats_keys,
     file_key,
     partition_stats_keys,
 )
@@ -402,27 +402,70 @@ def files_records(infos: Iterable[DataFileInfo], deleted: bool = False) -> pa.Ta
 def column_stats_records(
     infos: Iterable[DataFileInfo], columns: Sequence[str] | None = None
 ) -> pa.Table:
-    rows = []
+    """One record per (indexed column, data file), built column by column (no row objects)."""
+    names: list[str] = []
+    partitions: list[str] = []
+    files: list[str] = []
+    kinds: list[str] = []
+    lows: list[Any] = []
+    highs: list[Any] = []
+    nulls: list[int | None] = []
+    values: list[int] = []
+    sizes: list[int] = []
+    uncompressed: list[int] = []
+    instants: list[str] = []
     for info in infos:
+        partition = _partition_name(info.partition)
         for name, agg in info.aggregates(columns).items():
-            rows.append(
-                {
-                    "key": column_stats_key(name, info.partition, info.file_name),
-                    "column_name": name,
-                    "partition": _partition_name(info.partition),
-                    "file_name": info.file_name,
-                    "value_type": agg.kind,
-                    "min_value": typed_value(agg.kind, agg.minimum),
-                    "max_value": typed_value(agg.kind, agg.maximum),
-                    "null_count": agg.null_count,
-                    "value_count": agg.value_count,
-                    "total_size": agg.total_size,
-                    "total_uncompressed_size": agg.uncompressed,
-                    "is_deleted": False,
-                    "instant": info.instant,
-                }
+            names.append(name)
+            partitions.append(partition)
+            files.append(info.file_name)
+            kinds.append(agg.kind)
+            lows.append(agg.minimum)
+            highs.append(agg.maximum)
+            nulls.append(agg.null_count)
+            values.append(agg.value_count)
+            sizes.append(agg.total_size)
+            uncompressed.append(agg.uncompressed)
+            instants.append(info.instant)
+    n = len(names)
+    column_names = pa.array(names, pa.string())
+    partition_names = pa.array(partitions, pa.string())
+    file_names = pa.array(files, pa.string())
+
+    present = set(kinds)
+
+    def value_struct(bounds: list[Any]) -> pa.StructArray:
+        """VALUE_TYPE structs: each value in the field of its record's kind."""
+        fields = [
+            pa.array(
+                [v if k == f.name else None for v, k in zip(bounds, kinds, strict=True)], f.type
             )
-    return pa.Table.from_pylist(rows, schema=COLUMN_STATS_SCHEMA)
+            if f.name in present
+            else pa.nulls(n, f.type)
+            for f in VALUE_TYPE
+        ]
+        return pa.StructArray.from_arrays(fields, fields=list(VALUE_TYPE))
+
+    keys = column_stats_keys(column_names, partition_names, file_names)
+    return pa.table(
+        {
+            "key": keys,
+            "column_name": column_names,
+            "partition": partition_names,
+            "file_name": file_names,
+            "value_type": pa.array(kinds, pa.string()),
+            "min_value": value_struct(lows),
+            "max_value": value_struct(highs),
+            "null_count": pa.array(nulls, pa.int64()),
+            "value_count": pa.array(values, pa.int64()),
+            "total_size": pa.array(sizes, pa.int64()),
+            "total_uncompressed_size": pa.array(uncompressed, pa.int64()),
+            "is_deleted": pa.array([False] * n, pa.bool_()),
+            "instant": pa.array(instants, pa.string()),
+        },
+        schema=COLUMN_STATS_SCHEMA,
+    )
 
 
 def bloom_records(infos: Iterable[DataFileInfo]) -> pa.Table:

@@ -19,8 +19,10 @@ from metadata_table.bloom import (
     parse_bloom_filter,
 )
 from metadata_table.layout import (
+    NON_PARTITIONED,
     _row_groups_with,
     column_stats_key,
+    column_stats_keys,
     enc,
     file_group_of,
     file_key,
@@ -94,6 +96,13 @@ def test_keys_and_file_groups_are_stable() -> None:
     assert file_key("2026/11/21", "a|b%.parquet") == "2026/11/21|a%7Cb%25.parquet"
     assert file_key("", "f.parquet") == ".|f.parquet"
     assert column_stats_key("fare", "sf", "f.parquet") == "fare|sf|f.parquet"
+    cases = [("fa|re", "2026/11|x", "a%b.parquet"), ("fare", "", "f.parquet")]
+    arrays = column_stats_keys(
+        pa.array([c for c, _, _ in cases]),
+        pa.array([p or NON_PARTITIONED for _, p, _ in cases]),
+        pa.array([f for _, _, f in cases]),
+    )
+    assert arrays.to_pylist() == [column_stats_key(*case) for case in cases]
     assert enc("x|y") == "x%7Cy"
     # the documented rule: CRC32 of the UTF-8 key mod n; crc32(b"a") is 0xE8B7BE43
     assert file_group_of("a", 4) == 0xE8B7BE43 % 4
