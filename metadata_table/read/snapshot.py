@@ -253,7 +253,7 @@ class IndexedSnapshot:
         kept = listing.kept_slices(keep)
         in_dropped = 0
         if by_partition is not None:
-            in_dropped = listing.count - len(listing.kept_slices(by_partition[of_file]))
+            in_dropped = listing.count - listing.count_kept(by_partition[of_file])
         return PruneResult(
             [s.base_file for s in kept if s.base_file is not None],
             listing.count,
@@ -565,13 +565,23 @@ class _Listing:
     def slices(self) -> list[FileSlice]:
         return self._slices if self._slices is not None else self._base_slices(range(self.count))
 
-    def kept_slices(self, keep_file: np.ndarray) -> list[FileSlice]:
-        """The slices with at least one kept file."""
+    def _kept(self, keep_file: np.ndarray) -> np.ndarray:
+        """Indices of the slices with at least one kept file."""
         if self._slices is None:
-            return self._base_slices(np.flatnonzero(keep_file))
+            return np.flatnonzero(keep_file)
         keep = np.zeros(len(self._slices), dtype=bool)
         np.logical_or.at(keep, self.slice_of, keep_file)
-        return [self._slices[int(i)] for i in np.flatnonzero(keep)]
+        return np.flatnonzero(keep)
+
+    def count_kept(self, keep_file: np.ndarray) -> int:
+        return len(self._kept(keep_file))
+
+    def kept_slices(self, keep_file: np.ndarray) -> list[FileSlice]:
+        """The slices with at least one kept file."""
+        kept = self._kept(keep_file)
+        if self._slices is None:
+            return self._base_slices(kept)
+        return [self._slices[int(i)] for i in kept]
 
     def _base_slices(self, indices: Iterable[int]) -> list[FileSlice]:
         chosen = (self.files[int(i)] for i in indices)
