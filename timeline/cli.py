@@ -398,7 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Finish interrupted rollbacks, then roll back every pending commit or deltacommit "
             "whose writer's heartbeat expired: delete the files its markers name, write a "
-            "rollback instant listing them, remove its markers and heartbeat."
+            "rollback instant listing them, remove its markers and heartbeat. On a "
+            "merge-on-read table failed deltacommits are left to Apache Hudi's own rollback "
+            "(their log appends need rollback command blocks)."
         ),
     )
     clean.add_argument("base", help="table base path")
