@@ -246,7 +246,8 @@ def op_service(peer: Peer, request: dict[str, Any]) -> dict[str, Any]:
     """{path, service, options, instant?}: one of Hudi's table services through its write client:
     clean; cluster (schedule and execute); schedule_cluster; execute_cluster (instant?: the
     earliest pending); compact (schedule and execute a merge-on-read compaction);
-    schedule_compact; execute_compact (instant?: the earliest pending); savepoint
+    schedule_compact; execute_compact (instant?: the earliest pending); log_compact (schedule
+    and execute a log compaction: a slice's log blocks merged into one new log file); savepoint
     (instant?: the latest completed commit); restore (instant: a savepoint); rollback (instant?:
     the latest completed write). Answers the instants it added."""
     path = _required(request, "path")
@@ -260,6 +261,7 @@ def op_service(peer: Peer, request: dict[str, Any]) -> dict[str, Any]:
         "compact": _compact,
         "schedule_compact": _schedule_compact,
         "execute_compact": _execute_compact,
+        "log_compact": _log_compact,
         "savepoint": _savepoint,
         "restore": _restore,
         "rollback": _rollback,
@@ -322,6 +324,18 @@ def _execute_compact(peer: Peer, request: dict[str, Any]) -> Any:
     instant = _instant_or_earliest_pending(peer, request, "compaction")
     request["client"].compact(instant)  # completes the instant too (Hudi's hoodie.auto.commit)
     return {"instant": instant}
+
+
+def _log_compact(peer: Peer, request: dict[str, Any]) -> Any:
+    client = request["client"]
+    instant = client.scheduleLogCompaction(peer.none())
+    if not instant.isPresent():
+        raise RequestError(
+            "log_compact: Hudi scheduled nothing (set hoodie.log.compaction.blocks.threshold "
+            "below the slices' log block counts)"
+        )
+    client.logCompact(instant.get())  # completes it too (Hudi's hoodie.auto.commit)
+    return {"instant": instant.get()}
 
 
 def _compact(peer: Peer, request: dict[str, Any]) -> Any:

@@ -242,7 +242,8 @@ class HudiPeer:
         options: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         """clean, cluster, schedule_cluster, execute_cluster, compact, schedule_compact,
-        execute_compact, savepoint, restore or rollback, through Hudi's write client."""
+        execute_compact, log_compact, savepoint, restore or rollback, through Hudi's write
+        client."""
         return self.request(
             "service",
             path=table.path,

@@ -5,8 +5,8 @@ Two tables go through Hudi's actions with our index built early:
 
 * ``scheduled``: Hudi's bloom index, Hudi's metadata table on, compaction off inline and scheduled
   and executed later (``hoodie.compact.inline.max.delta.commits`` = 1); updates into log files, an
-  update that moves a value far outside its base file's range, deletes, a completed deltacommit
-  rolled back (a rollback command block), updates while the compaction is pending, the
+  update that moves a value far outside its base file's range, deletes, a log compaction, a
+  completed deltacommit rolled back (a rollback command block), updates while the compaction is pending, the
   compaction, a clean of the compacted slices.
 * ``inline``: the consistent-hashing bucket index (inserts into log files: slices of log files
   alone), Hudi's
@@ -145,6 +145,8 @@ def test_scheduled_compaction_with_hudis_metadata_table(hudi: HudiPeer, tmp_path
     steps.check("an update far outside its base file's range")
     hudi.write(hudi_table, "delete", make_rows([1, 2, 5], ts=4, parts=3))
     steps.check("deletes (delete blocks)")
+    hudi.service(hudi_table, "log_compact", options={"hoodie.log.compaction.blocks.threshold": "2"})
+    steps.check("a log compaction (the slices' blocks merged into one new log file)")
     hudi.write(hudi_table, "upsert", make_rows(range(10, 16), ts=5, fare_offset=3.0, parts=3))
     hudi.service(hudi_table, "rollback")
     steps.check("a completed deltacommit rolled back")
