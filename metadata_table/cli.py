@@ -109,6 +109,24 @@ def _prune(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _lookup(args: argparse.Namespace) -> int:
+    keys = [k for k in args.keys.split(",") if k]
+    if not keys:
+        raise ConfigError("--keys", "name at least one record key")
+    table = Table.open(args.base, config_from_args(args))
+    snapshot = IndexedSnapshot(table)
+    found = snapshot.lookup_keys(keys, args.partition)
+    indexes = snapshot.key_indexes()
+    if args.json:
+        print(json.dumps({"keys": found, "indexes": indexes}))
+        return EXIT_OK
+    for key in keys:
+        print(f"{key}: {' '.join(found[key]) or '(no file)'}")
+    answered = ", ".join(indexes) if indexes else "no index completed: every latest file"
+    print(f"answered by {answered}", file=sys.stderr)
+    return EXIT_OK
+
+
 #: rows a table printed to a terminal shows when no --limit is given
 TABLE_ROWS = 20
 
@@ -246,6 +264,19 @@ def build_parser() -> argparse.ArgumentParser:
         dump, json_help='print {"partition", "state", "records": [...]} (bytes as base64)'
     )
     dump.set_defaults(func=_dump)
+    lookup = sub.add_parser(
+        "lookup",
+        help="the files that may hold record keys (bloom filters and key ranges)",
+        description="For each record key, the files of the latest file slices that may hold "
+        "it, narrowed by bloom_filters and by column_stats' record key ranges where they are "
+        "completed (a merge-on-read slice: its base file and log files). Says which indexes "
+        "answered; with none completed, every latest file is listed.",
+    )
+    lookup.add_argument("base", help="table base path")
+    lookup.add_argument("--keys", required=True, help="comma-separated record keys")
+    lookup.add_argument("--partition", help="only this data partition (default: all)")
+    add_common_options(lookup, json_help='print {"keys": {key: [paths]}, "indexes": [...]}')
+    lookup.set_defaults(func=_lookup)
     prune = sub.add_parser(
         "prune",
         help="the files a filter may match (data skipping); on a merge-on-read table the file "

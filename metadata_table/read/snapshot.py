@@ -476,6 +476,17 @@ class IndexedSnapshot:
             self._bloom_table = _with_paths(records)
         return self._bloom_table
 
+    def key_indexes(self) -> list[str]:
+        """The indexes :meth:`lookup_keys` narrows with: ``bloom_filters``, and ``column_stats``
+        when it holds record key ranges; none: every latest file may hold any key."""
+        used = [BLOOM_FILTERS] if self.uses(BLOOM_FILTERS) else []
+        if self._key_ranges_indexed():
+            used.append(COLUMN_STATS)
+        return used
+
+    def _key_ranges_indexed(self) -> bool:
+        return self.uses(COLUMN_STATS) and self._column_records(RECORD_KEY).num_rows > 0
+
     def lookup_keys(
         self, keys: Iterable[str], partition: str | None = None
     ) -> dict[str, list[str]]:

@@ -1,4 +1,4 @@
-"""`python -m metadata_table`: dump, prune, init."""
+"""`python -m metadata_table`: dump, prune, lookup, init."""
 
 from __future__ import annotations
 
@@ -60,6 +60,17 @@ def test_init_dump_prune(tmp_path: Path) -> None:
     text = _run("prune", base, "--filter", "fare < 0", *conf)
     assert text.stdout == "" and "0 of 2 files may match; 2 pruned" in text.stderr
 
+    everything = _run("lookup", base, "--keys", "k0105,nope", "--json", *conf)
+    assert json.loads(everything.stdout)["indexes"] == []  # no key index yet: every file
+    assert len(json.loads(everything.stdout)["keys"]["nope"]) == 2
+    assert _run("init", base, "--partitions", "bloom_filters", *conf).returncode == 0
+    found = json.loads(_run("lookup", base, "--keys", "k0105,nope", "--json", *conf).stdout)
+    assert found["indexes"] == ["bloom_filters"]
+    assert [p.split("/")[0] for p in found["keys"]["k0105"]] == ["la"]
+    assert found["keys"]["nope"] == []
+    shown = _run("lookup", base, "--keys", "k0105", "--partition", "sf", *conf)
+    assert shown.stdout == "k0105: (no file)\n" and "answered by bloom_filters" in shown.stderr
+
 
 def test_errors(tmp_path: Path) -> None:
     base = str(tmp_path / "t")
@@ -69,5 +80,6 @@ def test_errors(tmp_path: Path) -> None:
     bad = _run("prune", base, "--filter", "fare >> 3")
     assert bad.returncode == 1 and "filter 'fare >> 3'" in bad.stderr
     assert _run("dump", base, "nope").returncode == 2  # argparse: unknown partition
+    assert _run("lookup", base, "--keys", ",").returncode == 1  # no key named
     missing = _run("dump", str(tmp_path / "none"), "files")
     assert missing.returncode == 1 and "no Hudi table" in missing.stderr
