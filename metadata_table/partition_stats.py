@@ -56,26 +56,33 @@ class _Footers:
     def __init__(self, size: int) -> None:
         self.size = size
         self._cache: OrderedDict[tuple[str, int], pq.FileMetaData] = OrderedDict()
-        self._logs: OrderedDict[tuple[str, int], DataFileInfo] = OrderedDict()
+        #: a log file's info, and the instants of its blocks it counted
+        self._logs: OrderedDict[tuple[str, int], tuple[DataFileInfo, frozenset[str]]] = (
+            OrderedDict()
+        )
         self._lock = threading.Lock()
 
     def log_info(
         self, storage: Storage, log: LogFile, committed: CommittedWrites
     ) -> DataFileInfo | None:
-        """A log file's info, its committed blocks counted; kept once it has some (a block
-        that counts now counts for good: the instant it names is committed)."""
+        """A log file's info, its committed blocks counted; kept, and used again while the
+        same of its blocks count (a rollback of a completed deltacommit makes some stop)."""
         key = (storage.uri(log.path), log.size)
         with self._lock:
-            info = self._logs.get(key)
-            if info is not None:
+            cached = self._logs.get(key)
+            if cached is not None:
                 self._logs.move_to_end(key)
-                return info
+        if cached is not None:
+            kept, counted = cached
+            if {i for i in kept.block_instants if i in committed} == counted:
+                return kept
         info = info_from_log(
             storage, log.partition_path, log.file_name, log.size, committed.__contains__, False
         )
         if info is not None:
+            counted = frozenset(i for i in info.block_instants if i in committed)
             with self._lock:
-                self._logs[key] = info
+                self._logs[key] = (info, counted)
                 while len(self._logs) > self.size:
                     self._logs.popitem(last=False)
         return info

@@ -80,6 +80,8 @@ class DataFileInfo:
     #: column aggregates: a log file's from its records; a base file's from ``metadata``, worked
     #: out on first use (every index type of a build asks for them)
     stats: dict[str, _ColumnAggregate] | None = dataclasses.field(default=None, compare=False)
+    #: a log file's data and delete blocks' instants, counted or not
+    block_instants: frozenset[str] = frozenset()
 
     def aggregates(self, columns: Sequence[str] | None = None) -> dict[str, _ColumnAggregate]:
         if self.stats is None:
@@ -171,10 +173,12 @@ def info_from_log(
     keys: set[str] = set()
     newest: str | None = None
     rows = 0
+    seen: set[str] = set()
     for block in read_log_file(storage, path):
         instant = block.instant_time
         if block.block_type not in (*DATA_BLOCKS, BlockType.DELETE) or instant is None:
             continue
+        seen.add(instant)
         if not counted(instant):
             continue
         newest = instant if newest is None or is_after(instant, newest) else newest
@@ -201,7 +205,9 @@ def info_from_log(
     bitset = None
     if bloom and keys:
         bitset = bytes(SplitBlockBloomFilter.build(sorted(keys), ndv=len(keys)).bitset)
-    return DataFileInfo(partition, file_name, size, newest, None, bitset, aggregates)
+    return DataFileInfo(
+        partition, file_name, size, newest, None, bitset, aggregates, frozenset(seen)
+    )
 
 
 def info_of(

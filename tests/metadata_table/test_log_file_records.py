@@ -89,3 +89,28 @@ def test_deletes_alone_hold_no_values_and_a_rollback_alone_adds_nothing(tmp_path
     (tmp_path / "p0" / NAME).unlink()
     storage, size = _write(tmp_path, encode_block(BlockType.COMMAND, rollback))
     assert info_from_log(storage, "p0", NAME, size, lambda _: True) is None
+
+
+def test_partition_stats_reads_a_log_file_again_once_its_counted_blocks_change(
+    tmp_path: Path,
+) -> None:
+    """partition_stats keeps a log file's info between recomputations, but not across a
+    rollback of a completed deltacommit (its blocks stop counting)."""
+    from metadata_table.partition_stats import _Footers
+    from timeline.fs_view import LogFile
+
+    storage, size = _write(
+        tmp_path,
+        _data("001", [{RECORD_KEY: "a", "fare": 1.0}]),
+        _data("002", [{RECORD_KEY: "b", "fare": 1e9}]),
+    )
+    log = LogFile.parse("p0", NAME, size)
+    assert log is not None
+    footers = _Footers(8)
+    both = footers.log_info(storage, log, {"001", "002"})  # type: ignore[arg-type]
+    assert both is not None and both.instant == "002"
+    again = footers.log_info(storage, log, {"001", "002"})  # type: ignore[arg-type]
+    assert again is both  # kept
+    rolled_back = footers.log_info(storage, log, {"001"})  # type: ignore[arg-type]
+    assert rolled_back is not None and rolled_back.instant == "001"
+    assert rolled_back.aggregates()["fare"].maximum == 1.0
