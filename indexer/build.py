@@ -4,7 +4,7 @@ table small enough that starting Spark would cost more than the build, in this p
 The driver lists the data files committed up to t and starts, through the metadata table's
 :class:`~metadata_table.partition_writer.PartitionWriter`, one metadata compaction instant per
 partition (a :class:`~metadata_table.partition_writer.PartitionBuild` each). Executors read each
-data file's footer once and make every build's records from it, as Arrow tables: one per file
+data file once (a base file's footer, a log file's records) and make every build's records from it, as Arrow tables: one per file
 group per task, shipped as Arrow IPC bytes (no row is ever a Python object). A shuffle by
 (partition, file group) then gives each task one file group, whose base file the build writes
 behind a marker in the indexing instant's marker folder (so an aborted attempt's files are found

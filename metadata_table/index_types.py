@@ -2,7 +2,7 @@
 
 An index type is its name (the metadata partition), its record schema (whose ``key`` column
 routes a record to a file group and orders a file), how its records are made from data files'
-footers, the configuration key of its file-group count, whether it indexes chosen columns, and
+footers (a log file's from its records), the configuration key of its file-group count, whether it indexes chosen columns, and
 whether a data instant's records are recomputed over whole data partitions (``partition_stats``:
 see :mod:`metadata_table.partition_stats`) rather than made from the instant's own files.
 The indexer, the partition writer, initialisation, compaction and validation all go through

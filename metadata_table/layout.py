@@ -213,7 +213,7 @@ BLOOM_FILTERS_SCHEMA = pa.schema(
     ]
 )
 
-#: per data partition and column: the column stats of the partition's latest base files,
+#: per data partition and column: the column stats of the files of the partition's latest slices,
 #: aggregated (``file_count`` files had stats for the column). ``computed`` is when the record was
 #: worked out (an instant time): of several records of one key the newest computed wins, since
 #: each is recomputed from the whole partition as the table was then (see

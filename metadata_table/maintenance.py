@@ -1,6 +1,7 @@
 """Building metadata partitions from scratch, and compacting them.
 
-``build_records`` computes a partition over a snapshot from the data files' footers: the oracle
+``build_records`` computes a partition over a snapshot from the data files (base files' footers, log files'
+records): the oracle
 every incrementally kept partition must equal. ``initialize`` builds partitions synchronously
 under the table lock (new or small tables; large ones use the asynchronous indexer).
 ``compact`` merges each file group's base file and applicable logs into a new base file.

@@ -17,7 +17,7 @@ table service to come) works through :class:`PartitionWriter` on the driver and 
 * failure and drop: :meth:`PartitionWriter.discard_failed_builds`, :meth:`PartitionWriter.drop`.
 
 An index type plugs in through :mod:`metadata_table.index_types` (its record schema, its key, how
-its records are made from a data file's footer); nothing here or in the indexer changes per type.
+its records are made from a data file's footer or a log file's records); nothing here or in the indexer changes per type.
 """
 
 from __future__ import annotations
@@ -84,7 +84,8 @@ class PartitionBuild:
     counted: CommittedWrites | None = None
 
     def records(self, infos: Sequence[DataFileInfo]) -> pa.Table:
-        """This partition's records of some data files (from their footers), as one table; for
+        """This partition's records of some data files (from footers, or log files' records), as
+        one table; for
         ``partition_stats``, partial aggregates that :meth:`write_group` combines."""
         kind = index_type(self.partition)
         if self.superseded:
@@ -180,7 +181,8 @@ RECORDS_CHUNK = 500
 def file_records(
     storage: Storage, files: Iterator[DataFile], builds: Sequence[PartitionBuild]
 ) -> Iterator[tuple[int, int, bytes]]:
-    """(build index, file group, records) for ``files``: each file's footer read once, and per
+    """(build index, file group, records) for ``files``: each file read once (a base file's
+    footer, a log file's blocks of :attr:`PartitionBuild.counted` instants), and per
     file group of each build one Arrow table, as Arrow IPC stream bytes for the shuffle; no row
     is ever a Python object (a Spark task's body)."""
     per_build: list[list[pa.Table]] = [[] for _ in builds]

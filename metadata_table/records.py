@@ -174,7 +174,7 @@ def info_from_log(
     newest: str | None = None
     rows = 0
     seen: set[str] = set()
-    for block in read_log_file(storage, path):
+    for block in read_log_file(storage, path, size):
         instant = block.instant_time
         if block.block_type not in (*DATA_BLOCKS, BlockType.DELETE) or instant is None:
             continue
@@ -498,7 +498,7 @@ def partition_stats_records(
     infos: Iterable[DataFileInfo], columns: Sequence[str] | None = None, computed: str = ""
 ) -> pa.Table:
     """One record per (column, data partition) of ``infos``: their column stats aggregated.
-    The caller chooses the files (a partition's latest base files, or a share of them that a
+    The caller chooses the files (those of a partition's latest file slices, or a share of them that a
     later aggregation combines)."""
     stats = column_stats_records(infos, columns)
     n = stats.num_rows

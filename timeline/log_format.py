@@ -271,11 +271,13 @@ def read_blocks(data: bytes) -> list[LogBlock]:
     return list(iter_blocks(lambda start, end: data[start:end], len(data)))
 
 
-def read_log_file(storage: Storage, path: str) -> Iterator[LogBlock]:
-    """The blocks of the log file at ``path``, read block by block with ranged reads: memory is
-    bounded by the largest block (Hudi's ``hoodie.logfile.data.block.max.size``), not the file
-    (``hoodie.logfile.max.size``, 1 GB by default)."""
-    size = storage.info(path).size
+def read_log_file(storage: Storage, path: str, size: int | None = None) -> Iterator[LogBlock]:
+    """The blocks of the log file at ``path`` (of ``size`` bytes, when the caller knows it from a
+    listing or a write stat; asked of storage when not given or 0), read block by block with ranged reads: memory is bounded by the largest block
+    (Hudi's ``hoodie.logfile.data.block.max.size``), not the file (``hoodie.logfile.max.size``,
+    1 GB by default)."""
+    if not size:
+        size = storage.info(path).size
     return iter_blocks(lambda start, end: storage.read_range(path, start, end), size)
 
 

@@ -170,7 +170,7 @@ class IndexedSnapshot:
         return self.view.partitions()
 
     def list_files(self, partition: str) -> list[BaseFile]:
-        """The latest base files of a partition."""
+        """The latest base files of a partition (:meth:`list_slices` for its log files too)."""
         return self.view.latest_base_files([partition])
 
     # --- column stats and pruning ----------------------------------------------------------------
