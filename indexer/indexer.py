@@ -53,6 +53,7 @@ from timeline.errors import (
     CorruptInstantError,
     IndexBuildAbortedError,
     NotParquetError,
+    RebuildRequiredError,
     StorageFileNotFoundError,
     TableError,
 )
@@ -83,7 +84,12 @@ ENGINES = ("auto", "local", "spark")
 SYNC_PASSES = 3
 #: what makes an instant impossible to apply (its metadata or a data file's footer cannot be
 #: read): the partitions it lacks are rebuilt from storage instead
-_UNREADABLE = (CorruptInstantError, StorageFileNotFoundError, NotParquetError)
+_UNREADABLE = (
+    CorruptInstantError,
+    StorageFileNotFoundError,
+    NotParquetError,
+    RebuildRequiredError,
+)
 
 
 @dataclass

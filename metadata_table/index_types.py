@@ -1,21 +1,29 @@
 """Index types: what each metadata partition holds, declared once.
 
 An index type is its name (the metadata partition), its record schema (whose ``key`` column
-routes a record to a file group and orders a file), how its records are made from data files'
-footers (a log file's from its records), the configuration key of its file-group count, whether it indexes chosen columns, and
-whether a data instant's records are recomputed over whole data partitions (``partition_stats``:
-see :mod:`metadata_table.partition_stats`) rather than made from the instant's own files.
-The indexer, the partition writer, initialisation, compaction and validation all go through
-:func:`index_type`; a new index type is one more entry in :data:`INDEX_TYPES` and its records
-function, with no change to the code that builds, catches up, syncs or compacts it.
+identifies a record), how its records are made from data files (footers, a log file's records,
+or a file's rows), how they are routed to file groups, the configuration key of its file-group
+count, whether it indexes chosen columns, and whether a data instant's records are recomputed
+over whole data partitions (``partition_stats``: see :mod:`metadata_table.partition_stats`)
+rather than made from the instant's own files.
+
+The indexes keyed by record key (``record_index``, ``secondary_index_<column>``) are made from
+data files' rows (:attr:`~metadata_table.records.DataFileInfo.rows`), routed and ordered by the
+hash of their routing column (:mod:`metadata_table.layout`), and a file group's base file holds
+what the latest file slices hold (:meth:`IndexType.combine`). The indexer, the partition writer,
+initialisation, compaction and validation all go through :func:`index_type`; a new index type is
+one more entry here and its records function, with no change to the code that builds, catches
+up, syncs or compacts it.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from metadata_table.layout import (
@@ -27,20 +35,35 @@ from metadata_table.layout import (
     FILES_SCHEMA,
     PARTITION_STATS,
     PARTITION_STATS_SCHEMA,
+    RECORD_INDEX,
+    RECORD_INDEX_SCHEMA,
+    SECONDARY_INDEX_SCHEMA,
     check_partition,
+    file_group_of,
+    hash_groups,
+    is_secondary_index,
+    key_hashes,
+    routing_column,
+    secondary_column,
 )
 from metadata_table.records import (
     DataFileInfo,
+    aggregate_partition_stats,
     bloom_records,
     column_stats_records,
     files_records,
+    latest_live,
     partition_stats_records,
+    record_index_records,
+    secondary_index_records,
 )
 from timeline.config import (
     BLOOM_FILTER_FILE_GROUPS,
     COLUMN_STATS_FILE_GROUPS,
     FILES_FILE_GROUPS,
     PARTITION_STATS_FILE_GROUPS,
+    RECORD_INDEX_FILE_GROUPS,
+    RECORD_INDEX_KEYS_PER_FILE_GROUP,
     Config,
     ConfigKey,
 )
@@ -64,6 +87,15 @@ class IndexType:
     #: records keyed by data file and large: a Spark build lays its read tasks out by this
     #: type's file groups, and each task writes its group's base file instead of shuffling them
     written_where_read: bool = False
+    #: the columns beside the record key a data file's rows are read for (None: rows are not
+    #: read; the records come from footers)
+    row_columns: tuple[str, ...] | None = None
+
+    @property
+    def keyed_by_record(self) -> bool:
+        """Records keyed by record key, made from data files' rows (record and secondary
+        indexes): a base file holds what the latest file slices hold (:meth:`combine`)."""
+        return self.row_columns is not None
 
     def records(
         self, infos: Sequence[DataFileInfo], columns: Sequence[str] = (), computed: str = ""
@@ -72,9 +104,32 @@ class IndexType:
         chosen = list(columns) or None if self.takes_columns else None
         return self.make_records(infos, chosen, computed)
 
-    def configured_groups(self, config: Config) -> int:
-        """File groups a new partition of this type gets."""
-        return config.get(self.file_groups_key)
+    def combine(self, records: pa.Table, computed: str) -> pa.Table:
+        """A base file's records from the records of every file it covers (made by several
+        tasks, in any order): partition_stats' partial aggregates combined; for an index keyed
+        by record key, what the latest file slices hold (:func:`latest_live`)."""
+        if self.recomputed:
+            return aggregate_partition_stats(records, computed)
+        if self.keyed_by_record:
+            return latest_live(records, by="key" if self.name == RECORD_INDEX else "record_key")
+        return records
+
+    def groups_of(self, records: pa.Table, groups: int) -> np.ndarray:
+        """The file group of each record (of ``groups``)."""
+        if self.keyed_by_record:
+            return hash_groups(key_hashes(records.column(routing_column(self.name))), groups)
+        keys = records.column("key").to_pylist()
+        return np.fromiter((file_group_of(k, groups) for k in keys), np.int64, len(keys))
+
+    def configured_groups(self, config: Config, records: int | None = None) -> int:
+        """File groups a new partition of this type gets; for an index keyed by record key with
+        no count configured, one per ``indexer.record.index.keys.per.file.group`` of the
+        table's ``records`` (at least one)."""
+        count = config.get(self.file_groups_key)
+        if count or not self.keyed_by_record:
+            return count
+        per_group = config.get(RECORD_INDEX_KEYS_PER_FILE_GROUP)
+        return max(1, -(-(records or 0) // per_group))
 
     def comparable(self, records: pa.Table) -> list[dict[str, Any]]:
         """Records as rows to compare with a rebuild's (volatile fields left out)."""
@@ -109,9 +164,34 @@ INDEX_TYPES: dict[str, IndexType] = {
         recomputed=True,
         volatile=("computed",),
     ),
+    RECORD_INDEX: IndexType(
+        RECORD_INDEX,
+        RECORD_INDEX_SCHEMA,
+        lambda infos, _c, _t: record_index_records(infos),
+        RECORD_INDEX_FILE_GROUPS,
+        # which instant last wrote a record says nothing of where it is: an update in place
+        # writes no record, and a rebuild's records carry their file slice's instant
+        volatile=("instant",),
+        row_columns=(),
+    ),
 }
+
+
+@functools.lru_cache(maxsize=256)
+def _secondary_index(partition: str) -> IndexType:
+    column = secondary_column(partition)
+    return IndexType(
+        partition,
+        SECONDARY_INDEX_SCHEMA,
+        lambda infos, _c, _t: secondary_index_records(infos, column),
+        RECORD_INDEX_FILE_GROUPS,
+        volatile=("instant",),
+        row_columns=(column,),
+    )
 
 
 def index_type(name: str) -> IndexType:
     """The index type of metadata partition ``name``; an unknown name is an error naming it."""
+    if is_secondary_index(name):
+        return _secondary_index(name)
     return INDEX_TYPES[check_partition(name)]

@@ -13,10 +13,18 @@ why not Hudi's ``.hoodie/metadata``)::
                                                             D wrote to file group fg (one per
                                                             deltacommit and file group), sorted
 
-Partitions are ``files``, ``column_stats``, ``bloom_filters`` and ``partition_stats``; file group
-ids are ``files-0000-0``, ``col-stats-0001-0``, ``bloom-filters-0003-0``,
-``partition-stats-0000-0`` (defaults 1 / 2 / 4 / 1 groups). A
-record goes to file group ``crc32(utf8(key)) mod n`` (the same in every process and language).
+Partitions are ``files``, ``column_stats``, ``bloom_filters``, ``partition_stats``,
+``record_index`` and one ``secondary_index_<column>`` per indexed column; file group ids are
+``files-0000-0``, ``col-stats-0001-0``, ``bloom-filters-0003-0``, ``partition-stats-0000-0``,
+``record-index-0002-0``, ``secondary-index-0000-0`` (defaults 1 / 2 / 4 / 1 groups; the record
+and secondary indexes get one group per ``indexer.record.index.keys.per.file.group`` records of
+the table). A record of a
+partition keyed by data file goes to file group ``crc32(utf8(key)) mod n`` (the same in every
+process and language). The partitions keyed by record key (:func:`keyed_by_record`) route by
+:func:`timeline.hashing.key_hash64` instead (of the record key; of the value for a secondary
+index): group ``(h >> 32) * n >> 32``, so each group holds one range of hashes, and their files
+are sorted by that hash (its top 32 bits are the ``key_hash`` column), so that a key's record is
+found by a binary search in the one row group whose ``key_hash`` range holds it.
 
 A base file records in its Parquet key-value metadata ``aix.covers_upto``: it contains every
 record of data instants up to and including that time. Readers apply, on top of the newest base
@@ -27,8 +35,9 @@ Files are written in row groups of :data:`ROW_GROUP_ROWS` records; a prefix read
 the row groups whose ``key`` statistics may hold the prefix. Keys keep one partition's and one
 column's records together so a prefix scan finds them:
 ``files`` and ``bloom_filters``: ``enc(partition)|enc(file)``; ``column_stats``:
-``enc(column)|enc(partition)|enc(file)``; ``partition_stats``: ``enc(column)|enc(partition)``,
-where ``enc`` percent-encodes ``%`` and ``|`` (an unpartitioned table's partition is ``.``).
+``enc(column)|enc(partition)|enc(file)``; ``partition_stats``: ``enc(column)|enc(partition)``;
+``record_index``: the record key; a secondary index: ``enc(value)|enc(record key)``, where
+``enc`` percent-encodes ``%`` and ``|`` (an unpartitioned table's partition is ``.``).
 """
 
 from __future__ import annotations
@@ -37,13 +46,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from timeline.errors import UnknownPartitionError
 from timeline.fs_view import parquet_file, read_parquet_file
-from timeline.hashing import stable_hash
+from timeline.hashing import key_hash64, stable_hash
 from timeline.index_state import INDEX_FOLDER
 from timeline.storage import Storage
 
@@ -52,7 +62,14 @@ FILES = "files"
 COLUMN_STATS = "column_stats"
 BLOOM_FILTERS = "bloom_filters"
 PARTITION_STATS = "partition_stats"
-PARTITIONS = (FILES, COLUMN_STATS, BLOOM_FILTERS, PARTITION_STATS)
+RECORD_INDEX = "record_index"
+#: a secondary index's partition is this prefix and its column's name
+SECONDARY_INDEX = "secondary_index"
+SECONDARY_INDEX_PREFIX = f"{SECONDARY_INDEX}_"
+#: the index types with a fixed name (secondary indexes are named by their column)
+PARTITIONS = (FILES, COLUMN_STATS, BLOOM_FILTERS, PARTITION_STATS, RECORD_INDEX)
+#: what ``--index-types`` takes: the fixed names, and ``secondary_index`` with ``--columns``
+INDEX_TYPE_NAMES = (*PARTITIONS, SECONDARY_INDEX)
 COVERS_UPTO = b"aix.covers_upto"
 NOTHING = "00000000000000000"  # covers no data instant
 NON_PARTITIONED = "."
@@ -68,24 +85,79 @@ _FG_PREFIX = {
     COLUMN_STATS: "col-stats",
     BLOOM_FILTERS: "bloom-filters",
     PARTITION_STATS: "partition-stats",
+    RECORD_INDEX: "record-index",
+    SECONDARY_INDEX: "secondary-index",
 }
 DEFAULT_FILE_GROUPS = {FILES: 1, COLUMN_STATS: 2, BLOOM_FILTERS: 4, PARTITION_STATS: 1}
 _BASE = re.compile(r"^(?P<fg>[a-z-]+-\d{4}-0)_(?P<t>\d{17})\.parquet$")
 _LOG = re.compile(r"^\.(?P<fg>[a-z-]+-\d{4}-0)\.log\.(?P<d>\d{17}|\d{14})$")
+#: column names a secondary index can be named after (its partition is a folder and a name in
+#: the index's state file)
+_COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def is_secondary_index(name: str) -> bool:
+    return name.startswith(SECONDARY_INDEX_PREFIX) and bool(
+        _COLUMN_NAME.match(name[len(SECONDARY_INDEX_PREFIX) :])
+    )
+
+
+def secondary_index_partition(column: str) -> str:
+    """The partition of the secondary index on ``column``."""
+    if not _COLUMN_NAME.match(column):
+        raise UnknownPartitionError(
+            f"{SECONDARY_INDEX_PREFIX}{column}",
+            PARTITIONS,
+            "a secondary index is on a top-level column named with letters, digits and "
+            f"underscores; {column!r} is not such a name",
+        )
+    return f"{SECONDARY_INDEX_PREFIX}{column}"
+
+
+def secondary_column(partition: str) -> str:
+    """The column a secondary index partition indexes."""
+    return check_partition(partition)[len(SECONDARY_INDEX_PREFIX) :]
+
+
+def index_type_name(partition: str) -> str:
+    """The index type of a partition: its name, or ``secondary_index`` for any secondary index."""
+    return SECONDARY_INDEX if is_secondary_index(partition) else check_partition(partition)
+
+
+def keyed_by_record(partition: str) -> bool:
+    """Whether a partition's records are keyed by record key (routed and ordered by its hash)."""
+    return partition == RECORD_INDEX or is_secondary_index(partition)
 
 
 def check_partition(name: str) -> str:
-    if name not in PARTITIONS:
-        raise UnknownPartitionError(name, PARTITIONS)
+    if name not in PARTITIONS and not is_secondary_index(name):
+        raise UnknownPartitionError(name, INDEX_TYPE_NAMES)
     return name
 
 
 def file_group_id(partition: str, index: int) -> str:
-    return f"{_FG_PREFIX[check_partition(partition)]}-{index:04d}-0"
+    return f"{_FG_PREFIX[index_type_name(partition)]}-{index:04d}-0"
 
 
 def file_group_of(key: str, groups: int) -> int:
     return stable_hash(key) % groups
+
+
+def key_hashes(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """:func:`key_hash64` of record keys (or secondary values), as uint64."""
+    return key_hash64(values)
+
+
+def hash_groups(hashes: np.ndarray, groups: int) -> np.ndarray:
+    """The file group of each 64-bit hash (of ``groups``): ``(h >> 32) * groups >> 32``, so
+    each group holds a contiguous range of hashes."""
+    top = hashes >> np.uint64(32)
+    return ((top * np.uint64(groups)) >> np.uint64(32)).astype(np.int64)
+
+
+def stored_hashes(hashes: np.ndarray) -> pa.Array:
+    """The ``key_hash`` column: each hash's top 32 bits, as int64."""
+    return pa.array((hashes >> np.uint64(32)).astype(np.int64), pa.int64())
 
 
 def enc(part: str) -> str:
@@ -236,12 +308,56 @@ PARTITION_STATS_SCHEMA = pa.schema(
     ]
 )
 
+#: record key -> where the record lives: its data partition and file group (the file slice is
+#: the group's latest, which the snapshot's listing knows, so a commit that only updates records in
+#: place writes nothing here). ``key_hash``: the top 32 bits of the key's 64-bit hash, by which
+#: files are routed and sorted.
+RECORD_INDEX_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("key_hash", pa.int64()),
+        ("partition", pa.string()),
+        ("file_id", pa.string()),
+        ("is_deleted", pa.bool_()),
+        ("instant", pa.string()),
+    ]
+)
+
+#: a column's value -> the records holding it, one record per (value, record key): ``value`` is
+#: the value as text (:func:`metadata_table.records.value_text`), ``key_hash`` the top 32 bits
+#: of the value's hash (every record of one value is in one file group, contiguous), and the
+#: record's data partition and file group, by which a commit's changes are found
+SECONDARY_INDEX_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("key_hash", pa.int64()),
+        ("value", pa.string()),
+        ("record_key", pa.string()),
+        ("partition", pa.string()),
+        ("file_id", pa.string()),
+        ("is_deleted", pa.bool_()),
+        ("instant", pa.string()),
+    ]
+)
+
 SCHEMAS = {
     FILES: FILES_SCHEMA,
     COLUMN_STATS: COLUMN_STATS_SCHEMA,
     BLOOM_FILTERS: BLOOM_FILTERS_SCHEMA,
     PARTITION_STATS: PARTITION_STATS_SCHEMA,
+    RECORD_INDEX: RECORD_INDEX_SCHEMA,
+    SECONDARY_INDEX: SECONDARY_INDEX_SCHEMA,
 }
+
+
+def schema_of(partition: str) -> pa.Schema:
+    """The record schema of a metadata partition."""
+    return SCHEMAS[index_type_name(partition)]
+
+
+def routing_column(partition: str) -> str:
+    """The column whose hash routes and orders a partition keyed by record key."""
+    return "value" if is_secondary_index(partition) else "key"
 
 
 #: rows per row group of a metadata file: its key statistics let a prefix read (one column's
@@ -249,15 +365,58 @@ SCHEMAS = {
 ROW_GROUP_ROWS = 16_384
 
 
+def in_file_order(partition: str, records: pa.Table) -> pa.Table:
+    """Records in the order a file of ``partition`` keeps them: by key, or, for a partition keyed
+    by record key, by the 64-bit hash of its routing column and then by key. The hash order is a
+    stable numpy sort (a merge of the sorted runs of several tasks costs little); only where two
+    rows share a hash (a secondary index's records of one value) are keys compared."""
+    if not keyed_by_record(partition):
+        return records.sort_by("key")
+    if records.num_rows < 2:
+        return records
+    hashes = key_hashes(records.column(routing_column(partition)))
+    order = np.argsort(hashes, kind="stable")
+    ordered = hashes[order]
+    if bool(np.any(ordered[1:] == ordered[:-1])):
+        work = pa.table({"h": pa.array(hashes, pa.uint64()), "key": records.column("key")})
+        return records.take(pc.sort_indices(work, [("h", "ascending"), ("key", "ascending")]))
+    return records.take(pa.array(order, pa.int64()))
+
+
+def _write_options(partition: str) -> dict[str, Any]:
+    if not keyed_by_record(partition):
+        return {}
+    # hashes in order: deltas; keys and values in hash order: plain; the rest: few distinct values
+    plain = {"key", "value", "record_key"}
+    return {
+        "use_dictionary": [
+            f.name for f in schema_of(partition) if f.name not in plain | {"key_hash"}
+        ],
+        "column_encoding": {"key_hash": "DELTA_BINARY_PACKED"},
+    }
+
+
 def write_records(
-    storage: Storage, path: str, records: pa.Table, covers_upto: str | None = None
+    storage: Storage,
+    path: str,
+    records: pa.Table,
+    covers_upto: str | None = None,
+    partition: str | None = None,
 ) -> int:
-    """Write records sorted by key as one Parquet file (create-if-absent); returns its size."""
-    records = records.sort_by("key")
+    """Write records as one Parquet file (create-if-absent), in file order
+    (:func:`in_file_order` of the partition the path is in); returns its size."""
+    partition = partition or path.split("/", 1)[0]
+    records = in_file_order(partition, records)
     if covers_upto is not None:
         records = records.replace_schema_metadata({COVERS_UPTO: covers_upto.encode()})
     sink = pa.BufferOutputStream()
-    pq.write_table(records, sink, compression="zstd", row_group_size=ROW_GROUP_ROWS)
+    pq.write_table(
+        records,
+        sink,
+        compression="zstd",
+        row_group_size=ROW_GROUP_ROWS,
+        **_write_options(partition),
+    )
     data = sink.getvalue().to_pybytes()
     storage.create(path, data)
     return len(data)

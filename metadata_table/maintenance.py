@@ -21,6 +21,7 @@ from metadata_table.layout import (
     COLUMN_STATS,
     NOTHING,
     check_partition,
+    in_file_order,
     read_records,
 )
 from metadata_table.partition_stats import superseded
@@ -36,20 +37,35 @@ logger = logging.getLogger(__name__)
 
 
 def committed_data_files(
-    table: Table, timeline: Timeline, upto: str | None = None
+    table: Table,
+    timeline: Timeline,
+    upto: str | None = None,
+    rows: Sequence[str] | None = None,
+    latest: bool = False,
 ) -> list[DataFileInfo]:
-    """Footers of every committed base file (every version still on storage), optionally only
-    of instants up to ``upto``, and the committed blocks of every log file of a committed slice
-    (those of instants up to ``upto``; a log file without any is left out)."""
+    """Footers of every committed base file (every version still on storage; with ``latest``,
+    only the files of the latest file slices), optionally only of instants up to ``upto``, and
+    the committed blocks of every log file of a committed slice (those of instants up to
+    ``upto``; a log file without any is left out); with ``rows``, each file's rows too."""
     view = FileSystemView(table.timeline, timeline, as_of=upto)
+    bases = view.all_base_files
+    logs = view.committed_log_files
+    if latest:
+        slices = view.latest_file_slices()
+        bases = [s.base_file for s in slices if s.base_file is not None]
+        logs = [log for s in slices for log in s.log_files]
     infos = [
-        info_from_storage(table.storage, b.partition_path, b.file_name, b.size, b.instant_time)
-        for b in view.all_base_files
+        info_from_storage(
+            table.storage, b.partition_path, b.file_name, b.size, b.instant_time, rows=rows
+        )
+        for b in bases
         if view.is_committed(b.instant_time)
     ]
     counted = view.committed.__contains__
-    for log in view.committed_log_files:
-        info = info_from_log(table.storage, log.partition_path, log.file_name, log.size, counted)
+    for log in logs:
+        info = info_from_log(
+            table.storage, log.partition_path, log.file_name, log.size, counted, rows=rows
+        )
         if info is not None:
             infos.append(info)
     return infos
@@ -64,7 +80,7 @@ def build_records(
 ) -> pa.Table:
     """The records of ``partition`` computed from scratch over a snapshot: the oracle every
     incrementally maintained partition must equal."""
-    return _base_records(table, timeline, partition, columns, upto).sort_by("key")
+    return in_file_order(partition, _base_records(table, timeline, partition, columns, upto))
 
 
 def _base_records(
@@ -79,11 +95,13 @@ def _base_records(
     when the caller has read them): the latest ones for a recomputed type."""
     kind = index_type(partition)
     if infos is None:
-        infos = committed_data_files(table, timeline, upto)
-    if kind.recomputed:
+        latest = kind.keyed_by_record  # what the latest slices hold: older versions not read
+        infos = committed_data_files(table, timeline, upto, kind.row_columns, latest)
+    if kind.recomputed or kind.keyed_by_record:
         older = superseded(table, timeline, upto)
         infos = [i for i in infos if i.path not in older]
-    return kind.records(infos, columns or (), upto or "")
+    records = kind.records(infos, columns or (), upto or "")
+    return kind.combine(records, upto or "") if kind.keyed_by_record else records
 
 
 def initialize(
@@ -113,7 +131,10 @@ def initialize(
             for i in timeline.write_timeline().completed()
             if is_after(i.timestamp, upto)
         ]
-        base_infos = committed_data_files(table, timeline, upto)
+        kinds = [index_type(p) for p in todo]
+        wanted = [k.row_columns for k in kinds if k.row_columns is not None]
+        rows = tuple(sorted({c for cs in wanted for c in cs})) if wanted else None
+        base_infos = committed_data_files(table, timeline, upto, rows)
         later = [i for i in committed_data_files(table, timeline) if i.instant in after]
         for partition in todo:
             kind = index_type(partition)
@@ -125,10 +146,16 @@ def initialize(
         by_instant: dict[str, list[DataFileInfo]] = defaultdict(list)
         for info in later:
             by_instant[info.instant].append(info)
+        reader = mdt.reader(timeline)
         for instant_time, infos in sorted(by_instant.items()):
+            instant = timeline.get(instant_time)
             for partition in todo:
-                rows = mdt.instant_records(partition, infos, columns or ())
-                mdt.write_logs(partition, instant_time, rows, lock)
+                if index_type(partition).keyed_by_record and instant is not None:
+                    metadata = reader.commit_metadata(instant)
+                    records = mdt.instant_delta(partition, instant, metadata)
+                else:
+                    records = mdt.instant_records(partition, infos, columns or ())
+                mdt.write_logs(partition, instant_time, records, lock)
         table.update_metadata_partitions(lock, add_inflight=todo)
         table.update_metadata_partitions(lock, complete=todo)
     return todo

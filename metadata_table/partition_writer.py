@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from metadata_table.index_types import index_type
 from metadata_table.layout import (
+    BLOOM_FILTERS,
     FILES,
     METADATA_FOLDER,
     NOTHING,
@@ -39,12 +40,13 @@ from metadata_table.layout import (
     file_group_id,
     file_group_of,
     file_key,
+    in_file_order,
 )
 from metadata_table.maintenance import compact
 from metadata_table.migrate import MigrationResult, has_legacy_index, migrate
 from metadata_table.partition_stats import superseded
 from metadata_table.reader import MetadataReader
-from metadata_table.records import DataFileInfo, aggregate_partition_stats, info_of
+from metadata_table.records import DataFileInfo, info_of
 from metadata_table.table import MetadataTable, split_by_group, write_base_file
 from metadata_table.validate import PartitionReport, validate
 from timeline.commit_metadata import CommitMetadata
@@ -77,8 +79,8 @@ class PartitionBuild:
     instant: str
     covers_upto: str
     #: paths of committed files that are not in the latest file slice of their file group at
-    #: ``covers_upto`` (left out by an index type recomputed over latest files:
-    #: ``partition_stats``)
+    #: ``covers_upto`` (left out by the index types over latest files: ``partition_stats``, the
+    #: record and secondary indexes)
     superseded: frozenset[str] = frozenset()
     #: the write instants committed up to ``covers_upto``: the log blocks a build counts
     counted: CommittedWrites | None = None
@@ -91,6 +93,12 @@ class PartitionBuild:
         if self.superseded:
             infos = [i for i in infos if i.path not in self.superseded]
         return kind.records(infos, self.columns)
+
+    @property
+    def row_columns(self) -> tuple[str, ...] | None:
+        """The columns (beside the record key) of data files' rows this build reads; None: no
+        rows (its records come from footers)."""
+        return index_type(self.partition).row_columns
 
     @property
     def written_where_read(self) -> bool:
@@ -120,8 +128,9 @@ class PartitionBuild:
         kind = index_type(self.partition)
         tables = [_from_ipc(p).cast(kind.schema) for p in parts]
         records = pa.concat_tables(tables) if tables else kind.schema.empty_table()
-        if kind.recomputed:  # the tasks' partial aggregates, as the table was at covers_upto
-            records = aggregate_partition_stats(records, self.covers_upto)
+        # the tasks' partial aggregates, or records of a slice's files in several tasks, as the
+        # table was at covers_upto
+        records = kind.combine(records, self.covers_upto)
         size = write_base_file(
             storage.child(METADATA_FOLDER),
             self.partition,
@@ -190,6 +199,8 @@ def file_records(
     # the builds of one job cover the same instant (one plan, or one resync)
     counted = builds[0].counted if builds else None
     is_counted = counted.__contains__ if counted is not None else _nothing
+    rows = row_columns(builds)
+    bloom = any(b.partition == BLOOM_FILTERS for b in builds)
 
     def flush() -> None:
         for number, build in enumerate(builds):
@@ -197,7 +208,7 @@ def file_records(
         chunk.clear()
 
     for partition, name, size, instant in files:
-        info = info_of(storage, partition, name, size, instant, is_counted)
+        info = info_of(storage, partition, name, size, instant, is_counted, bloom, rows)
         if info is None:
             continue  # a log file without counted blocks
         chunk.append(info)
@@ -208,8 +219,18 @@ def file_records(
     for number, build in enumerate(builds):
         if per_build[number]:
             records = pa.concat_tables(per_build[number])
-            for group, table in split_by_group(records, build.groups).items():
+            for group, table in split_by_group(records, build.groups, build.partition).items():
+                if build.row_columns is not None:  # a sorted run: the writer merges runs
+                    table = in_file_order(build.partition, table)
                 yield number, group, _ipc(table)
+
+
+def row_columns(builds: Sequence[PartitionBuild]) -> tuple[str, ...] | None:
+    """The columns of data files' rows the builds need (None: none reads rows)."""
+    wanted = [b.row_columns for b in builds if b.row_columns is not None]
+    if not wanted:
+        return None
+    return tuple(sorted({c for columns in wanted for c in columns}))
 
 
 class PartitionWriter:
@@ -273,7 +294,8 @@ class PartitionWriter:
         instant_time = self.table.timeline.generator.next()
         timeline = self.table.timeline.load()
         older = frozenset[str]()
-        if index_type(partition).recomputed:
+        kind = index_type(partition)
+        if kind.recomputed or kind.keyed_by_record:
             older = superseded(self.table, timeline, covers_upto)
         counted = CommittedWrites(timeline, as_of=covers_upto)
         self._mdt.begin_base_files(partition, covers_upto, instant_time, groups)
@@ -361,10 +383,14 @@ class PartitionWriter:
             records = self._mdt.removal_records(reader, partitions, removal, columns)
         else:
             metadata = reader.commit_metadata(instant)
-            infos = self._infos_of(instant, metadata)
+            by_files = [p for p in partitions if not index_type(p).keyed_by_record]
+            infos = self._infos_of(instant, metadata) if by_files else []
             touched = {s.partition_path for s in metadata.write_stats}
             for p in partitions:
-                records[p] = self._mdt.instant_records(p, infos, columns, touched=touched)
+                if p in by_files:
+                    records[p] = self._mdt.instant_records(p, infos, columns, touched=touched)
+                else:
+                    records[p] = self._mdt.instant_delta(p, instant, metadata)
         self._mdt.apply_completed(instant.timestamp, records, lock)
 
     def apply_removal(self, lock: LockHandle, removal: Removal) -> None:

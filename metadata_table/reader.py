@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -27,10 +28,12 @@ from metadata_table.layout import (
     COLUMN_STATS,
     NOTHING,
     PARTITION_STATS,
-    SCHEMAS,
     MetadataFile,
     check_partition,
+    in_file_order,
+    keyed_by_record,
     read_records,
+    schema_of,
 )
 from metadata_table.records import python_value
 from timeline.archived import ArchivedInstant, ArchivedTimeline
@@ -43,6 +46,17 @@ from timeline.timeline import CommittedWrites, Timeline
 
 if TYPE_CHECKING:
     from metadata_table.table import MetadataTable
+
+
+@dataclass(frozen=True)
+class GroupFiles:
+    """One file group's files as a snapshot reads them: its base file (None: none visible) and
+    the log files applied on top of it, oldest first (paths in the metadata table)."""
+
+    file_group: str
+    base: str | None
+    logs: tuple[str, ...] = ()
+
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +107,7 @@ class MetadataReader:
         daemon's next tick). Instants Hudi has archived since count as much as active ones:
         Hudi archives cleans and commits by separate counts, so an unapplied clean may be in the
         archive while older commits are still active."""
-        watermark, logged = self._applied(partition)
+        watermark, logged = self.applied(partition)
         active = self.data_timeline.filter(
             lambda i: i.action in WRITE_ACTIONS or i.action in REMOVAL_ACTIONS
         ).completed()
@@ -165,7 +179,7 @@ class MetadataReader:
         """Why the instants ``partition`` lacks cannot be known, or None: the instant its base
         files cover up to left the active timeline (archived) and is not in Hudi's archive
         either (the archive was trimmed), so what came after it may be lost too."""
-        watermark, _ = self._applied(partition)
+        watermark, _ = self.applied(partition)
         if watermark == NOTHING or self.data_timeline.get(watermark) is not None:
             return None
         first = self.data_timeline.first()
@@ -183,11 +197,11 @@ class MetadataReader:
     def reflects_upto(self, partition: str) -> str | None:
         """The newest data instant ``partition`` reflects (its base files' watermark, or a newer
         instant applied in a log file), or None when it reflects none."""
-        watermark, logged = self._applied(partition)
+        watermark, logged = self.applied(partition)
         newest = max([watermark, *logged], key=normalize_timestamp)
         return None if newest == NOTHING else newest
 
-    def _applied(self, partition: str) -> tuple[str, set[str]]:
+    def applied(self, partition: str) -> tuple[str, set[str]]:
         """What ``partition`` reflects: the data instant its base files cover up to (the oldest
         of its file groups'), and the data instants applied in its log files (those of a sync
         still writing excluded)."""
@@ -311,6 +325,16 @@ class MetadataReader:
                 return None
         return min(times) if times else None
 
+    def keyed_files(self, partition: str) -> list[GroupFiles]:
+        """The files a lookup in ``partition`` (keyed by record key) reads, per file group in
+        group order: the base file and the log files applied on top of it."""
+        out = []
+        for fg, (base, logs) in self.slices(partition).items():
+            watermark = self._covers(base) if base is not None else NOTHING
+            applied = tuple(log.path for log in logs if is_after(log.instant, watermark))
+            out.append(GroupFiles(fg, base.path if base is not None else None, applied))
+        return sorted(out, key=lambda g: g.file_group)
+
     def read(
         self,
         partition: str,
@@ -319,7 +343,7 @@ class MetadataReader:
         include_deleted: bool = False,
     ) -> pa.Table:
         """Merged records of a partition (optionally only keys starting with ``prefix``)."""
-        schema = SCHEMAS[check_partition(partition)]
+        schema = schema_of(check_partition(partition))
         wanted = None
         if columns is not None:
             wanted = list(dict.fromkeys(["key", "is_deleted", "instant", *columns]))
@@ -340,13 +364,17 @@ class MetadataReader:
         merged = pa.concat_tables(parts) if parts else schema.empty_table()
         if not include_deleted:
             merged = merged.filter(pc.invert(merged.column("is_deleted")))
-        return merged.sort_by("key")
+        if keyed_by_record(partition) and "key_hash" not in merged.column_names:
+            return merged.sort_by("key")  # a projection without the hash to order by
+        return in_file_order(partition, merged)
 
 
 def _merge(partition: str, base: pa.Table, logs: list[pa.Table]) -> pa.Table:
     logs = [log for log in logs if log.num_rows]
     if not logs:
         return base
+    if partition not in (COLUMN_STATS, PARTITION_STATS):
+        return newest_records(base, logs)
     log_rows = pa.concat_tables(logs)
     touched = log_rows.column("key").unique()
     untouched = base.filter(pc.invert(pc.is_in(base.column("key"), value_set=touched)))
@@ -359,12 +387,30 @@ def _merge(partition: str, base: pa.Table, logs: list[pa.Table]) -> pa.Table:
     return pa.concat_tables([untouched, pa.Table.from_pylist(merged, schema=base.schema)])
 
 
+def newest_records(base: pa.Table, logs: list[pa.Table]) -> pa.Table:
+    """The newest record of each key (a newer tombstone wins), on Arrow: the logs, newest first,
+    each keeping the keys no newer log has, then the base file's other records. A log holds one
+    record per key (one data instant's)."""
+    parts: list[pa.Table] = []
+    seen: pa.Array | None = None
+    for log in reversed(logs):
+        if seen is not None:
+            log = log.filter(pc.invert(pc.is_in(log.column("key"), value_set=seen)))
+        parts.append(log)
+        keys = log.column("key").combine_chunks()
+        seen = keys if seen is None else pa.concat_arrays([seen, keys])
+    assert seen is not None
+    parts.append(base.filter(pc.invert(pc.is_in(base.column("key"), value_set=seen))))
+    parts.reverse()
+    return pa.concat_tables([p.cast(base.schema) for p in parts])
+
+
 def _fold(partition: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     if partition == PARTITION_STATS:
         return dict(max(rows, key=lambda r: (r["computed"] or "", r["instant"] or "")))
     state: dict[str, Any] | None = None
-    for row in rows:
-        if state is None or row["is_deleted"] or state["is_deleted"] or partition != COLUMN_STATS:
+    for row in rows:  # column_stats: combined since the newest tombstone
+        if state is None or row["is_deleted"] or state["is_deleted"]:
             state = dict(row)
             continue
         state = _combine_stats(state, row)

@@ -20,6 +20,11 @@ no values, under the schema its header names); command blocks add nothing.
 * ``partition_stats``: per data partition and column, the ``column_stats`` of some files
   aggregated (:func:`aggregate_partition_stats`): min of mins, max of maxes, summed counts; a file
   whose min/max is unknown makes the partition's unknown.
+* ``record_index`` and secondary indexes are made from a file's *rows* (:attr:`DataFileInfo.rows`:
+  its record keys, and the indexed columns' values), read with a column projection: a base file's
+  every row, a log file's rows of its counted data blocks and, as deletions, the keys of its
+  counted delete blocks. :func:`latest_live` merges the rows of a file slice's files (newest
+  instant per key and file group, deletions dropped) into what the slice holds.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -44,15 +50,20 @@ from metadata_table.layout import (
     FILES_SCHEMA,
     NON_PARTITIONED,
     PARTITION_STATS_SCHEMA,
+    RECORD_INDEX_SCHEMA,
+    SECONDARY_INDEX_SCHEMA,
     VALUE_TYPE,
     column_stats_keys,
+    enc,
     file_key,
+    key_hashes,
     partition_stats_keys,
+    stored_hashes,
 )
 from timeline.arrow_types import ScalarKind, scalar_kind
-from timeline.errors import NotParquetError
-from timeline.fs_view import read_parquet
-from timeline.instant import is_after
+from timeline.errors import DuplicateRecordKeyError, NotParquetError
+from timeline.fs_view import file_id_of, read_columns, read_parquet
+from timeline.instant import is_after, normalize_timestamp
 from timeline.log_format import (
     DATA_BLOCKS,
     BlockType,
@@ -64,6 +75,13 @@ from timeline.log_format import (
 from timeline.storage import Storage
 
 RECORD_KEY = "_hoodie_record_key"
+#: columns of :attr:`DataFileInfo.rows` beside the record key and the indexed columns: the
+#: instant that wrote the row (a log block's), and whether it is a deletion (a delete block's key)
+ROW_INSTANT = "_aix_instant"
+ROW_DELETED = "_aix_deleted"
+#: in a writer's changed rows (:func:`changed_rows`): an update of a record that stays in its
+#: file group (no new location; a secondary index still sees its new value)
+ROW_IN_PLACE = "_aix_in_place"
 _TAIL = 64 * 1024
 
 
@@ -82,6 +100,13 @@ class DataFileInfo:
     stats: dict[str, _ColumnAggregate] | None = dataclasses.field(default=None, compare=False)
     #: a log file's data and delete blocks' instants, counted or not
     block_instants: frozenset[str] = frozenset()
+    #: the file's rows (record key, :data:`ROW_INSTANT`, :data:`ROW_DELETED` and the columns the
+    #: caller asked for), read only for the indexes keyed by record key; of a file a writer is
+    #: committing, the rows it changed (:func:`changed_rows`)
+    rows: pa.Table | None = dataclasses.field(default=None, compare=False)
+    #: of a file a writer is committing, the stored rows its changes superseded (updated in place
+    #: or moved to another file group): a secondary index drops their old values
+    replaced: pa.Table | None = dataclasses.field(default=None, compare=False)
 
     def aggregates(self, columns: Sequence[str] | None = None) -> dict[str, _ColumnAggregate]:
         if self.stats is None:
@@ -121,10 +146,17 @@ def info_from_bytes(partition: str, file_name: str, instant: str, data: bytes) -
 
 
 def info_from_storage(
-    storage: Storage, partition: str, file_name: str, size: int, instant: str, bloom: bool = True
+    storage: Storage,
+    partition: str,
+    file_name: str,
+    size: int,
+    instant: str,
+    bloom: bool = True,
+    rows: Sequence[str] | None = None,
 ) -> DataFileInfo:
     """From storage, reading the footer (one ranged read, two for a large footer) and, with
-    ``bloom``, the bloom filter bytes; the data pages are never read."""
+    ``bloom``, the bloom filter bytes; with ``rows`` (columns beside the record key), the rows of
+    those columns, reading only their column chunks; no other data page is read."""
     path = f"{partition}/{file_name}" if partition else file_name
     tail = storage.read_range(path, -_TAIL)
     if len(tail) < 12 or tail[-4:] != b"PAR1":
@@ -138,8 +170,9 @@ def info_from_storage(
         metadata = pq.read_metadata(pa.BufferReader(b"PAR1" + tail[-(footer_len + 8) :]))
     except (pa.ArrowException, OSError) as e:
         raise NotParquetError(path, str(e)) from e
+    row_table = None if rows is None else base_rows(storage, path, instant, rows, metadata)
     if not bloom:
-        return DataFileInfo(partition, file_name, size, instant, metadata)
+        return DataFileInfo(partition, file_name, size, instant, metadata, rows=row_table)
     tail_start = size - len(tail)
 
     def data_at(offset: int, length: int) -> bytes:
@@ -152,7 +185,75 @@ def info_from_storage(
         keys = read_parquet(storage, path, [RECORD_KEY]).column(RECORD_KEY)
         values = [k for k in keys.to_pylist() if k is not None]
         bitset = bytes(SplitBlockBloomFilter.build(values, ndv=len(values)).bitset)
-    return DataFileInfo(partition, file_name, size, instant, metadata, bitset)
+    return DataFileInfo(partition, file_name, size, instant, metadata, bitset, rows=row_table)
+
+
+def base_rows(
+    storage: Storage,
+    path: str,
+    instant: str,
+    columns: Sequence[str],
+    metadata: pq.FileMetaData | None = None,
+) -> pa.Table:
+    """A base file's rows for the indexes keyed by record key: its record keys and ``columns``
+    (null where the file has no such column: written before the column was added), all written
+    by ``instant``; only those column chunks are read."""
+    present = set((metadata.schema.to_arrow_schema() if metadata else pa.schema([])).names)
+    wanted = [RECORD_KEY, *(c for c in columns if c in present or metadata is None)]
+    table = read_columns(storage, path, list(dict.fromkeys(wanted)), metadata)
+    return _row_table(table, columns, pa.repeat(pa.scalar(instant), table.num_rows), False)
+
+
+def _row_table(
+    records: pa.Table, columns: Sequence[str], instants: pa.Array, deleted: bool
+) -> pa.Table:
+    """Rows in :attr:`DataFileInfo.rows` form: record key, instant, deletion flag, ``columns``."""
+    n = records.num_rows
+    out = {
+        RECORD_KEY: records.column(RECORD_KEY).cast(pa.string()),
+        ROW_INSTANT: instants.cast(pa.string()),
+        ROW_DELETED: pa.repeat(pa.scalar(deleted), n),
+    }
+    for column in columns:
+        if column in records.column_names:
+            out[column] = records.column(column)
+        else:
+            out[column] = pa.nulls(n)
+    return pa.table(out)
+
+
+def changed_rows(
+    written: pa.Table,
+    in_place: pa.Array,
+    deleted: pa.Table,
+    replaced: pa.Table,
+    instant: str,
+) -> tuple[pa.Table, pa.Table]:
+    """A writer's changes to one file group, as :attr:`DataFileInfo.rows` and
+    :attr:`DataFileInfo.replaced`: the rows it wrote (inserts, records moved in, and updates,
+    ``in_place`` flagging those that stay in the group), the stored rows it deleted, and the
+    stored rows its writes superseded (updated in place, or moved to another group). Every
+    top-level column comes along: the indexes keyed by record key pick theirs."""
+    columns = [c for c in written.column_names if c != RECORD_KEY]
+
+    def of(table: pa.Table, deletions: bool) -> pa.Table:
+        stamp = pa.repeat(pa.scalar(instant), table.num_rows)
+        out = _row_table(table, [c for c in columns if c in table.column_names], stamp, deletions)
+        return out
+
+    live = of(written, False).append_column(ROW_IN_PLACE, in_place)
+    gone = of(deleted, True)
+    gone = gone.append_column(ROW_IN_PLACE, pa.repeat(pa.scalar(False), gone.num_rows))
+    rows = pa.concat_tables([live, gone], promote_options="permissive")
+    return rows, of(replaced, True)
+
+
+def _concat_rows(parts: list[pa.Table], columns: Sequence[str]) -> pa.Table:
+    """Row tables of several blocks as one (an indexed column typed as its non-null parts)."""
+    if not parts:
+        empty = pa.table({RECORD_KEY: pa.array([], pa.string())})
+        return _row_table(empty, columns, pa.array([], pa.string()), False)
+    return pa.concat_tables(parts, promote_options="permissive")
 
 
 def info_from_log(
@@ -162,18 +263,22 @@ def info_from_log(
     size: int,
     counted: Callable[[str], bool],
     bloom: bool = True,
+    rows: Sequence[str] | None = None,
 ) -> DataFileInfo | None:
     """A merge-on-read log file's info, from the records of its data blocks whose instant is
     ``counted`` (read block by block, never the whole file at once): its column aggregates and,
-    with ``bloom``, a bloom filter of its record keys. Its ``instant`` is the newest counted
-    block's. None when no data or delete block of the file is counted (a failed write's file,
-    or one holding only a rollback command): such a file adds nothing to the slice."""
+    with ``bloom``, a bloom filter of its record keys; with ``rows``, its rows (the counted data
+    blocks' records, and the counted delete blocks' keys as deletions). Its ``instant`` is the
+    newest counted block's. None when no data or delete block of the file is counted (a failed
+    write's file, or one holding only a rollback command): such a file adds nothing to the
+    slice."""
     path = f"{partition}/{file_name}" if partition else file_name
     aggregates: dict[str, _ColumnAggregate] = {}
     keys: set[str] = set()
     newest: str | None = None
-    rows = 0
+    count = 0
     seen: set[str] = set()
+    row_parts: list[pa.Table] = []
     for block in read_log_file(storage, path, size):
         instant = block.instant_time
         if block.block_type not in (*DATA_BLOCKS, BlockType.DELETE) or instant is None:
@@ -183,13 +288,19 @@ def info_from_log(
             continue
         newest = instant if newest is None or is_after(instant, newest) else newest
         if block.block_type == BlockType.DELETE:
+            if rows is not None:
+                gone = pa.table({RECORD_KEY: [str(d.record_key) for d in block.deletes()]})
+                row_parts.append(_row_table(gone, rows, pa.repeat(instant, gone.num_rows), True))
             if HeaderKey.SCHEMA not in block.header:
                 continue
             # keys of deleted rows, no values: the table's columns, each with none
             records = arrow_schema(block.avro_schema()).empty_table()
         else:
             records = block.records()
-        rows += records.num_rows
+            if rows is not None:
+                instants = pa.repeat(instant, records.num_rows)
+                row_parts.append(_row_table(records, rows, instants, False))
+        count += records.num_rows
         for name, agg in record_aggregates(records).items():
             aggregates[name] = (
                 merge_aggregates(aggregates[name], agg) if name in aggregates else agg
@@ -199,14 +310,15 @@ def info_from_log(
     if newest is None:
         return None
     for agg in aggregates.values():  # rows of blocks written before a column was added: nulls
-        missing = rows - agg.value_count
+        missing = count - agg.value_count
         agg.value_count += missing
         agg.null_count = None if agg.null_count is None else agg.null_count + missing
     bitset = None
     if bloom and keys:
         bitset = bytes(SplitBlockBloomFilter.build(sorted(keys), ndv=len(keys)).bitset)
+    row_table = None if rows is None else _concat_rows(row_parts, rows)
     return DataFileInfo(
-        partition, file_name, size, newest, None, bitset, aggregates, frozenset(seen)
+        partition, file_name, size, newest, None, bitset, aggregates, frozenset(seen), row_table
     )
 
 
@@ -218,12 +330,13 @@ def info_of(
     instant: str,
     counted: Callable[[str], bool],
     bloom: bool = True,
+    rows: Sequence[str] | None = None,
 ) -> DataFileInfo | None:
     """A data file's info, base file (``instant`` wrote it) or log file (its blocks of
-    ``counted`` instants; None when it holds none)."""
+    ``counted`` instants; None when it holds none); with ``rows``, its rows too."""
     if LogFileName.parse(file_name) is not None:
-        return info_from_log(storage, partition, file_name, size, counted, bloom)
-    return info_from_storage(storage, partition, file_name, size, instant, bloom)
+        return info_from_log(storage, partition, file_name, size, counted, bloom, rows)
+    return info_from_storage(storage, partition, file_name, size, instant, bloom, rows)
 
 
 # --- typed min/max -------------------------------------------------------------------------------
@@ -656,3 +769,229 @@ def _aggregate_in_python(rows: pa.Table, computed: str) -> pa.Table:
             }
         )
     return pa.Table.from_pylist(out, schema=PARTITION_STATS_SCHEMA).sort_by("key")
+
+
+# --- record index and secondary indexes ----------------------------------------------------------
+
+
+def _file_rows(
+    infos: Iterable[DataFileInfo], replaced: bool = False
+) -> Iterable[tuple[DataFileInfo, str, pa.Table]]:
+    """Each info with rows (with ``replaced``, with superseded rows), its file id, and those rows
+    without null keys."""
+    for info in infos:
+        rows = info.replaced if replaced else info.rows
+        file_id = file_id_of(info.file_name)
+        if rows is None or file_id is None or not rows.num_rows:
+            continue
+        if rows.column(RECORD_KEY).null_count:
+            rows = rows.filter(pc.is_valid(rows.column(RECORD_KEY)))
+        yield info, file_id, rows
+
+
+def placed_keys(infos: Iterable[DataFileInfo]) -> set[str]:
+    """The record keys a writer's files put somewhere new: inserted, or moved in from another
+    partition (their rows neither updates in place nor deletions)."""
+    out: set[str] = set()
+    for info in infos:
+        rows = info.rows
+        if rows is None or not rows.num_rows:
+            continue
+        new = pc.invert(rows.column(ROW_DELETED))
+        if ROW_IN_PLACE in rows.column_names:
+            new = pc.and_(new, pc.invert(pc.fill_null(rows.column(ROW_IN_PLACE), False)))
+        out.update(k for k in rows.column(RECORD_KEY).filter(new).to_pylist() if k is not None)
+    return out
+
+
+def record_index_records(infos: Iterable[DataFileInfo]) -> pa.Table:
+    """One record per row of ``infos``' rows: record key -> (data partition, file id), with the
+    instant that wrote it; a deletion's record is a tombstone (see :func:`latest_live`). A
+    writer's updates in place change no location: they make no record."""
+    parts = []
+    for info, file_id, rows in _file_rows(infos):
+        if ROW_IN_PLACE in rows.column_names:
+            rows = rows.filter(pc.invert(rows.column(ROW_IN_PLACE)))
+        keys = rows.column(RECORD_KEY)
+        n = rows.num_rows
+        parts.append(
+            pa.table(
+                {
+                    "key": keys,
+                    "key_hash": stored_hashes(key_hashes(keys)),
+                    "partition": pa.repeat(pa.scalar(_partition_name(info.partition)), n),
+                    "file_id": pa.repeat(pa.scalar(file_id), n),
+                    "is_deleted": rows.column(ROW_DELETED),
+                    "instant": rows.column(ROW_INSTANT),
+                },
+                schema=RECORD_INDEX_SCHEMA,
+            )
+        )
+    return pa.concat_tables(parts) if parts else RECORD_INDEX_SCHEMA.empty_table()
+
+
+#: the value kinds a secondary index takes (values compared as text of one canonical form)
+SECONDARY_KINDS = frozenset({"int", "float", "string", "bool", "date", "timestamp", "decimal"})
+
+
+def value_texts(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """Values as the text a secondary index keys them by: one form per value whatever the
+    column's width (integers as int64, floats as float64 with -0.0 as 0.0, timestamps in UTC
+    microseconds), so a filter's value, cast to the column's type, finds the same text."""
+    kind = value_kind(values.type)
+    if kind is None or kind not in SECONDARY_KINDS:
+        raise TypeError(f"a secondary index does not take values of type {values.type}")
+    if kind == "int":
+        values = values.cast(pa.int64())
+    elif kind == "float":
+        values = values.cast(pa.float64())
+        values = pc.if_else(pc.equal(values, 0.0), pa.scalar(0.0), values)
+    elif kind == "timestamp":
+        tz = values.type.tz
+        values = values.cast(pa.timestamp("us", tz=tz)).cast(pa.timestamp("us", tz=None))
+    elif kind == "bool":
+        values = pc.if_else(values, pa.scalar("true"), pa.scalar("false"))
+    return values.cast(pa.string())
+
+
+def secondary_index_records(infos: Iterable[DataFileInfo], column: str) -> pa.Table:
+    """One record per row of ``infos``' rows with a value in ``column``: (value, record key) ->
+    the row's data partition and file id; a deletion's record is a tombstone. Of a writer's
+    changes: an update in place whose value did not change makes no record, and a superseded
+    row's old value becomes a tombstone unless the same (value, key) is written again (a record
+    moved to another file group with its value)."""
+    infos = list(infos)
+    written = _secondary_records(_file_rows(infos), column)
+    old = _secondary_records(_file_rows(infos, replaced=True), column)
+    if not old.num_rows:
+        return _without_in_place(written, old)
+    again = pc.is_in(old.column("key"), value_set=written.column("key"))
+    return pa.concat_tables([_without_in_place(written, old), old.filter(pc.invert(again))])
+
+
+def _without_in_place(written: pa.Table, old: pa.Table) -> pa.Table:
+    """``written`` less the updates in place that kept their value (the same key as a record
+    they superseded)."""
+    if "in_place" not in written.column_names:
+        return written
+    in_place = pc.fill_null(written.column("in_place"), False)
+    unchanged = pc.and_(in_place, pc.is_in(written.column("key"), value_set=old.column("key")))
+    return written.filter(pc.invert(unchanged)).drop_columns(["in_place"])
+
+
+def _secondary_records(
+    rows_of: Iterable[tuple[DataFileInfo, str, pa.Table]], column: str
+) -> pa.Table:
+    parts = []
+    for info, file_id, rows in rows_of:
+        values = rows.column(column) if column in rows.column_names else pa.nulls(rows.num_rows)
+        if pa.types.is_null(values.type):
+            texts = pa.nulls(rows.num_rows, pa.string())
+        else:
+            texts = value_texts(values)
+        deleted = rows.column(ROW_DELETED)
+        # a deletion of a delete block holds no value (it names keys only): kept, to be
+        # resolved by the key in :func:`latest_live`
+        keep = pc.or_(pc.is_valid(texts), deleted)
+        if not pc.any(keep).as_py():
+            continue
+        rows, texts = rows.filter(keep), texts.filter(keep)
+        keys = rows.column(RECORD_KEY)
+        n = rows.num_rows
+        filled = pc.fill_null(texts, "")
+        table = pa.table(
+            {
+                "key": pc.binary_join_element_wise(_enc_array(filled), _enc_array(keys), "|"),
+                "key_hash": stored_hashes(key_hashes(filled)),
+                "value": texts,
+                "record_key": keys,
+                "partition": pa.repeat(pa.scalar(_partition_name(info.partition)), n),
+                "file_id": pa.repeat(pa.scalar(file_id), n),
+                "is_deleted": rows.column(ROW_DELETED),
+                "instant": rows.column(ROW_INSTANT),
+            },
+            schema=SECONDARY_INDEX_SCHEMA,
+        )
+        if ROW_IN_PLACE in rows.column_names:
+            table = table.append_column("in_place", rows.column(ROW_IN_PLACE))
+        parts.append(table)
+    if not parts:
+        return SECONDARY_INDEX_SCHEMA.empty_table()
+    return pa.concat_tables(parts, promote_options="permissive")
+
+
+def _enc_array(values: Any) -> Any:
+    return pc.replace_substring(pc.replace_substring(values, "%", "%25"), "|", "%7C")
+
+
+def value_key(value_text: str, record_key: str) -> str:
+    """The key of a secondary index record."""
+    return f"{enc(value_text)}|{enc(record_key)}"
+
+
+def latest_live(records: pa.Table, by: str = "key") -> pa.Table:
+    """What the rows of some file slices hold, from records made of their files' rows (a base
+    file's, and log files' blocks and deletions, in any order): per ``by`` (the record key
+    column) and file group the record of the newest instant, deletions dropped. A record key
+    live in two file groups is a :class:`DuplicateRecordKeyError`: the record and secondary
+    indexes are global, one location per key.
+
+    Records come out ordered by the hash of ``by`` (stable): for the record index, the order of
+    its files, which several tasks' runs sorted that way merge into at little cost. Keys are
+    compared as text only where their hashes tie."""
+    if records.num_rows == 0:
+        return records
+    hashes = key_hashes(records.column(by))
+    order = np.argsort(hashes, kind="stable")
+    records = records.take(pa.array(order, pa.int64()))
+    hashes = hashes[order]
+    deleted = records.column("is_deleted").to_numpy(zero_copy_only=False)
+    tie = hashes[1:] == hashes[:-1]
+    if not tie.any():
+        return records.filter(pa.array(~deleted)) if deleted.any() else records
+    # rows whose hash repeats (the same key in a base file and a log file, or, rarely, two keys
+    # with one hash): grouped by key, then resolved per key and file group
+    tied = np.zeros(len(hashes), dtype=bool)
+    tied[:-1] |= tie
+    tied[1:] |= tie
+    rows = np.flatnonzero(tied)
+    subset = pa.table(
+        {
+            "h": pa.array(hashes[rows], pa.uint64()),
+            "k": records.column(by).take(pa.array(rows)),
+            "row": pa.array(rows, pa.int64()),
+        }
+    ).sort_by([("h", "ascending"), ("k", "ascending"), ("row", "ascending")])
+    rows = subset.column("row").to_numpy()
+    keys = subset.column("k")
+    same = pc.equal(keys.slice(0, len(rows) - 1), keys.slice(1)).to_numpy(zero_copy_only=False)
+    run_id = np.cumsum(np.concatenate(([True], ~same)))
+    location = pc.binary_join_element_wise(
+        records.column("partition").take(pa.array(rows)),
+        records.column("file_id").take(pa.array(rows)),
+        "/",
+    )
+    group_code = pc.index_in(location, value_set=pc.unique(location)).to_numpy(zero_copy_only=False)
+    instants = records.column("instant").take(pa.array(rows)).to_pylist()
+    instant_code = np.array([int(normalize_timestamp(t or "0")) for t in instants], dtype=np.int64)
+    ranked = np.lexsort((instant_code, group_code, run_id))
+    run_sorted, group_sorted = run_id[ranked], group_code[ranked]
+    last = np.ones(len(ranked), dtype=bool)  # the newest record of each (key, file group)
+    last[:-1] = (run_sorted[1:] != run_sorted[:-1]) | (group_sorted[1:] != group_sorted[:-1])
+    newest = rows[ranked[last]]
+    alive = ~deleted[newest]
+    live, live_runs = newest[alive], run_sorted[last][alive]
+    if len(np.unique(live_runs)) != len(live_runs):
+        first = live_runs[np.flatnonzero(live_runs[1:] == live_runs[:-1])[0]]
+        copies = records.take(pa.array(rows[run_id == first])).to_pylist()
+        places = sorted({f"{data_partition_of(r['partition'])}/{r['file_id']}" for r in copies})
+        raise DuplicateRecordKeyError(str(copies[0][by]), places)
+    keep = ~deleted
+    keep[rows] = False
+    keep[live] = True
+    return records.filter(pa.array(keep))
+
+
+def data_partition_of(name: str) -> str:
+    """A record's ``partition`` value as the data table's partition path."""
+    return "" if name == NON_PARTITIONED else name

@@ -23,41 +23,48 @@ import contextlib
 import functools
 import json
 import logging
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from metadata_table.index_types import index_type
 from metadata_table.layout import (
     DEFAULT_FILE_GROUPS,
     METADATA_FOLDER,
-    SCHEMAS,
+    RECORD_INDEX,
     MetadataFile,
     base_file_name,
     check_partition,
     data_partition,
     file_group_id,
-    file_group_of,
     log_file_name,
+    read_records,
+    schema_of,
     write_records,
 )
 from metadata_table.partition_stats import recompute
 from metadata_table.reader import MetadataReader
-from metadata_table.records import DataFileInfo
+from metadata_table.records import RECORD_KEY, DataFileInfo, info_of
+from timeline.commit_metadata import NULL_COMMIT, CommitMetadata
 from timeline.config import HEARTBEAT_TOLERABLE_MISSES
 from timeline.errors import (
     CorruptInstantError,
     FileAlreadyExistsError,
+    NotParquetError,
+    RebuildRequiredError,
     StorageFileNotFoundError,
 )
+from timeline.fs_view import BaseFile, FileSystemView, LogFile, read_parquet, slice_instant
 from timeline.heartbeat import Heartbeat, heartbeat_path
 from timeline.index_state import IndexState
-from timeline.instant import Action, Instant, State
+from timeline.instant import Action, Instant, State, is_after
 from timeline.locks import LockHandle
 from timeline.markers import IOType, Marker, MarkerWriter, marker_folder
 from timeline.removals import Removal
-from timeline.storage import Storage
+from timeline.storage import FileInfo, Storage
 from timeline.table import Table
 from timeline.table_config import PROPERTIES_FILE, TableConfig, TableType
 from timeline.timeline import META_FOLDER, ActiveTimeline, Timeline
@@ -155,14 +162,14 @@ class MetadataTable:
         """Write one sorted base file per file group (all groups, empty ones too) as metadata
         compaction instant ``instant_time``; visible once that instant completes. ``progress``
         is called with (groups written, groups)."""
-        count = groups or len(self.file_groups(partition)) or DEFAULT_FILE_GROUPS[partition]
+        count = groups or len(self.file_groups(partition)) or DEFAULT_FILE_GROUPS.get(partition, 1)
         inflight = self.begin_base_files(partition, covers_upto, instant_time, count)
         try:
-            by_group = split_by_group(records, count)
+            by_group = split_by_group(records, count, partition)
             sizes = {}
             for index in range(count):
                 fg = file_group_id(partition, index)
-                rows = by_group.get(index, SCHEMAS[partition].empty_table())
+                rows = by_group.get(index, schema_of(partition).empty_table())
                 sizes[fg] = write_base_file(
                     self.storage, partition, fg, instant_time, rows, covers_upto
                 )
@@ -304,7 +311,7 @@ class MetadataTable:
         before each write, and with ``keep`` a log that exists is kept (an interrupted attempt
         wrote it, from the same data files). Returns the log files' names."""
         names = []
-        for index, part in sorted(split_by_group(rows, groups).items()):
+        for index, part in sorted(split_by_group(rows, groups, partition).items()):
             name = log_file_name(file_group_id(partition, index), data_instant)
             if before is not None:
                 before(name)
@@ -335,11 +342,13 @@ class MetadataTable:
         pending: bool = False,
         touched: Iterable[str] = (),
     ) -> pa.Table:
-        """The records one data instant adds to ``partition``: its files' records, or, for an
-        index type that is recomputed (``partition_stats``), the data partitions it touched
-        (its files' partitions and ``touched``) worked out again from the table as it is now,
-        with ``infos`` in place of the files they replace when the instant is ``pending`` (not
-        completed yet). Under the table lock."""
+        """The records one data instant adds to ``partition``: its files' records (for an index
+        keyed by record key, from the rows the writer says changed: see
+        :func:`metadata_table.records.changed_rows`), or, for an index type that is recomputed
+        (``partition_stats``), the data partitions it touched (its files' partitions and
+        ``touched``) worked out again from the table as it is now, with ``infos`` in place of
+        the files they replace when the instant is ``pending`` (not completed yet). Under the
+        table lock."""
         kind = index_type(partition)
         if not kind.recomputed:
             return kind.records(infos, columns)
@@ -356,14 +365,141 @@ class MetadataTable:
     ) -> dict[str, pa.Table]:
         """What a clean, rollback or restore changes in each partition: deletion records of the
         files it deleted, or, for a recomputed type, the data partitions it touched worked out
-        again (under the table lock)."""
+        again, or, for an index keyed by record key, :meth:`removal_delta` (under the table
+        lock)."""
         touched = set(removal.deleted) | set(removal.whole_partitions)
-        return {
-            p: self.instant_records(p, [], columns, touched=touched)
-            if index_type(p).recomputed
-            else self.tombstones(reader, p, removal)
-            for p in partitions
-        }
+        out = {}
+        for p in partitions:
+            kind = index_type(p)
+            if kind.recomputed:
+                out[p] = self.instant_records(p, [], columns, touched=touched)
+            elif kind.keyed_by_record:
+                out[p] = self.removal_delta(reader, p, removal)
+            else:
+                out[p] = self.tombstones(reader, p, removal)
+        return out
+
+    def placed_keys(self, instant: Instant) -> set[str]:
+        """The record keys a completed data instant put somewhere new (inserted, or moved to
+        another partition): from its ``record_index`` log files when it wrote them, else from
+        the keys of the files its metadata says it inserted into."""
+        delta = self.timeline.load().get(instant.timestamp, Action.DELTA_COMMIT)
+        if delta is not None and delta.is_completed:
+            logged = self.timeline.read_json(delta).get("logFiles", {})
+            if RECORD_INDEX in logged:
+                keys: set[str] = set()
+                for name in logged[RECORD_INDEX]:
+                    rows = read_records(
+                        self.storage, f"{RECORD_INDEX}/{name}", ["key", "is_deleted"]
+                    )[0]
+                    live = rows.filter(pc.invert(rows.column("is_deleted")))
+                    keys.update(live.column("key").to_pylist())
+                return keys
+        try:
+            metadata = CommitMetadata.from_bytes(
+                self.table.timeline.read_content(instant), self.table.timeline.path(instant)
+            )
+        except (StorageFileNotFoundError, CorruptInstantError):
+            return set()
+        keys = set()
+        for stat in metadata.write_stats:
+            if stat.num_inserts > 0 or stat.prev_commit in (NULL_COMMIT, ""):
+                try:
+                    table = read_parquet(self.table.storage, stat.path, [RECORD_KEY])
+                except (StorageFileNotFoundError, NotParquetError):
+                    continue
+                keys.update(k for k in table.column(RECORD_KEY).to_pylist() if k is not None)
+        return keys
+
+    def instant_delta(self, partition: str, instant: Instant, metadata: CommitMetadata) -> pa.Table:
+        """What a completed commit of a writer that did not update the index (Apache Hudi's,
+        hudi-rs's, a backfill's) changes in ``partition`` (keyed by record key): the file
+        groups it wrote or replaced, as their latest slices held them just before it and just
+        after it (as of the commit, whatever came since), compared: a key in a new place is a
+        record, a key gone is a tombstone. Only those slices' files are read, all of them
+        immutable; one deleted since (cleaned) is :class:`StorageFileNotFoundError`, and the
+        partition is rebuilt instead. A compaction moves no key; for the record index, neither
+        do updates in place (a write stat without inserts or deletes)."""
+        kind = index_type(partition)
+        empty = kind.schema.empty_table()
+        if metadata.compacted:
+            return empty
+        groups: set[tuple[str, str]] = set()
+        for stat in metadata.write_stats:
+            moved = stat.num_inserts > 0 or stat.num_deletes > 0
+            if moved or stat.prev_commit in (NULL_COMMIT, "") or partition != RECORD_INDEX:
+                groups.add((stat.partition_path, stat.file_id))
+        for path, file_ids in metadata.partition_to_replace_file_ids.items():
+            groups.update((path, f) for f in file_ids)
+        if not groups:
+            return empty
+        timeline = self.table.timeline.load()
+        before = self._slice_records(partition, timeline, groups, instant.timestamp, before=True)
+        after = self._slice_records(partition, timeline, groups, instant.timestamp, before=False)
+        return _delta(kind.schema, before, after, instant.timestamp)
+
+    def _slice_records(
+        self,
+        partition: str,
+        timeline: Timeline,
+        groups: set[tuple[str, str]],
+        instant_time: str,
+        before: bool,
+    ) -> pa.Table:
+        """The records of ``partition`` (keyed by record key) that file ``groups``' latest
+        slices held as of ``instant_time`` (``before``: as of just before it)."""
+        kind = index_type(partition)
+        storage = self.table.storage
+        data_partitions = sorted({p for p, _ in groups})
+
+        def listing() -> list[FileInfo]:
+            return [e for p in data_partitions for e in storage.list(p) if not e.is_dir]
+
+        if before:
+            timeline = timeline.filter(lambda i: i.timestamp != instant_time)
+        view = FileSystemView(self.table.timeline, timeline, as_of=instant_time, listing=listing)
+        counted = view.committed.__contains__
+        infos = []
+        for piece in view.latest_file_slices(data_partitions):
+            if (piece.partition_path, piece.file_id) not in groups:
+                continue
+            files: list[BaseFile | LogFile] = [piece.base_file] if piece.base_file else []
+            for file in [*files, *piece.log_files]:
+                written = file.instant_time if isinstance(file, BaseFile) else ""
+                info = info_of(
+                    storage,
+                    file.partition_path,
+                    file.file_name,
+                    file.size,
+                    written,
+                    counted,
+                    False,
+                    kind.row_columns,
+                )
+                if info is not None:
+                    infos.append(info)
+        return kind.combine(kind.records(infos), instant_time)
+
+    def removal_delta(self, reader: MetadataReader, partition: str, removal: Removal) -> pa.Table:
+        """What a clean, rollback or restore changes in ``partition`` (keyed by record key): a
+        clean leaves every latest slice as it was, and a rollback of a write the partition
+        applied in a log file needs nothing (that log no longer applies once its data instant
+        is gone), nor one of a write that never completed. A rollback or restore of a commit
+        the partition's base files hold cannot be undone from records:
+        :class:`RebuildRequiredError`, and the partition is rebuilt from storage."""
+        kind = index_type(partition)
+        if removal.instant.action is not Action.CLEAN:
+            watermark, _ = reader.applied(partition)
+            for names in removal.deleted.values():
+                for name in names:
+                    at = slice_instant(name)
+                    if at is not None and not is_after(at, watermark):
+                        raise RebuildRequiredError(
+                            partition,
+                            f"{removal.instant} removed {name}, written at {at}, which its "
+                            f"base files (up to {watermark}) hold",
+                        )
+        return kind.schema.empty_table()
 
     def apply_removal(self, lock: LockHandle, removal: Removal) -> None:
         """The index's update for a rollback this kernel performs, written under its lock before
@@ -376,7 +512,16 @@ class MetadataTable:
             return
         reader = self.reader(self.table.timeline.load())
         columns = state.column_stats_columns
-        records = self.removal_records(reader, state.partitions, removal, columns)
+        partitions = list(state.partitions)
+        for partition in [p for p in partitions if index_type(p).keyed_by_record]:
+            try:
+                self.removal_delta(reader, partition, removal)
+            except RebuildRequiredError as e:
+                # left unapplied: readers do not trust it where the rollback touched, and the
+                # next sync rebuilds it
+                logger.warning("%s; the next sync rebuilds it", e)
+                partitions.remove(partition)
+        records = self.removal_records(reader, partitions, removal, columns)
         self.apply_completed(removal.instant.timestamp, records, lock)
 
     def tombstones(self, reader: MetadataReader, partition: str, removal: Removal) -> pa.Table:
@@ -401,6 +546,25 @@ class MetadataTable:
         return MetadataReader(self, data_timeline)
 
 
+def _delta(schema: pa.Schema, before: pa.Table, after: pa.Table, instant_time: str) -> pa.Table:
+    """The records that take an index keyed by record key from ``before`` to ``after`` (each
+    what some file groups held): records new or in a new place, and tombstones of keys gone."""
+
+    def places(table: pa.Table) -> Any:
+        columns = [table.column(c) for c in ("key", "partition", "file_id")]
+        return pc.binary_join_element_wise(*columns, "\x00")
+
+    changed = after.filter(pc.invert(pc.is_in(places(after), value_set=places(before))))
+    gone = before.filter(pc.invert(pc.is_in(before.column("key"), value_set=after.column("key"))))
+    gone = _set(gone, "is_deleted", pa.repeat(pa.scalar(True), gone.num_rows))
+    out = pa.concat_tables([changed, gone]).cast(schema)
+    return _set(out, "instant", pa.repeat(pa.scalar(instant_time), out.num_rows))
+
+
+def _set(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
+    return table.set_column(table.schema.get_field_index(name), name, values)
+
+
 def write_base_file(
     storage: Storage, partition: str, fg: str, instant_time: str, rows: pa.Table, covers_upto: str
 ) -> int:
@@ -413,12 +577,18 @@ def write_base_file(
         return storage.info(f"{partition}/{base_file_name(fg, instant_time)}").size
 
 
-def split_by_group(records: pa.Table, groups: int) -> dict[int, pa.Table]:
-    """Records by file group (of ``groups``), from their keys."""
+def split_by_group(records: pa.Table, groups: int, partition: str) -> dict[int, pa.Table]:
+    """Records of ``partition`` by file group (of ``groups``), as its index type routes them;
+    each group's records keep their order."""
     if records.num_rows == 0:
         return {}
-    index = [file_group_of(k, groups) for k in records.column("key").to_pylist()]
-    rows: dict[int, list[int]] = defaultdict(list)
-    for i, g in enumerate(index):
-        rows[g].append(i)
-    return {g: records.take(pa.array(r, pa.int64())) for g, r in rows.items()}
+    index = index_type(partition).groups_of(records, groups)
+    order = np.argsort(index, kind="stable")
+    ordered = records.take(pa.array(order, pa.int64()))
+    grouped = index[order]
+    starts = np.flatnonzero(np.concatenate(([True], grouped[1:] != grouped[:-1])))
+    ends = np.append(starts[1:], len(grouped))
+    return {
+        int(grouped[a]): ordered.slice(int(a), int(b - a))
+        for a, b in zip(starts, ends, strict=True)
+    }

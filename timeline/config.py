@@ -341,6 +341,32 @@ PARTITION_STATS_FILE_GROUPS: ConfigKey[int] = _key(
     )
 )
 
+RECORD_INDEX_FILE_GROUPS: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.metadata.record.index.file.group.count",
+        int,
+        0,
+        "File groups of a new record_index or secondary index partition (fixed when it is built); "
+        "0: one per indexer.record.index.keys.per.file.group keys of the table when the build is "
+        "scheduled, at least one.",
+        lambda v: v >= 0,
+        "must be 0 (by the table's size) or positive",
+    )
+)
+
+RECORD_INDEX_KEYS_PER_FILE_GROUP: ConfigKey[int] = _key(
+    ConfigKey(
+        "indexer.record.index.keys.per.file.group",
+        int,
+        4_000_000,
+        "With hoodie.metadata.record.index.file.group.count at 0: how many of the table's "
+        "records (counted from the latest files' footers when the build is scheduled) make one "
+        "file group of a record or secondary index.",
+        _positive,
+        "must be positive",
+    )
+)
+
 LOCAL_BUILD_MAX_FILES: ConfigKey[int] = _key(
     ConfigKey(
         "indexer.build.local.max.files",

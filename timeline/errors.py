@@ -160,6 +160,31 @@ class IndexStateError(TableError):
         self.reason = reason
 
 
+class DuplicateRecordKeyError(TableError):
+    """A record key lives in more than one file group (written by a writer whose index is not
+    global, or by concurrent inserts of one new key): the record index is global, one location
+    per key, so it cannot describe the table until one copy is deleted."""
+
+    def __init__(self, record_key: str, locations: Sequence[str]) -> None:
+        super().__init__(
+            f"record key {record_key!r} is in {len(locations)} file groups "
+            f"({', '.join(locations)}): the record index keeps one location per key (it is "
+            "global); delete the extra copies (e.g. with Apache Hudi's writer), then build it"
+        )
+        self.record_key = record_key
+        self.locations = tuple(locations)
+
+
+class RebuildRequiredError(TableError):
+    """A completed instant cannot be applied to a metadata partition record by record (a
+    rollback of a commit its base files hold): the partition is rebuilt from storage."""
+
+    def __init__(self, partition: str, reason: str) -> None:
+        super().__init__(f"metadata partition {partition} must be rebuilt: {reason}")
+        self.partition = partition
+        self.reason = reason
+
+
 class ConfigError(TableError, ValueError):
     """A configuration value is unknown or invalid; ``key`` names it."""
 
@@ -226,6 +251,32 @@ class WriteConflictError(TableError):
         self.instant = instant
         self.other_instant = other_instant
         self.file_ids = file_ids
+
+
+class RecordKeyConflictError(WriteConflictError):
+    """Two writes placed the same record key (each inserted it, or moved it to a partition) on
+    a table whose record index keeps one location per key; this one was not committed (retry
+    it: it then finds the key where the other put it)."""
+
+    def __init__(self, instant: Instant, other_instant: Instant | None, keys: list[str]) -> None:
+        shown = ", ".join(repr(k) for k in keys[:5]) + (
+            f" and {len(keys) - 5} more" if len(keys) > 5 else ""
+        )
+        TableError.__init__(
+            self,
+            f"record keys [{shown}] were placed by {instant} and "
+            + (
+                f"by {other_instant}"
+                if other_instant is not None
+                else "before the record index was scheduled, while this write ran"
+            )
+            + f": the record index keeps one location per key; {instant} was not committed, "
+            "retry it",
+        )
+        self.instant = instant
+        self.other_instant = other_instant  # type: ignore[assignment]
+        self.file_ids = []
+        self.keys = keys
 
 
 class MarkerAlreadyExistsError(TableError):
@@ -302,8 +353,10 @@ class SparkWriteError(TableError):
 class UnknownPartitionError(TableError, ValueError):
     """A metadata partition (index type) name this version does not know."""
 
-    def __init__(self, name: str, known: Sequence[str]) -> None:
-        super().__init__(f"unknown metadata partition {name!r}; known: {', '.join(known)}")
+    def __init__(self, name: str, known: Sequence[str], reason: str | None = None) -> None:
+        super().__init__(
+            reason or f"unknown metadata partition {name!r}; known: {', '.join(known)}"
+        )
         self.name = name
         self.known = tuple(known)
 

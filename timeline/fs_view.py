@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from timeline.commit_metadata import CommitMetadata
-from timeline.errors import NotParquetError
+from timeline.errors import NotParquetError, StorageFileNotFoundError
 from timeline.instant import Action, normalize_timestamp
 from timeline.log_format import LogFileName
 from timeline.storage import FileInfo, Storage
@@ -113,6 +113,15 @@ def slice_instant(file_name: str) -> str | None:
         return base["ts"]
     log = LogFileName.parse(file_name)
     return None if log is None else log.base_instant
+
+
+def file_id_of(file_name: str) -> str | None:
+    """The file group a data file belongs to (a base or log file's file id), or None."""
+    base = _BASE_FILE.match(file_name)
+    if base is not None:
+        return base["file_id"]
+    log = LogFileName.parse(file_name)
+    return None if log is None else log.file_id
 
 
 def base_file_name(file_id: str, write_token: str, instant_time: str) -> str:
@@ -335,6 +344,26 @@ def read_parquet(storage: Storage, path: str, columns: list[str] | None = None) 
     thread is unwound through C++ and the process aborts ("terminate called without an active
     exception", exit 134; apache/arrow#33975)."""
     return read_parquet_file(parquet_file(storage, path), path, columns)
+
+
+def read_columns(
+    storage: Storage,
+    path: str,
+    columns: list[str],
+    metadata: pq.FileMetaData | None = None,
+) -> pa.Table:
+    """Some columns of a Parquet file, reading only their column chunks where the storage allows
+    ranged reads through Arrow (local files); ``metadata``, the footer the caller already read,
+    spares reading it again. Other storage reads the whole file (:func:`read_parquet`)."""
+    if not storage.is_local:
+        return read_parquet(storage, path, columns)
+    try:
+        file = pq.ParquetFile(storage.uri(path), metadata=metadata)
+        return file.read(columns=columns, use_threads=False)
+    except FileNotFoundError as e:
+        raise StorageFileNotFoundError(path) from e
+    except (pa.ArrowInvalid, OSError) as e:
+        raise NotParquetError(path, str(e).splitlines()[0]) from e
 
 
 def parquet_file(storage: Storage, path: str) -> pq.ParquetFile:

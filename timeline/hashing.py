@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -64,9 +65,8 @@ def key_hash64(keys: pa.Array | pa.ChunkedArray | Sequence[str]) -> np.ndarray:
         keys = pa.array(keys, pa.string())
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks() if keys.num_chunks != 1 else keys.chunk(0)
-    if pa.types.is_large_string(keys.type) or pa.types.is_large_binary(keys.type):
-        offset_type = np.int64
-    else:
+    offset_type: type[np.signedinteger[Any]] = np.int64
+    if not pa.types.is_large_string(keys.type) and not pa.types.is_large_binary(keys.type):
         keys = keys.cast(pa.string()) if not pa.types.is_string(keys.type) else keys
         offset_type = np.int32
     count = len(keys)
@@ -89,6 +89,7 @@ def key_hash64(keys: pa.Array | pa.ChunkedArray | Sequence[str]) -> np.ndarray:
     # whose zero-padded rows are the words: no shift or mask per key
     distinct = np.unique(lengths)
     for length in distinct.tolist():
+        rows: slice | np.ndarray
         if len(distinct) == 1:
             rows = slice(None)
             block = data.reshape(count, length)

@@ -29,7 +29,7 @@ INDEX_FOLDER = ".hoodie/.async-indexer"
 STATE_FILE = f"{INDEX_FOLDER}/partitions.json"
 FORMAT_VERSION = 1
 
-_PARTITION_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_PARTITION_NAME = re.compile(r"^[a-z][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)

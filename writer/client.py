@@ -32,9 +32,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from metadata_table.layout import RECORD_INDEX
 from metadata_table.migrate import LEGACY_FOLDER, has_legacy_index
 from metadata_table.read.snapshot import IndexedSnapshot
-from metadata_table.records import DataFileInfo
+from metadata_table.records import DataFileInfo, placed_keys
 from metadata_table.table import MetadataTable
 from timeline.commit_metadata import CommitMetadata, WriteStat
 from timeline.config import (
@@ -61,6 +62,7 @@ from timeline.errors import (
     CommitStateUnknownError,
     IndexStateError,
     MarkerServerError,
+    RecordKeyConflictError,
     TableConfigError,
     TableError,
 )
@@ -74,6 +76,7 @@ from timeline.fs_view import (
 )
 from timeline.hashing import buckets_of_keys
 from timeline.hudi_metadata import hudi_metadata_table_present, take_down_hudi_metadata_table
+from timeline.index_state import IndexState
 from timeline.instant import Action, Instant, State
 from timeline.locks import LockHandle
 from timeline.markers import DirectMarkers, IOType, MarkerWriter
@@ -92,6 +95,7 @@ from writer.files import (
     FileLayout,
     encode_file_group,
     ensure_partition_metadata,
+    not_less,
 )
 from writer.keys import KeyGenerator
 from writer.parquet_layout import footer_schema
@@ -304,9 +308,15 @@ class WriteTransaction:
                 self.heartbeat.stop()
             raise
         self.start_state = TxnStart.capture(self.instant, snapshot)
-        # completed metadata partitions serve listings (files) and upsert tagging (bloom_filters)
+        # completed metadata partitions serve listings (files) and upsert tagging (bloom_filters,
+        # record_index)
         self.index = IndexedSnapshot(self.table, snapshot)
         self.view: FileSystemView = self.index.view
+        #: with a record index (being built or completed) keys are global: one location per key
+        #: in the whole table, which tagging looks for in every partition (see :meth:`_locate`)
+        self.global_keys = RECORD_INDEX in self._index_partitions()
+        #: how tagging found the keys' file groups: record_index, bloom_filters, files read
+        self.tagged_by: list[str] = []
         self._infos: dict[str, DataFileInfo] = {}
         self.markers: MarkerWriter = self._choose_markers(instant_time)
         self.stats: list[WriteStat] = []
@@ -325,6 +335,12 @@ class WriteTransaction:
             else None  # timeline-server markers: the server checks periodically
         )
         logger.info("write %s started (%s)", self.instant, operation.value)
+
+    def _index_partitions(self) -> tuple[str, ...]:
+        try:
+            return self.table.reload_index_state().partitions
+        except IndexStateError:
+            return ()
 
     def _choose_markers(self, instant_time: str) -> MarkerWriter:
         """Timeline-server markers when asked for and the server answers now; otherwise direct
@@ -380,6 +396,11 @@ class WriteTransaction:
         layout = self.prepare(None if deleting else data.schema)
         if layout.schema is not None:
             data = conform(data, layout.schema)
+        located = self._locate(set(keys)) if self.global_keys else None
+        if located is not None and deleting:
+            return self._plan_global_deletes(keys, located)
+        if located is not None:
+            data, keys, parts = self._drop_stale_moves(data, keys, parts, located)
         by_partition: dict[str, list[int]] = defaultdict(list)
         for i, p in enumerate(parts):
             by_partition[p].append(i)
@@ -387,7 +408,137 @@ class WriteTransaction:
         for partition, rows in sorted(by_partition.items()):
             sub = data.take(pa.array(rows, pa.int64()))
             sub_keys = [keys[i] for i in rows]
-            targets.extend(self._plan_partition(partition, sub, sub_keys))
+            targets.extend(self._plan_partition(partition, sub, sub_keys, located))
+        if located is not None:
+            targets = self._add_moves(targets, keys, parts, located)
+        return targets
+
+    # --- global keys (a record index) ------------------------------------------------------------
+
+    def _locate(self, keys: set[str]) -> dict[str, tuple[str, str]]:
+        """Record key -> (partition, file id) of every key of ``keys`` the table holds, in any
+        partition: from ``record_index`` when it is completed (exact, no data file read), where
+        instants it does not reflect wrote, and without it, from the files whose bloom filter
+        (or key range) may hold a key, whose keys are read."""
+        found: dict[str, tuple[str, str]] = {}
+        unsure: set[str] = set()  # partitions whose files must be read
+        if self.index.uses(RECORD_INDEX):
+            touched = self.index.record_index_touched()
+            for key, where in self.index.record_locations(keys).items():
+                if where.partition_path not in touched:
+                    found[key] = (where.partition_path, where.file_id)
+            unsure = touched
+            self.tagged_by.append(RECORD_INDEX)
+            if not unsure:
+                return found
+        else:
+            unsure = set(self.view.partitions())
+        rest = keys - found.keys()
+        bases = [b for b in self.view.latest_base_files(sorted(unsure))]
+        candidates = self.index.lookup_keys(rest) if self.index.key_indexes() else None
+        if candidates is not None:
+            wanted = {p for paths in candidates.values() for p in paths}
+            bases = [b for b in bases if b.path in wanted]
+            self.tagged_by.extend(i for i in self.index.key_indexes() if i != RECORD_INDEX)
+        self.tagged_by.append(f"{len(bases)} files read")
+        found.update(self._owners(bases, rest))
+        return found
+
+    def _owners(self, bases: list[BaseFile], keys: set[str]) -> dict[str, tuple[str, str]]:
+        """Record key -> (partition, file id) of the keys found in ``bases`` (their key column
+        read)."""
+        owner: dict[str, tuple[str, str]] = {}
+        if not keys:
+            return owner
+        wanted = pa.array(sorted(keys), pa.string())
+        for base in bases:
+            existing = read_parquet(self.table.storage, base.path, [RECORD_KEY]).column(RECORD_KEY)
+            for key in existing.filter(pc.is_in(existing, value_set=wanted)).to_pylist():
+                owner[key] = (base.partition_path, base.file_id)
+        return owner
+
+    def _plan_global_deletes(
+        self, keys: list[str], located: dict[str, tuple[str, str]]
+    ) -> list[FileGroupWrite]:
+        """A delete with global keys: each key is deleted where it lives, whatever partition
+        the incoming row names."""
+        latest = {(b.partition_path, b.file_id): b for b in self.view.latest_base_files()}
+        doomed: dict[tuple[str, str], set[str]] = defaultdict(set)
+        for key in keys:
+            if key in located:
+                doomed[located[key]].add(key)
+        return [
+            FileGroupWrite(p, f, IOType.MERGE, latest[(p, f)], delete_keys=ks)
+            for (p, f), ks in sorted(doomed.items())
+            if (p, f) in latest
+        ]
+
+    def _drop_stale_moves(
+        self,
+        data: pa.Table,
+        keys: list[str],
+        parts: list[str],
+        located: dict[str, tuple[str, str]],
+    ) -> tuple[pa.Table, list[str], list[str]]:
+        """Incoming records that would move a key to another partition but carry a smaller
+        precombine value than the stored copy: dropped (the stored copy stays where it is), as
+        Hudi's global index does when it merges a partition update."""
+        precombine = self.table.table_config.precombine_field
+        moving = [i for i, k in enumerate(keys) if k in located and located[k][0] != parts[i]]
+        if not moving or not precombine or precombine not in data.column_names:
+            return data, keys, parts
+        latest = {(b.partition_path, b.file_id): b for b in self.view.latest_base_files()}
+        stored: dict[str, object] = {}
+        for group in sorted({located[keys[i]] for i in moving}):
+            base = latest.get(group)
+            if base is None:
+                continue
+            table = read_parquet(self.table.storage, base.path, [RECORD_KEY, precombine])
+            stored.update(
+                zip(
+                    table.column(RECORD_KEY).to_pylist(),
+                    table.column(precombine).to_pylist(),
+                    strict=True,
+                )
+            )
+        values = data.column(precombine).to_pylist()
+        stale = {
+            i for i in moving if keys[i] in stored and not not_less(values[i], stored[keys[i]])
+        }
+        if not stale:
+            return data, keys, parts
+        keep = [i for i in range(len(keys)) if i not in stale]
+        return (
+            data.take(pa.array(keep, pa.int64())),
+            [keys[i] for i in keep],
+            [parts[i] for i in keep],
+        )
+
+    def _add_moves(
+        self,
+        targets: list[FileGroupWrite],
+        keys: list[str],
+        parts: list[str],
+        located: dict[str, tuple[str, str]],
+    ) -> list[FileGroupWrite]:
+        """Drop the keys that move to another partition from the groups that held them (a
+        group this write rewrites anyway, or one more target)."""
+        moving: dict[tuple[str, str], set[str]] = defaultdict(set)
+        for key, partition in zip(keys, parts, strict=True):
+            where = located.get(key)
+            if where is not None and where[0] != partition:
+                moving[where].add(key)
+        if not moving:
+            return targets
+        by_group = {(t.partition, t.file_id): t for t in targets if t.base is not None}
+        latest = {(b.partition_path, b.file_id): b for b in self.view.latest_base_files()}
+        for group, moved in sorted(moving.items()):
+            if group in by_group:
+                by_group[group].move_keys |= moved
+            elif group in latest:
+                targets.append(
+                    FileGroupWrite(group[0], group[1], IOType.MERGE, latest[group], move_keys=moved)
+                )
         return targets
 
     def prepare(self, incoming: pa.Schema | None) -> FileLayout:
@@ -422,11 +573,17 @@ class WriteTransaction:
         self.client.verified_files.add(newest.path)
 
     def _plan_partition(
-        self, partition: str, rows: pa.Table, keys: list[str]
+        self,
+        partition: str,
+        rows: pa.Table,
+        keys: list[str],
+        located: dict[str, tuple[str, str]] | None = None,
     ) -> list[FileGroupWrite]:
         """Tag each record with the file group holding its key (or its bucket's), the others
         going to one new group, and let the shared planner say what each group becomes:
-        existing groups first, in file-id order, then the new one."""
+        existing groups first, in file-id order, then the new one. With ``located`` (global
+        keys), a key held in this partition is tagged with its group, and one held elsewhere
+        is an insert here (:meth:`_add_moves` drops it there)."""
         latest = {b.file_id: b for b in self.view.latest_base_files([partition])}
         deleting = self.operation is Operation.DELETE
         groups: dict[str, list[int]] = defaultdict(list)
@@ -435,11 +592,12 @@ class WriteTransaction:
             for i, bucket in enumerate(buckets_of_keys(keys, self.options.bucket_count)):
                 groups[bucket_file_id(bucket)].append(i)
         else:
-            owner = (
-                {}
-                if self.operation is Operation.INSERT
-                else self._tag(partition, list(latest.values()), set(keys))
-            )
+            if located is not None:
+                owner = {k: located[k][1] for k in keys if located.get(k, ("",))[0] == partition}
+            elif self.operation is Operation.INSERT:
+                owner = {}
+            else:
+                owner = self._tag(partition, list(latest.values()), set(keys))
             for i, key in enumerate(keys):
                 found = owner.get(key)
                 if found is not None:
@@ -552,8 +710,10 @@ class WriteTransaction:
             failpoint("writer.commit.locked")
             self.heartbeat.ensure_alive()
             fresh = timeline.load()
-            for candidate in strategy.candidates(fresh, self.start_state, timeline.completion_time):
+            candidates = strategy.candidates(fresh, self.start_state, timeline.completion_time)
+            for candidate in candidates:
                 strategy.resolve(this, operation_of(timeline, candidate))
+            self._check_placed_keys(self.table.reload_index_state(), candidates)
             self._finalize()
             self._update_metadata_table(lock)
             self.client.hudi_metadata_table(lock, f"commit {self.instant_time}")
@@ -570,6 +730,25 @@ class WriteTransaction:
         self.heartbeat.stop()
         logger.info("write %s committed (%d files)", done, len(self.stats))
         return done
+
+    def _check_placed_keys(self, state: IndexState, candidates: list[Instant]) -> None:
+        """With a record index, a key lives in one place: a write that put keys somewhere new
+        (inserted them, or moved them to another partition) conflicts with a write completed
+        since it started that placed one of the same keys, and, if it did not look for its
+        keys globally (it started before the record index was scheduled), with the index."""
+        if RECORD_INDEX not in state.partitions:
+            return
+        placed = placed_keys(self._infos.values())
+        if not placed:
+            return
+        if not self.global_keys:
+            raise RecordKeyConflictError(self.instant, None, sorted(placed))
+        mdt = MetadataTable(self.table)
+        for other in candidates:
+            if other.is_completed:
+                clash = placed & mdt.placed_keys(other)
+                if clash:
+                    raise RecordKeyConflictError(self.instant, other, sorted(clash))
 
     def _update_metadata_table(self, lock: LockHandle) -> None:
         """Write this commit's metadata deltacommit to every completed and inflight metadata

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from metadata_table.records import DataFileInfo, info_from_bytes
+from metadata_table.records import DataFileInfo, changed_rows, info_from_bytes
 from timeline.commit_metadata import NULL_COMMIT, WriteStat
 from timeline.errors import BadRecordsError, FileAlreadyExistsError
 from timeline.fs_view import PARTITION_METADATA_FILE, BaseFile, base_file_name, read_parquet
@@ -44,6 +44,8 @@ class FileGroupWrite:
     incoming: pa.Table | None = None  # rows to insert or update
     incoming_keys: list[str] = field(default_factory=list)
     delete_keys: set[str] = field(default_factory=set)
+    #: keys an upsert moves to another partition (a global index): dropped from this group
+    move_keys: set[str] = field(default_factory=set)
 
     def marker(self, write_token: str, instant_time: str) -> Marker:
         name = base_file_name(self.file_id, write_token, instant_time)
@@ -93,7 +95,9 @@ def encode_file_group(
     """The new base file of ``target`` (named by ``marker``), in ``layout``. Commit sequence
     numbers are ``<T>_<seq_prefix>_<seq_start + i>``."""
     name = marker.file_name
-    rows, counts = _merged_rows(storage, instant_time, target, precombine, seq_prefix, seq_start)
+    rows, counts, changes = _merged_rows(
+        storage, instant_time, target, precombine, seq_prefix, seq_start
+    )
     rows = rows.set_column(
         rows.schema.get_field_index(FILE_NAME),
         FILE_NAME,
@@ -123,6 +127,7 @@ def encode_file_group(
         file_size_in_bytes=len(data),
     )
     info = info_from_bytes(target.partition, name, instant_time, data)
+    info.rows, info.replaced = changed_rows(*changes, instant_time)
     return EncodedFile(marker.data_path, data, stat, info)
 
 
@@ -149,6 +154,11 @@ def with_meta(
     )
 
 
+#: what a file group's write changed, for the indexes keyed by record key: the rows written,
+#: which of them update a record in place, the stored rows deleted, and the stored rows superseded
+Changes = tuple[pa.Table, pa.Array, pa.Table, pa.Table]
+
+
 def _merged_rows(
     storage: Storage,
     instant_time: str,
@@ -156,7 +166,7 @@ def _merged_rows(
     precombine: str | None,
     seq_prefix: int,
     seq_start: int,
-) -> tuple[pa.Table, dict[str, int]]:
+) -> tuple[pa.Table, dict[str, int], Changes]:
     counts = {"inserts": 0, "updates": 0, "deletes": 0}
     incoming = None
     if target.incoming is not None:
@@ -171,22 +181,44 @@ def _merged_rows(
     if target.base is None:
         assert incoming is not None
         counts["inserts"] = incoming.num_rows
-        return incoming, counts
+        nothing = _changed(incoming.slice(0, 0))
+        in_place = pa.repeat(pa.scalar(False), incoming.num_rows)
+        return incoming, counts, (_changed(incoming), in_place, nothing, nothing)
     existing = read_parquet(storage, target.base.path)
     existing_keys = existing.column(RECORD_KEY)
-    if target.delete_keys:
-        doomed = pa.array(sorted(target.delete_keys), pa.string())
-        hit = pc.is_in(existing_keys, value_set=doomed)
+    deleted = moved = existing.slice(0, 0)
+    if target.delete_keys or target.move_keys:
+        gone = pa.array(sorted(target.delete_keys | target.move_keys), pa.string())
+        hit = pc.is_in(existing_keys, value_set=gone)
         counts["deletes"] = pc.sum(hit).as_py() or 0
-        return existing.filter(pc.invert(hit)), counts
-    assert incoming is not None
+        removed = existing.filter(hit)
+        doomed = pc.is_in(
+            removed.column(RECORD_KEY), value_set=pa.array(sorted(target.delete_keys), pa.string())
+        )
+        deleted, moved = removed.filter(doomed), removed.filter(pc.invert(doomed))
+        existing = existing.filter(pc.invert(hit))
+        existing_keys = existing.column(RECORD_KEY)
+    if incoming is None:
+        nothing = _changed(existing.slice(0, 0))
+        no_flags = pa.array([], pa.bool_())
+        return existing, counts, (nothing, no_flags, _changed(deleted), _changed(moved))
     incoming = _drop_stale(existing, incoming, precombine)
     replaced = pc.is_in(existing_keys, value_set=incoming.column(RECORD_KEY))
+    in_place = pc.is_in(incoming.column(RECORD_KEY), value_set=existing_keys)
     counts["updates"] = pc.sum(replaced).as_py() or 0
     counts["inserts"] = incoming.num_rows - counts["updates"]
+    superseded = pa.concat_tables([existing.filter(replaced), moved])
     # the stored rows take the commit's schema (new columns null, promoted types)
     kept = conform(existing.filter(pc.invert(replaced)), incoming.schema)
-    return pa.concat_tables([kept, incoming]), counts
+    changes = (_changed(incoming), in_place, _changed(deleted), _changed(superseded))
+    return pa.concat_tables([kept, incoming]), counts, changes
+
+
+def _changed(rows: pa.Table) -> pa.Table:
+    """Rows as the index's changes take them: the record key and the data columns."""
+    return rows.drop_columns(
+        [c for c in META_COLUMNS if c != RECORD_KEY and c in rows.column_names]
+    )
 
 
 def _drop_stale(existing: pa.Table, incoming: pa.Table, precombine: str | None) -> pa.Table:

@@ -41,19 +41,23 @@ from metadata_table.layout import (
     BLOOM_FILTERS,
     COLUMN_STATS,
     FILES,
+    METADATA_FOLDER,
     NON_PARTITIONED,
     PARTITION_STATS,
+    RECORD_INDEX,
     column_prefix,
     data_partition,
     enc,
 )
 from metadata_table.read.filters import ColumnArrays, ColumnStats, Expr, parse_filter
+from metadata_table.read.keyed import KeyedLookup
 from metadata_table.reader import MetadataReader
 from metadata_table.records import RECORD_KEY, python_value
 from metadata_table.table import MetadataTable
-from timeline.errors import IndexStateError, TableConfigError
+from timeline.errors import IndexStateError, TableConfigError, TableError
 from timeline.fs_view import BaseFile, FileSlice, FileSystemView, LogFile
 from timeline.instant import Instant
+from timeline.removals import REMOVAL_ACTIONS
 from timeline.storage import FileInfo
 from timeline.table import Table
 from timeline.table_config import PROPERTIES_FILE, TYPE, TableType
@@ -103,6 +107,7 @@ class IndexedSnapshot:
         #: column -> (whether any file has stats for it, its arrays aligned with the listing)
         self._listing_arrays: dict[str, tuple[bool, ColumnArrays | None]] = {}
         self._bloom_table: pa.Table | None = None
+        self._keyed: dict[str, KeyedLookup] = {}
 
     @cached_property
     def reader(self) -> MetadataReader:
@@ -477,9 +482,15 @@ class IndexedSnapshot:
         return self._bloom_table
 
     def key_indexes(self) -> list[str]:
-        """The indexes :meth:`lookup_keys` narrows with: ``bloom_filters``, and ``column_stats``
+        """The indexes :meth:`lookup_keys` answers with: ``record_index`` (exact), and, for files
+        of instants it does not reflect (or without it), ``bloom_filters`` and ``column_stats``
         when it holds record key ranges; none: every latest file may hold any key."""
-        used = [BLOOM_FILTERS] if self.uses(BLOOM_FILTERS) else []
+        exact = self.uses(RECORD_INDEX)
+        if exact and not self.record_index_touched():
+            return [RECORD_INDEX]
+        used = [RECORD_INDEX] if exact else []
+        if self.uses(BLOOM_FILTERS):
+            used.append(BLOOM_FILTERS)
         if self._key_ranges_indexed():
             used.append(COLUMN_STATS)
         return used
@@ -491,17 +502,104 @@ class IndexedSnapshot:
         self, keys: Iterable[str], partition: str | None = None
     ) -> dict[str, list[str]]:
         """Record key -> paths of the files of the latest slices that may hold it (a base file
-        each on a copy-on-write table). A file may hold it when its record key range
-        (column_stats of ``_hoodie_record_key``, when indexed) holds the key and its bloom filter
-        may hold it, both tested on Arrow arrays over all files at once; a file without a
-        record, or written by an instant an index does not reflect, is kept; a slice is kept
-        when any of its files is (a log file that holds inserts or updates of the key)."""
+        each on a copy-on-write table).
+
+        With ``record_index`` used, a key's answer is exact: the files of the one slice that
+        holds it (none: not in the table). Files written by instants ``record_index`` does not
+        reflect yet are judged as without it, below (the partitions those instants touched may
+        hold keys it does not know of).
+
+        Otherwise a file may hold a key when its record key range (column_stats of
+        ``_hoodie_record_key``, when indexed) holds the key and its bloom filter may hold it,
+        both tested on Arrow arrays over all files at once; a file without a record, or written
+        by an instant an index does not reflect, is kept; a slice is kept when any of its files
+        is (a log file that holds inserts or updates of the key)."""
         wanted = list(keys)
         listing = self._listing if partition is None else self._slice_listing([partition])
+        out: dict[str, list[str]] = {k: [] for k in wanted}
+        if not wanted or not listing.files:
+            return out
+        if not self.uses(RECORD_INDEX):
+            return self._may_hold(wanted, listing)
+        for key, where in self.record_locations(wanted).items():
+            if partition is None or where.partition_path == partition:
+                out[key] = list(where.paths)
+        touched = self.record_index_touched()
+        if touched:  # files of instants the record index does not reflect: the other indexes
+            stale = np.array([f.partition_path in touched for f in listing.files], dtype=bool)
+            if stale.any():
+                for key, paths in self._may_hold(wanted, listing, stale).items():
+                    out[key] = sorted(set(out[key]) | set(paths))
+        return out
+
+    def record_locations(self, keys: Iterable[str]) -> dict[str, RecordLocation]:
+        """Where ``record_index`` says each key lives (keys not in the table left out): its data
+        partition, file group, and the files of that group's latest slice in this snapshot. Only
+        with ``record_index`` used; instants it does not reflect are not looked at (see
+        :meth:`record_index_touched`)."""
+        if not self.uses(RECORD_INDEX):
+            raise IndexStateError(
+                self.table.storage.uri(METADATA_FOLDER), "record_index is not completed"
+            )
+        found = self.record_lookup.find(list(keys))
+        slices = self._slices_by_group
+        out = {}
+        for key, name, file_id in zip(
+            found.column("key").to_pylist(),
+            found.column("partition").to_pylist(),
+            found.column("file_id").to_pylist(),
+            strict=True,
+        ):
+            data = data_partition(name)
+            held = slices.get((data, file_id))
+            paths = tuple(held.paths) if held is not None else ()
+            instant = held.base_instant if held is not None else None
+            out[key] = RecordLocation(data, file_id, instant, paths)
+        return out
+
+    @cached_property
+    def record_lookup(self) -> KeyedLookup:
+        """Lookups in ``record_index`` over this snapshot (what they decode is kept)."""
+        return self.keyed_lookup(RECORD_INDEX)
+
+    def keyed_lookup(self, partition: str) -> KeyedLookup:
+        """A lookup in a partition keyed by record key, over this snapshot's files of it."""
+        if partition not in self._keyed:
+            files = self.reader.keyed_files(partition)
+            self._keyed[partition] = KeyedLookup(self.reader.storage, partition, files)
+        return self._keyed[partition]
+
+    def record_index_touched(self) -> set[str]:
+        """The data partitions that instants ``record_index`` does not reflect yet wrote to or
+        deleted from: keys there may be where it does not say."""
+        return self._touched(RECORD_INDEX)
+
+    def _touched(self, partition: str) -> set[str]:
+        touched: set[str] = set()
+        for instant in self.unapplied(partition):
+            try:
+                if instant.action in REMOVAL_ACTIONS:
+                    removal = self.reader.removal(instant)
+                    touched.update(removal.deleted, removal.whole_partitions)
+                else:
+                    metadata = self.reader.commit_metadata(instant)
+                    touched.update(s.partition_path for s in metadata.write_stats)
+                    touched.update(metadata.partition_to_replace_file_ids)
+            except TableError:  # unreadable: every partition may hold anything
+                return set(self._partitions[0]) | {""}
+        return touched
+
+    @cached_property
+    def _slices_by_group(self) -> dict[tuple[str, str], FileSlice]:
+        return {(s.partition_path, s.file_id): s for s in self._listing.slices}
+
+    def _may_hold(
+        self, wanted: list[str], listing: _Listing, only: np.ndarray | None = None
+    ) -> dict[str, list[str]]:
+        """The bloom filter and key range answer of :meth:`lookup_keys` (of the files ``only``
+        marks, when given)."""
         files, paths = listing.files, listing.paths
         out: dict[str, list[str]] = {k: [] for k in wanted}
-        if not wanted or not files:
-            return out
         written_at = pa.array([_written_at(f) for f in files], pa.string())
         blooms = None
         if self.uses(BLOOM_FILTERS):
@@ -523,7 +621,7 @@ class IndexedSnapshot:
                 )
                 ranges = (arrays, unknown)
         for key in wanted:
-            keep = np.ones(len(files), dtype=bool)
+            keep = np.ones(len(files), dtype=bool) if only is None else only.copy()
             if blooms is not None:
                 keep &= might_contain_each(blooms, hash_value(key))
             if ranges is not None:
@@ -534,6 +632,17 @@ class IndexedSnapshot:
                 keep &= pc.or_(pc.fill_null(inside, True), unknown).to_numpy(zero_copy_only=False)
             out[key] = [p for s in listing.kept_slices(keep) for p in s.paths]
         return out
+
+
+@dataclass(frozen=True)
+class RecordLocation:
+    """Where a record lives: its data partition, file group, the instant of that group's latest
+    slice and that slice's files (empty when the snapshot's listing has no such slice)."""
+
+    partition_path: str
+    file_id: str
+    instant: str | None
+    paths: tuple[str, ...]
 
 
 class _Listing:

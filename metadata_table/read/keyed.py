@@ -1,0 +1,145 @@
+"""Lookups in the partitions keyed by record key: ``record_index`` (record key -> data partition
+and file group) and ``secondary_index_<column>`` (a value -> the records holding it).
+
+A value (a record key, or a secondary value as text) is found through its hash
+(:func:`metadata_table.layout.key_hashes`): the hash names the file group, and the top 32 bits
+(``key_hash``, by which each base file is sorted) name the row groups whose ``key_hash`` range
+holds it, so a lookup of one key decodes one row group of one file. The log files applied on top
+of a base file hold one commit's changes each; they are read whole. Of several records of one key
+the newest wins (:func:`metadata_table.reader.newest_records`), and a tombstone means the key is
+gone.
+
+:class:`KeyedLookup` keeps what it decoded (row groups, log files), so the lookups of a snapshot
+held open read each part of the index once; it is picklable (without what it kept), for Spark
+tasks that look keys up themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from metadata_table.layout import (
+    hash_groups,
+    key_hashes,
+    routing_column,
+    schema_of,
+)
+from metadata_table.reader import GroupFiles, newest_records
+from timeline.fs_view import parquet_file, read_parquet_file
+from timeline.storage import Storage
+
+
+class KeyedLookup:
+    """Lookups in one partition keyed by record key, over the files of one snapshot."""
+
+    def __init__(self, storage: Storage, partition: str, groups: Sequence[GroupFiles]) -> None:
+        self.storage = storage
+        self.partition = partition
+        self.groups = list(groups)
+        self.column = routing_column(partition)
+        self.schema = schema_of(partition)
+        self._init_caches()
+
+    def _init_caches(self) -> None:
+        #: per base file: its row groups' key_hash bounds (sorted), and the parsed file
+        self._bounds: dict[str, tuple[np.ndarray, np.ndarray, Any]] = {}
+        self._row_groups: dict[tuple[str, int], pa.Table] = {}
+        self._logs: dict[str, pa.Table] = {}
+        #: row groups and log files decoded (what a lookup cost)
+        self.decoded = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: self.__dict__[k] for k in ("storage", "partition", "groups", "column", "schema")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._init_caches()
+
+    def find(self, values: Iterable[str] | pa.Array) -> pa.Table:
+        """The live records whose routing column (the record key; a secondary index's value
+        text) is one of ``values``."""
+        wanted = pc.unique(
+            pa.array(values, pa.string())
+            if not isinstance(values, pa.Array)
+            else values.cast(pa.string())
+        )
+        wanted = wanted.filter(pc.is_valid(wanted))
+        if not len(wanted) or not self.groups:
+            return self.schema.empty_table()
+        hashes = key_hashes(wanted)
+        tops = (hashes >> np.uint64(32)).astype(np.int64)
+        of_group = hash_groups(hashes, len(self.groups))
+        parts = []
+        for index in np.unique(of_group).tolist():
+            mine = of_group == index
+            asked = wanted.filter(pa.array(mine))
+            parts.append(self._find_in(self.groups[index], asked, tops[mine]))
+        found = pa.concat_tables(parts)
+        return found.filter(pc.invert(found.column("is_deleted")))
+
+    def _find_in(self, group: GroupFiles, asked: pa.Array, tops: np.ndarray) -> pa.Table:
+        base = self.schema.empty_table()
+        if group.base is not None:
+            base = self._base_rows(group.base, asked, tops)
+        logs = []
+        for path in group.logs:
+            log = self._log(path)
+            logs.append(log.filter(pc.is_in(log.column(self.column), value_set=asked)))
+        return newest_records(base, logs) if any(log.num_rows for log in logs) else base
+
+    def _base_rows(self, path: str, asked: pa.Array, tops: np.ndarray) -> pa.Table:
+        """Records of base file ``path`` whose routing column is in ``asked``, from the row
+        groups whose key_hash range holds one of ``tops``."""
+        lows, highs, file = self._file(path)
+        first = np.searchsorted(highs, tops, side="left")
+        last = np.searchsorted(lows, tops, side="right")
+        wanted: set[int] = set()
+        for a, b in zip(first.tolist(), last.tolist(), strict=True):
+            wanted.update(range(a, b))
+        if not wanted:
+            return self.schema.empty_table()
+        tables = [self._row_group(path, file, rg) for rg in sorted(wanted)]
+        rows = pa.concat_tables(tables)
+        near = rows.filter(pc.is_in(rows.column("key_hash"), value_set=pa.array(tops, pa.int64())))
+        return near.filter(pc.is_in(near.column(self.column), value_set=asked))
+
+    def _file(self, path: str) -> tuple[np.ndarray, np.ndarray, Any]:
+        if path not in self._bounds:
+            file = parquet_file(self.storage, path)
+            metadata = file.metadata
+            names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
+            at = names.index("key_hash")
+            lows, highs = [], []
+            for rg in range(metadata.num_row_groups):
+                stats = metadata.row_group(rg).column(at).statistics
+                if stats is None or not stats.has_min_max:  # unknown: always read
+                    lows.append(np.iinfo(np.int64).min)
+                    highs.append(np.iinfo(np.int64).max)
+                else:
+                    lows.append(stats.min)
+                    highs.append(stats.max)
+            self._bounds[path] = (np.array(lows, np.int64), np.array(highs, np.int64), file)
+        return self._bounds[path]
+
+    def _row_group(self, path: str, file: Any, rg: int) -> pa.Table:
+        key = (path, rg)
+        if key not in self._row_groups:
+            table = read_parquet_file(file, path, None, [rg]).replace_schema_metadata(None)
+            self._row_groups[key] = table.cast(self.schema)
+            self.decoded += 1
+        return self._row_groups[key]
+
+    def _log(self, path: str) -> pa.Table:
+        if path not in self._logs:
+            table = read_parquet_file(parquet_file(self.storage, path), path)
+            self._logs[path] = table.replace_schema_metadata(None).cast(self.schema)
+            self.decoded += 1
+        return self._logs[path]
+
+
+__all__ = ["KeyedLookup"]

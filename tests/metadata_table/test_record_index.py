@@ -1,0 +1,270 @@
+"""The record index and secondary indexes: built by the indexer (both engines), kept exact by
+every commit of ours (inserts, updates, deletes, keys moved to another partition), by sync after
+commits that did not update them (new groups, deletes, a rollback of what their base files
+hold), global (one location per key: an insert of a key the table has updates it, two writers
+placing one new key conflict), and answering lookups exactly, decoding only the row groups that
+may hold the keys asked for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from indexer.indexer import AsyncIndexer, IndexerOptions
+from metadata_table.layout import (
+    RECORD_INDEX,
+    ROW_GROUP_ROWS,
+    secondary_index_partition,
+)
+from metadata_table.maintenance import build_records, initialize
+from metadata_table.read.snapshot import IndexedSnapshot
+from metadata_table.records import value_texts
+from metadata_table.table import MetadataTable
+from metadata_table.validate import validate
+from timeline import Table
+from timeline.commit_metadata import CommitMetadata
+from timeline.errors import DuplicateRecordKeyError, IndexBuildAbortedError, RecordKeyConflictError
+from timeline.fs_view import FileSystemView
+from timeline.hashing import key_hash64
+from timeline.hudi_avro import avro_file
+from timeline.instant import Action, Instant, State
+from writer.client import Operation, WriteClient
+
+from ..indexer.test_foreign_commits import foreign_write
+from .test_metadata_table import keys, make_table, rows
+
+FARE = secondary_index_partition("fare")
+CITY = secondary_index_partition("city")
+KEYED = (RECORD_INDEX, FARE, CITY)
+
+
+def live_rows(table: Table) -> list[dict[str, Any]]:
+    view = FileSystemView(table.timeline, table.timeline.load())
+    meta = ["_hoodie_record_key", "_hoodie_partition_path", "_hoodie_file_name", "fare", "city"]
+    return view.read_snapshot(meta).to_pylist()
+
+
+def assert_exact(table: Table, partitions: tuple[str, ...] = KEYED) -> None:
+    """Each keyed partition equals a rebuild, and for every live row the record index gives
+    exactly its file, and each secondary index exactly the keys holding its value."""
+    reports = {r.partition: r for r in validate(table)}
+    for partition in partitions:
+        assert reports[partition].ok, reports[partition].to_json()
+    snapshot = IndexedSnapshot(table)
+    rows_ = live_rows(table)
+    where = snapshot.record_locations([r["_hoodie_record_key"] for r in rows_])
+    assert len(where) == len(rows_), "one location per live key"
+    for row in rows_:
+        located = where[row["_hoodie_record_key"]]
+        assert located.partition_path == row["_hoodie_partition_path"], row
+        holder = f"{row['_hoodie_partition_path']}/{row['_hoodie_file_name']}"
+        assert located.paths == (holder,), (row, located)
+    for partition, column in ((FARE, "fare"), (CITY, "city")):
+        if partition not in partitions:
+            continue
+        texts = value_texts(pa.array([r[column] for r in rows_])).to_pylist()
+        found = snapshot.keyed_lookup(partition).find(texts)
+        expected = set(zip(texts, [r["_hoodie_record_key"] for r in rows_], strict=True))
+        got = zip(
+            found.column("value").to_pylist(), found.column("record_key").to_pylist(), strict=True
+        )
+        assert set(got) == expected, partition
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Table:
+    table = make_table(tmp_path / "t")
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 60)))
+    client.upsert(rows(keys(50, 80), ts=2))
+    client.delete(rows(keys(0, 5)))
+    return table
+
+
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_built_by_the_indexer_and_kept_by_every_commit(
+    table: Table, engine: str, spark: Any
+) -> None:
+    indexer = AsyncIndexer(
+        table, IndexerOptions(engine=engine), spark if engine == "spark" else None
+    )
+    indexer.run(list(KEYED))
+    assert_exact(table)
+    client = WriteClient(table)
+    client.upsert(rows(keys(70, 90), ts=3))  # updates and inserts
+    assert_exact(table)
+    client.delete(rows(keys(10, 20)))
+    assert_exact(table)
+    changed = rows(keys(30, 35), ts=4)
+    changed = changed.set_column(3, "fare", pa.array([1000.0 + i for i in range(5)]))
+    client.upsert(changed)  # values change: old ones leave the secondary index
+    assert_exact(table)
+    snapshot = IndexedSnapshot(table)
+    assert snapshot.keyed_lookup(FARE).find(["30"]).num_rows == 0
+    assert snapshot.keyed_lookup(FARE).find(value_texts(pa.array([1000.0]))).num_rows == 1
+
+
+def test_keys_are_global_once_a_record_index_exists(table: Table) -> None:
+    initialize(table, list(KEYED))
+    client = WriteClient(table)
+    # k0040 lives in "la" (40 % 3 == 1): upserted into "tokyo", its old copy is deleted
+    moved = rows(["k0040"], ts=5, city="tokyo")
+    client.upsert(moved)
+    found = [r for r in live_rows(table) if r["_hoodie_record_key"] == "k0040"]
+    assert [r["_hoodie_partition_path"] for r in found] == ["tokyo"]
+    assert_exact(table)
+    # an older copy does not move it (the stored precombine value is larger)
+    client.upsert(rows(["k0040"], ts=1, city="sf"))
+    found = [r for r in live_rows(table) if r["_hoodie_record_key"] == "k0040"]
+    assert [r["_hoodie_partition_path"] for r in found] == ["tokyo"]
+    # an insert of a key the table has updates it: no second copy
+    client.insert(rows(["k0041", "k0042"], ts=9, city="ny"))
+    found = [r["_hoodie_record_key"] for r in live_rows(table)]
+    assert sorted(found) == sorted(set(found))
+    # a delete finds the key wherever it lives, whatever partition the row names
+    client.delete(rows(["k0040"], city="sf"))
+    assert "k0040" not in {r["_hoodie_record_key"] for r in live_rows(table)}
+    assert_exact(table)
+    assert "record_index" in WriteClient(table).start(Operation.UPSERT).index.key_indexes()
+
+
+def test_two_writers_placing_one_new_key_conflict(table: Table) -> None:
+    initialize(table, list(KEYED))
+    first = WriteClient(table).start(Operation.UPSERT)
+    second = WriteClient(table).start(Operation.UPSERT)
+    first.write(rows(["k0500"], city="sf"))
+    second.write(rows(["k0500", "k0501"], city="la"))
+    first.commit()
+    with pytest.raises(RecordKeyConflictError) as raised:
+        second.commit()
+    assert raised.value.keys == ["k0500"] and raised.value.other_instant == first.instant
+    assert_exact(table)
+
+
+def test_a_write_started_before_the_record_index_conflicts_when_it_places_keys(
+    table: Table,
+) -> None:
+    updates = WriteClient(table).start(Operation.UPSERT)
+    updates.write(rows(keys(50, 55), ts=7))  # updates in place only
+    inserts = WriteClient(table).start(Operation.UPSERT)
+    inserts.write(rows(keys(600, 605)))
+    initialize(table, [RECORD_INDEX])
+    updates.commit()
+    with pytest.raises(RecordKeyConflictError, match="before the record index was scheduled"):
+        inserts.commit()
+    WriteClient(table).upsert(rows(keys(600, 605)))  # the retry looks globally
+    assert_exact(table, (RECORD_INDEX,))
+
+
+def test_sync_applies_commits_that_did_not_update_it(
+    table: Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    initialize(table, list(KEYED))
+    foreign_write(table, rows(keys(100, 110), city="tokyo"), monkeypatch)  # a new partition
+    foreign_write(table, rows(keys(20, 25), ts=8), monkeypatch)  # updates in place
+    snapshot = IndexedSnapshot(table)
+    assert snapshot.record_index_touched() == {"tokyo", "sf", "la", "ny"}
+    # lagging, never stale: the touched partitions' files answer for their keys
+    for key in ("k0100", "k0021"):
+        assert snapshot.lookup_keys([key])[key], key
+    assert snapshot.key_indexes() == [RECORD_INDEX]  # and every file where it lags
+    result = AsyncIndexer(table, IndexerOptions(engine="local")).sync()
+    assert not result.resynced and len(result.applied) == 2
+    assert_exact(table)
+    # a delete by a writer without the index: its keys become tombstones on sync
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            type(WriteClient(table).start(Operation.DELETE)),
+            "_update_metadata_table",
+            lambda self, lock: None,
+        )
+        WriteClient(table).delete(rows(keys(100, 103), city="tokyo"))
+    AsyncIndexer(table, IndexerOptions(engine="local")).sync()
+    assert_exact(table)
+
+
+def rollback_completed(table: Table, instant: Instant) -> None:
+    """A rollback of a completed commit, as Apache Hudi's writer makes one (this kernel rolls
+    back only writes that never completed): its files and instant files deleted, and a
+    completed rollback instant in Hudi's Avro naming them."""
+    metadata = CommitMetadata.from_bytes(table.timeline.read_content(instant))
+    deleted: dict[str, list[str]] = {}
+    for stat in metadata.write_stats:
+        table.storage.delete(stat.path)
+        deleted.setdefault(stat.partition_path, []).append(table.storage.uri(stat.path))
+    for state in (State.COMPLETED, State.INFLIGHT, State.REQUESTED):
+        table.storage.delete(table.timeline.path(instant.with_state(state)))
+    requested = table.timeline.create_requested(Action.ROLLBACK)
+    inflight = table.timeline.transition_to_inflight(requested)
+    partitions = {
+        p: {"partitionPath": p, "successDeleteFiles": files, "failedDeleteFiles": []}
+        for p, files in deleted.items()
+    }
+    record = {
+        "startRollbackTime": inflight.timestamp,
+        "timeTakenInMillis": 1,
+        "totalFilesDeleted": sum(map(len, deleted.values())),
+        "commitsRollback": [instant.timestamp],
+        "partitionMetadata": partitions,
+        "instantsRollback": [{"commitTime": instant.timestamp, "action": "commit"}],
+    }
+    table.timeline.complete(inflight, avro_file("metadata", record))
+
+
+def test_a_rollback_of_what_the_base_files_hold_rebuilds_them(table: Table) -> None:
+    client = WriteClient(table)
+    last = client.upsert(rows(keys(200, 210), ts=3))
+    initialize(table, list(KEYED))
+    rollback_completed(table, last)
+    snapshot = IndexedSnapshot(table)
+    assert snapshot.unapplied(RECORD_INDEX), "lagging until sync"
+    result = AsyncIndexer(table, IndexerOptions(engine="local")).sync()
+    assert set(result.resynced) >= set(KEYED), "it cannot be undone record by record"
+    assert_exact(table)
+    # a rollback of a commit applied in a log file needs nothing: the log no longer applies
+    later = client.upsert(rows(keys(300, 305)))
+    rollback_completed(table, later)
+    result = AsyncIndexer(table, IndexerOptions(engine="local")).sync()
+    assert not result.resynced
+    assert_exact(table)
+
+
+def test_a_key_in_two_file_groups_is_refused_by_name(tmp_path: Path) -> None:
+    table = make_table(tmp_path / "t")
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 10)))
+    client.insert(rows(["k0003"], ts=2))  # an insert does not look: a second copy
+    with pytest.raises(IndexBuildAbortedError, match="record key 'k0003' is in 2 file groups"):
+        AsyncIndexer(table, IndexerOptions(engine="local")).run([RECORD_INDEX])
+    with pytest.raises(DuplicateRecordKeyError):
+        build_records(table, table.timeline.load(), RECORD_INDEX)
+
+
+def test_files_are_sorted_by_hash_and_a_lookup_decodes_one_row_group(tmp_path: Path) -> None:
+    table = make_table(tmp_path / "t")
+    client = WriteClient(table)
+    count = 3 * ROW_GROUP_ROWS
+    client.insert(rows(keys(0, count)))
+    AsyncIndexer(table, IndexerOptions(engine="local")).run([RECORD_INDEX])
+    mdt = MetadataTable(table)
+    base = max(e.path for e in mdt.storage.list(RECORD_INDEX) if e.name.endswith(".parquet"))
+    stored = pq.read_table(mdt.storage.uri(base))
+    assert stored.num_rows == count
+    hashes = key_hash64(stored.column("key"))
+    assert (hashes[1:] >= hashes[:-1]).all(), "ordered by the key's hash"
+    assert (
+        pc.equal(stored.column("key_hash"), pa.array((hashes >> 32).astype("int64")))
+        .to_numpy(zero_copy_only=False)
+        .all()
+    )
+    assert pq.ParquetFile(mdt.storage.uri(base)).metadata.num_row_groups == 3
+    snapshot = IndexedSnapshot(table)
+    located = snapshot.record_locations(["k0007"])
+    assert located["k0007"].partition_path == "la" and snapshot.record_lookup.decoded == 1
+    assert snapshot.record_locations(["nope"]) == {}
+    assert snapshot.lookup_keys(["nope"]) == {"nope": []}
