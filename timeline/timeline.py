@@ -159,7 +159,8 @@ class CommittedWrites:
     rollback deletes a failed write's files before its instant, so the data files of an archived
     instant are committed (Hudi's file-system view decides the same way). The start is the first
     write instant that is not a savepoint's: archival may keep a savepointed commit behind and
-    archive the ones after it."""
+    archive the ones after it; when every write left is a savepoint's (a restore to one), the
+    newest of them."""
 
     def __init__(self, timeline: Timeline, as_of: str | None = None) -> None:
         completed = timeline.write_timeline().completed()
@@ -169,7 +170,10 @@ class CommittedWrites:
         self._known = {i.timestamp for i in timeline}
         self._as_of = as_of
         savepoints = {i.timestamp for i in timeline.with_actions(Action.SAVEPOINT)}
-        first = next((i for i in timeline.write_timeline() if i.timestamp not in savepoints), None)
+        writes = list(timeline.write_timeline())
+        first = next((i for i in writes if i.timestamp not in savepoints), None)
+        if first is None and writes:  # only savepointed writes left (a restore to a savepoint)
+            first = writes[-1]
         self.start = first.timestamp if first is not None else None
 
     def is_archived(self, timestamp: str) -> bool:

@@ -119,6 +119,16 @@ def test_files_of_archived_instants_stay_committed() -> None:
     )
     assert CommittedWrites(kept).start == _t(5)
     assert _t(3) in CommittedWrites(kept)
+    # a restore to that savepoint leaves only savepointed writes: what is older stays committed
+    restored = Timeline(
+        (
+            Instant(_t(4), Action.DELTA_COMMIT, State.COMPLETED),
+            Instant(_t(4), Action.SAVEPOINT, State.COMPLETED),
+            Instant(_t(7), Action.RESTORE, State.COMPLETED),
+        )
+    )
+    assert CommittedWrites(restored).start == _t(4)
+    assert [n for n in range(1, 8) if _t(n) in CommittedWrites(restored)] == [1, 2, 3, 4]
 
 
 def test_the_view_lists_files_of_archived_instants(tmp_path: Path) -> None:
