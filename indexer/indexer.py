@@ -549,8 +549,15 @@ class AsyncIndexer:
             with self._lock(f"sync {instant.timestamp}") as lock:
                 state = self.table.reload_index_state()
                 todo = [p for p in partitions if p in state.completed]
-                if todo:
-                    self.writer.apply(lock, instant, todo, state)
+                while todo:
+                    try:
+                        self.writer.apply(lock, instant, todo, state)
+                        break
+                    except RebuildRequiredError as e:  # that partition only: the others apply
+                        reason = f"{instant.timestamp}.{instant.action}: {e}"
+                        logger.warning("sync: %s; rebuilding it from storage", reason)
+                        failed[e.partition] = reason
+                        todo = [p for p in todo if p != e.partition]
         except _UNREADABLE as e:
             reason = f"{instant.timestamp}.{instant.action} could not be applied: {e}"
             logger.warning("sync: %s; rebuilding %s from storage", reason, ",".join(partitions))

@@ -142,6 +142,19 @@ class MetadataReader:
     def _archive(self) -> ArchivedTimeline:
         return self.mdt.table.archive()
 
+    def built_after(self, partition: str, instant: Instant) -> bool:
+        """Whether ``partition``'s base files took their snapshot of the table after completed
+        instant ``instant`` completed (so they reflect it): its completed file is older than the
+        snapshot, or Hudi archived it before then."""
+        since = self._snapshot_time(partition)
+        if since is None:
+            return False
+        try:
+            return self.storage.mtime(self.mdt.table.timeline.path(instant)) < since
+        except StorageFileNotFoundError:  # archived: before the snapshot, unless since
+            archived = self._archive.instants(written_since=since)
+            return all(a.instant.timestamp != instant.timestamp for a in archived)
+
     def _snapshot_time(self, partition: str) -> float | None:
         """When ``partition`` last took a timeline snapshot for its base files (see
         :meth:`_started`): every instant Hudi archived before then is reflected by them."""

@@ -60,7 +60,7 @@ from timeline.errors import (
 from timeline.fs_view import BaseFile, FileSystemView, LogFile, read_parquet, slice_instant
 from timeline.heartbeat import Heartbeat, heartbeat_path
 from timeline.index_state import IndexState
-from timeline.instant import Action, Instant, State, is_after
+from timeline.instant import Action, Instant, State, is_after, normalize_timestamp
 from timeline.locks import LockHandle
 from timeline.markers import IOType, Marker, MarkerWriter, marker_folder
 from timeline.removals import Removal
@@ -419,15 +419,19 @@ class MetadataTable:
         record, a key gone is a tombstone. Only those slices' files are read, all of them
         immutable; one deleted since (cleaned) is :class:`StorageFileNotFoundError`, and the
         partition is rebuilt instead. A compaction moves no key; for the record index, neither
-        do updates in place (a write stat without inserts or deletes)."""
+        do updates in place (a rewritten base file's write stat without inserts or deletes)."""
         kind = index_type(partition)
         empty = kind.schema.empty_table()
         if metadata.compacted:
             return empty
         groups: set[tuple[str, str]] = set()
         for stat in metadata.write_stats:
-            moved = stat.num_inserts > 0 or stat.num_deletes > 0
-            if moved or stat.prev_commit in (NULL_COMMIT, "") or partition != RECORD_INDEX:
+            # a base file rewritten knows which of its records were new: a log append does not
+            # (a bucket index tags inserts with their bucket's group, counting them as updates)
+            in_place = not (stat.num_inserts or stat.num_deletes) and not stat.file_name.startswith(
+                "."
+            )
+            if not in_place or stat.prev_commit in (NULL_COMMIT, "") or partition != RECORD_INDEX:
                 groups.add((stat.partition_path, stat.file_id))
         for path, file_ids in metadata.partition_to_replace_file_ids.items():
             groups.update((path, f) for f in file_ids)
@@ -455,9 +459,10 @@ class MetadataTable:
         def listing() -> list[FileInfo]:
             return [e for p in data_partitions for e in storage.list(p) if not e.is_dir]
 
-        if before:
-            timeline = timeline.filter(lambda i: i.timestamp != instant_time)
-        view = FileSystemView(self.table.timeline, timeline, as_of=instant_time, listing=listing)
+        as_of = instant_time
+        if before:  # as of the moment before: every instant up to one millisecond earlier
+            as_of = f"{int(normalize_timestamp(instant_time)) - 1:017d}"
+        view = FileSystemView(self.table.timeline, timeline, as_of=as_of, listing=listing)
         counted = view.committed.__contains__
         infos = []
         for piece in view.latest_file_slices(data_partitions):
@@ -484,21 +489,28 @@ class MetadataTable:
         """What a clean, rollback or restore changes in ``partition`` (keyed by record key): a
         clean leaves every latest slice as it was, and a rollback of a write the partition
         applied in a log file needs nothing (that log no longer applies once its data instant
-        is gone), nor one of a write that never completed. A rollback or restore of a commit
-        the partition's base files hold cannot be undone from records:
-        :class:`RebuildRequiredError`, and the partition is rebuilt from storage."""
+        is gone), nor one of a write that never completed, nor one its base files were built
+        after. A rollback or restore of a commit its base files hold cannot be undone from
+        records: :class:`RebuildRequiredError`, and the partition is rebuilt from storage."""
         kind = index_type(partition)
-        if removal.instant.action is not Action.CLEAN:
-            watermark, _ = reader.applied(partition)
-            for names in removal.deleted.values():
-                for name in names:
-                    at = slice_instant(name)
-                    if at is not None and not is_after(at, watermark):
-                        raise RebuildRequiredError(
-                            partition,
-                            f"{removal.instant} removed {name}, written at {at}, which its "
-                            f"base files (up to {watermark}) hold",
-                        )
+        if removal.instant.action is Action.CLEAN:
+            return kind.schema.empty_table()
+        watermark, _ = reader.applied(partition)
+        undone = set(removal.rolled_back)
+        if not undone:  # unknown: the instants of the base files it deleted
+            undone = {
+                at
+                for names in removal.deleted.values()
+                for name in names
+                if (at := slice_instant(name)) is not None and not name.startswith(".")
+            }
+        held = sorted(t for t in undone if not is_after(t, watermark))
+        if held and not reader.built_after(partition, removal.instant):
+            raise RebuildRequiredError(
+                partition,
+                f"{removal.instant} undid {', '.join(held)}, which its base files (up to "
+                f"{watermark}) hold",
+            )
         return kind.schema.empty_table()
 
     def apply_removal(self, lock: LockHandle, removal: Removal) -> None:

@@ -43,6 +43,8 @@ class Removal:
     instant: Instant
     deleted: Mapping[str, frozenset[str]] = field(default_factory=dict)
     whole_partitions: frozenset[str] = frozenset()
+    #: the instants a rollback or restore undid (``commitsRollback``), when its metadata says
+    rolled_back: frozenset[str] = frozenset()
 
     def __bool__(self) -> bool:
         return bool(self.whole_partitions) or any(self.deleted.values())
@@ -96,7 +98,9 @@ def removal_from_record(instant: Instant, record: Mapping[str, Any]) -> Removal:
 def _from_partition_metadata(instant: Instant, records: Iterable[Mapping[str, Any]]) -> Removal:
     deleted: dict[str, set[str]] = {}
     whole: set[str] = set()
+    undone: set[str] = set()
     for record in records:
+        undone.update(str(t) for t in record.get("commitsRollback") or [])
         for key, meta in (record.get("partitionMetadata") or {}).items():
             partition = meta.get("partitionPath", key) or ""
             names = deleted.setdefault(partition, set())
@@ -108,7 +112,8 @@ def _from_partition_metadata(instant: Instant, records: Iterable[Mapping[str, An
             names.update(posixpath.basename(p) for p in meta.get("logFilesFromFailedCommit") or {})
             if meta.get("isPartitionDeleted"):
                 whole.add(partition)
-    return Removal(instant, {p: frozenset(n) for p, n in deleted.items()}, frozenset(whole))
+    deleted_files = {p: frozenset(n) for p, n in deleted.items()}
+    return Removal(instant, deleted_files, frozenset(whole), frozenset(undone))
 
 
 __all__ = [

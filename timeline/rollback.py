@@ -107,7 +107,8 @@ class RollbackPlan:
         deleted: dict[str, set[str]] = defaultdict(set)
         for path in self.files:
             deleted[posixpath.dirname(path)].add(posixpath.basename(path))
-        return Removal(rollback_instant, {p: frozenset(n) for p, n in deleted.items()})
+        files = {p: frozenset(n) for p, n in deleted.items()}
+        return Removal(rollback_instant, files, rolled_back=frozenset({self.instant.timestamp}))
 
 
 def plan_rollback(table: Table, instant: Instant) -> RollbackPlan:
