@@ -15,10 +15,11 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from metadata_table.layout import PARTITIONS, check_partition
+from metadata_table.layout import PARTITIONS, RECORD_INDEX, check_partition, data_partition
 from metadata_table.maintenance import initialize
+from metadata_table.read.filters import In
 from metadata_table.read.scan import IndexedTable, TableScan
-from metadata_table.read.snapshot import IndexedSnapshot
+from metadata_table.read.snapshot import IndexedSnapshot, RecordLocation
 from metadata_table.records import python_value
 from metadata_table.table import MetadataTable
 from timeline.cli import (
@@ -29,7 +30,7 @@ from timeline.cli import (
     config_from_args,
     run_subcommands,
 )
-from timeline.errors import ConfigError
+from timeline.errors import ConfigError, FilterTypeError, UnknownColumnError
 from timeline.table import Table
 
 
@@ -56,6 +57,8 @@ def render(partition: str, row: dict[str, Any]) -> dict[str, Any]:
 def _dump(args: argparse.Namespace) -> int:
     table = Table.open(args.base, config_from_args(args))
     partition = check_partition(args.partition)
+    if partition == RECORD_INDEX and args.format == "jsonl" and not args.json:
+        return _dump_record_index(table, args.include_deleted)
     reader = MetadataTable(table).reader(table.timeline.load())
     rows = reader.read(partition, include_deleted=args.include_deleted).to_pylist()
     index_state = table.reload_index_state()
@@ -78,6 +81,37 @@ def _dump(args: argparse.Namespace) -> int:
             print("  " + " ".join(f"{k}={v}" for k, v in shown.items() if k != "key"))
         if len(rows) > args.limit:
             print(f"  ... {len(rows) - args.limit} more (--limit, or --format jsonl for all)")
+    return EXIT_OK
+
+
+def _dump_record_index(table: Table, include_deleted: bool) -> int:
+    """``dump <base> record_index --format jsonl``: one line per key, with the instant of its
+    file group's latest slice (null for a tombstone, or a group the listing no longer has),
+    written batch by batch."""
+    snapshot = IndexedSnapshot(table)
+    records = snapshot.reader.read(RECORD_INDEX, include_deleted=include_deleted)
+    slices = {
+        (s.partition_path, s.file_id): s.base_instant for s in snapshot.view.latest_file_slices()
+    }
+    out = sys.stdout
+    for batch in records.to_batches(max_chunksize=65_536):
+        for key, name, file_id, deleted in zip(
+            batch.column("key").to_pylist(),
+            batch.column("partition").to_pylist(),
+            batch.column("file_id").to_pylist(),
+            batch.column("is_deleted").to_pylist(),
+            strict=True,
+        ):
+            partition = data_partition(name)
+            line = {
+                "record_key": key,
+                "partition_path": partition,
+                "file_id": file_id,
+                "instant": None if deleted else slices.get((partition, file_id)),
+            }
+            if include_deleted:
+                line["is_deleted"] = deleted
+            out.write(json.dumps(line) + "\n")
     return EXIT_OK
 
 
@@ -110,21 +144,97 @@ def _prune(args: argparse.Namespace) -> int:
 
 
 def _lookup(args: argparse.Namespace) -> int:
+    if (args.keys is None) == (args.column is None):
+        raise ConfigError(
+            "--keys", "name record keys (--keys), or a column and values (--column, --values)"
+        )
+    table = Table.open(args.base, config_from_args(args))
+    snapshot = IndexedSnapshot(table)
+    if args.column is not None:
+        return _lookup_values(snapshot, args)
     keys = [k for k in args.keys.split(",") if k]
     if not keys:
         raise ConfigError("--keys", "name at least one record key")
-    table = Table.open(args.base, config_from_args(args))
-    snapshot = IndexedSnapshot(table)
     found = snapshot.lookup_keys(keys, args.partition)
     indexes = snapshot.key_indexes()
+    exact = indexes == [RECORD_INDEX]
+    located = snapshot.record_locations(keys) if RECORD_INDEX in indexes else {}
     if args.json:
-        print(json.dumps({"keys": found, "indexes": indexes}))
+        where = {k: _location(v) for k, v in located.items()}
+        print(json.dumps({"keys": found, "indexes": indexes, "exact": exact, "locations": where}))
         return EXIT_OK
     for key in keys:
-        print(f"{key}: {' '.join(found[key]) or '(no file)'}")
+        at = located.get(key)
+        place = f" [{at.partition_path or '.'}/{at.file_id} @ {at.instant}]" if at else ""
+        print(f"{key}: {' '.join(found[key]) or '(no file)'}{place}")
     answered = ", ".join(indexes) if indexes else "no index completed: every latest file"
-    print(f"answered by {answered}", file=sys.stderr)
+    kind = "exact" if exact else "the files that may hold them"
+    print(f"answered by {answered} ({kind})", file=sys.stderr)
     return EXIT_OK
+
+
+def _lookup_values(snapshot: IndexedSnapshot, args: argparse.Namespace) -> int:
+    """``lookup --column c --values v1,v2``: the records holding each value, through the
+    column's secondary index and the record index; without them, the files data skipping keeps
+    (``c IN (...)``), which may hold them."""
+    column = args.column
+    texts = [v for v in (args.values or "").split(",") if v != ""]
+    if not texts:
+        raise ConfigError("--values", "name at least one value")
+    schema = snapshot.table_schema
+    if column not in schema.names:
+        raise UnknownColumnError(column, schema.names)
+    values = [_typed(schema.field(column).type, column, t) for t in texts]
+    out: dict[str, Any] = {}
+    if snapshot.secondary_index_used(column) is not None:
+        indexes = [snapshot.secondary_index_used(column), RECORD_INDEX]
+        for text, value in zip(texts, values, strict=True):
+            found = snapshot.records_with(column, [value])
+            out[text] = {k: _location(v) for k, v in sorted(found.items())}
+        exact = not snapshot.record_index_touched()
+    else:
+        result = snapshot.prune(In(column, tuple(values)))
+        indexes = ["column_stats"] if result.used_index else []
+        paths = [p for s in result.slices for p in s.paths]
+        out = {text: {"files": paths} for text in texts}
+        exact = False
+    if args.json:
+        print(json.dumps({"column": column, "values": out, "indexes": indexes, "exact": exact}))
+        return EXIT_OK
+    for text in texts:
+        found = out[text]
+        if "files" in found:
+            print(f"{column}={text}: may be in {' '.join(found['files']) or '(no file)'}")
+            continue
+        print(f"{column}={text}: {len(found)} record(s)")
+        for key, where in found.items():
+            print(
+                f"  {key}: {' '.join(where['paths'])} [{where['partition_path'] or '.'}/{where['file_id']}]"
+            )
+    answered = ", ".join(i for i in indexes if i) or "no index completed: every latest file"
+    print(
+        f"answered by {answered} ({'exact' if exact else 'files that may hold them'})",
+        file=sys.stderr,
+    )
+    return EXIT_OK
+
+
+def _typed(kind: pa.DataType, column: str, text: str) -> Any:
+    """A --values entry as a value of the column's type (numbers, booleans, dates, timestamps
+    parsed; text as it is)."""
+    try:
+        return pa.scalar(text).cast(kind).as_py()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise FilterTypeError(column, str(kind), text) from e
+
+
+def _location(where: RecordLocation) -> dict[str, Any]:
+    return {
+        "partition_path": where.partition_path,
+        "file_id": where.file_id,
+        "instant": where.instant,
+        "paths": list(where.paths),
+    }
 
 
 #: rows a table printed to a terminal shows when no --limit is given
@@ -251,12 +361,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     dump = sub.add_parser("dump", help="print the merged records of one metadata partition")
     dump.add_argument("base", help="table base path")
-    dump.add_argument("partition", choices=PARTITIONS)
+    dump.add_argument(
+        "partition",
+        help=f"{', '.join(PARTITIONS)}, or secondary_index_<column>",
+    )
     dump.add_argument(
         "--format",
         choices=["text", "jsonl"],
         default="text",
-        help="jsonl: one JSON object per merged record (bytes as base64)",
+        help="jsonl: one JSON object per merged record (bytes as base64); for record_index, "
+        "one per key: record_key, partition_path, file_id and the instant of its file slice",
     )
     dump.add_argument("--limit", type=int, default=20, help="records shown in text format")
     dump.add_argument("--include-deleted", action="store_true", help="also tombstones")
@@ -266,16 +380,26 @@ def build_parser() -> argparse.ArgumentParser:
     dump.set_defaults(func=_dump)
     lookup = sub.add_parser(
         "lookup",
-        help="the files that may hold record keys (bloom filters and key ranges)",
-        description="For each record key, the files of the latest file slices that may hold "
-        "it, narrowed by bloom_filters and by column_stats' record key ranges where they are "
-        "completed (a merge-on-read slice: its base file and log files). Says which indexes "
-        "answered; with none completed, every latest file is listed.",
+        help="where record keys, or the records holding column values, are",
+        description="For each record key (--keys): with record_index completed, exactly the "
+        "files of the file slice that holds it (and its partition, file group and slice "
+        "instant); otherwise the files of the latest slices that may hold it, narrowed by "
+        "bloom_filters and by column_stats' record key ranges where they are completed (a "
+        "merge-on-read slice: its base file and log files). For column values (--column, "
+        "--values): the records holding each value, through the column's secondary index and "
+        "record_index, or, without them, the files data skipping keeps. Says which indexes "
+        "answered and whether the answer is exact.",
     )
     lookup.add_argument("base", help="table base path")
-    lookup.add_argument("--keys", required=True, help="comma-separated record keys")
-    lookup.add_argument("--partition", help="only this data partition (default: all)")
-    add_common_options(lookup, json_help='print {"keys": {key: [paths]}, "indexes": [...]}')
+    lookup.add_argument("--keys", help="comma-separated record keys")
+    lookup.add_argument("--column", help="a column with a secondary index (with --values)")
+    lookup.add_argument("--values", help="comma-separated values of --column")
+    lookup.add_argument("--partition", help="only this data partition (default: all; --keys)")
+    add_common_options(
+        lookup,
+        json_help='print {"keys": {key: [paths]}, "indexes", "exact", "locations"} (--keys) or '
+        '{"column", "values": {value: {key: location}}, "indexes", "exact"}',
+    )
     lookup.set_defaults(func=_lookup)
     prune = sub.add_parser(
         "prune",

@@ -184,7 +184,7 @@ class Compare(Expr):
         return Compare(self.column, _NEGATED[self.op], self.value)
 
     def expression(self, schema: pa.Schema) -> pc.Expression:
-        field, value = pc.field(self.column), _row_literal(schema, self.column, self.value)
+        field, value = pc.field(self.column), row_literal(schema, self.column, self.value)
         return {
             "=": field == value,
             "!=": field != value,
@@ -291,7 +291,7 @@ class In(Expr):
     def expression(self, schema: pa.Schema) -> pc.Expression:
         field = pc.field(self.column)
         kind = schema.field(_check_column(schema, self.column)).type
-        values = pa.array([_row_literal(schema, self.column, v) for v in self.values], kind)
+        values = pa.array([row_literal(schema, self.column, v) for v in self.values], kind)
         found = field.isin(values)
         return (~found & field.is_valid()) if self.negated else found
 
@@ -432,7 +432,7 @@ def _check_column(schema: pa.Schema, column: str) -> str:
     return column
 
 
-def _row_literal(schema: pa.Schema, column: str, value: Any) -> pa.Scalar:
+def row_literal(schema: pa.Schema, column: str, value: Any) -> pa.Scalar:
     """``value`` as a scalar of ``column``'s type (a date for a date column, the column's unit
     and zone for a timestamp, an exact decimal), or a :class:`FilterTypeError` naming both."""
     kind = schema.field(_check_column(schema, column)).type

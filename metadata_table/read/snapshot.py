@@ -45,17 +45,30 @@ from metadata_table.layout import (
     NON_PARTITIONED,
     PARTITION_STATS,
     RECORD_INDEX,
+    SECONDARY_INDEX_PREFIX,
     column_prefix,
     data_partition,
     enc,
+    is_secondary_index,
+    secondary_index_partition,
 )
-from metadata_table.read.filters import ColumnArrays, ColumnStats, Expr, parse_filter
+from metadata_table.read.filters import (
+    And,
+    ColumnArrays,
+    ColumnStats,
+    Compare,
+    Expr,
+    In,
+    Or,
+    parse_filter,
+    row_literal,
+)
 from metadata_table.read.keyed import KeyedLookup
 from metadata_table.reader import MetadataReader
-from metadata_table.records import RECORD_KEY, python_value
+from metadata_table.records import RECORD_KEY, python_value, value_texts
 from metadata_table.table import MetadataTable
-from timeline.errors import IndexStateError, TableConfigError, TableError
-from timeline.fs_view import BaseFile, FileSlice, FileSystemView, LogFile
+from timeline.errors import FilterTypeError, IndexStateError, TableConfigError, TableError
+from timeline.fs_view import BaseFile, FileSlice, FileSystemView, LogFile, read_parquet_schema
 from timeline.instant import Instant
 from timeline.removals import REMOVAL_ACTIONS
 from timeline.storage import FileInfo
@@ -83,6 +96,10 @@ class PruneResult:
     files_in_pruned_partitions: int = 0
     #: the kept file slices, whose files a reader merges (log-only slices included)
     slices: list[FileSlice] = field(default_factory=list)
+    #: the secondary indexes (with the record index) that answered ``=`` and ``IN``, and the
+    #: slices they dropped beyond the others
+    secondary_indexes: tuple[str, ...] = ()
+    secondary_pruned: int = 0
 
     @property
     def pruned(self) -> int:
@@ -255,6 +272,12 @@ class IndexedSnapshot:
                 arrays = {c: None if a is None else a.take(indices) for c, a in arrays.items()}
             chosen = [files[i] for i in selected]
             keep[selected], behind = self._keep_by_file_stats(expr, chosen, arrays)
+        secondary, used = self._secondary_keep(expr, listing)
+        secondary_pruned = 0
+        if secondary is not None:
+            before = listing.count_kept(keep)
+            keep &= secondary
+            secondary_pruned = before - listing.count_kept(keep)
         kept = listing.kept_slices(keep)
         in_dropped = 0
         if by_partition is not None:
@@ -262,13 +285,100 @@ class IndexedSnapshot:
         return PruneResult(
             [s.base_file for s in kept if s.base_file is not None],
             listing.count,
-            used_index=by_partition is not None or self.uses(COLUMN_STATS),
+            used_index=by_partition is not None or self.uses(COLUMN_STATS) or bool(used),
             unapplied=behind,
             partitions=len(partitions),
             partitions_pruned=dropped,
             files_in_pruned_partitions=in_dropped,
             slices=kept,
+            secondary_indexes=used,
+            secondary_pruned=secondary_pruned,
         )
+
+    # --- secondary indexes -----------------------------------------------------------------------
+
+    def secondary_index_used(self, column: str) -> str | None:
+        """The secondary index partition that answers ``=`` and ``IN`` on ``column`` (through
+        the record index), or None: not built, or the record index not usable."""
+        if not is_secondary_index(SECONDARY_INDEX_PREFIX + column):
+            return None
+        partition = secondary_index_partition(column)
+        if self.uses(partition) and self.uses(RECORD_INDEX):
+            return partition
+        return None
+
+    def records_with(self, column: str, values: Iterable[Any]) -> dict[str, RecordLocation]:
+        """Record key -> location of every record whose ``column`` holds one of ``values``
+        (each cast to the column's type), from ``column``'s secondary index through the record
+        index; files of instants either does not reflect are not looked at (see
+        :meth:`_secondary_keep`)."""
+        partition = self.secondary_index_used(column)
+        if partition is None:
+            raise IndexStateError(
+                self.table.storage.uri(METADATA_FOLDER),
+                f"no completed secondary index on {column!r} with a completed record_index",
+            )
+        literals = [row_literal(self.table_schema, column, v) for v in values]
+        texts = [value_texts(pa.array([v.as_py()], v.type))[0].as_py() for v in literals]
+        found = self.keyed_lookup(partition).find(texts)
+        return self.record_locations(found.column("record_key").to_pylist())
+
+    @cached_property
+    def table_schema(self) -> pa.Schema:
+        """The table's schema: that of its newest base file (columns are only ever added and
+        types only widened)."""
+        files = self.view.latest_base_files()
+        if not files:
+            return pa.schema([])
+        newest = max(files, key=lambda b: (b.instant_time, b.path))
+        return read_parquet_schema(self.table.storage, newest.path)
+
+    def _secondary_keep(
+        self, expr: Expr, listing: _Listing
+    ) -> tuple[np.ndarray | None, tuple[str, ...]]:
+        """Which files of ``listing`` may hold a row matching ``expr`` by its ``=`` and ``IN``
+        on columns with a secondary index: exactly those of the slices holding a matching
+        record, and every file of a partition an instant either index does not reflect wrote
+        to; None where no secondary index answers. ``AND`` narrows, ``OR`` needs both sides
+        answered; anything else keeps every file."""
+        used: list[str] = []
+
+        def mask(node: Expr) -> np.ndarray | None:
+            if isinstance(node, And | Or):
+                left, right = mask(node.left), mask(node.right)
+                if isinstance(node, Or):
+                    if left is None or right is None:
+                        return None
+                    either: np.ndarray = np.logical_or(left, right)
+                    return either
+                if left is None or right is None:
+                    return left if right is None else right
+                both: np.ndarray = np.logical_and(left, right)
+                return both
+            if isinstance(node, Compare) and node.op == "=":
+                column, values = node.column, [node.value]
+            elif isinstance(node, In) and not node.negated:
+                column, values = node.column, list(node.values)
+            else:
+                return None
+            partition = self.secondary_index_used(column)
+            if partition is None or column not in self.table_schema.names:
+                return None
+            try:
+                found = self.records_with(column, values)
+            except (FilterTypeError, TypeError):
+                return None  # a value the column cannot hold: the other indexes judge it
+            holders = {path for where in found.values() for path in where.paths}
+            touched = self._touched(partition) | self.record_index_touched()
+            keep = np.array(
+                [f.path in holders or f.partition_path in touched for f in listing.files],
+                dtype=bool,
+            )
+            used.append(partition)
+            return keep
+
+        result = mask(expr)
+        return result, tuple(dict.fromkeys(used))
 
     def prune_files(self, expr: Expr, files: Sequence[BaseFile]) -> PruneResult:
         """:meth:`prune` over any ``files`` (say, a listing as of an earlier instant), by
