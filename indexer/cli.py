@@ -1,6 +1,7 @@
 """``indexer``: build metadata-table indexes while writers keep writing.
 
 indexer schedule <base> --index-types column_stats,bloom_filters [--columns a,b]
+indexer run <base> --index-types record_index,secondary_index --columns rider
 indexer execute <base> [--instant T]        # default: the earliest pending plan
 indexer run <base> --index-types ...         # schedule + execute, with --retry
 indexer drop <base> --index-types ...        # while writers run
@@ -241,7 +242,7 @@ def _status(args: argparse.Namespace) -> int:
     if args.json:
         return _print_json(status)
     print(f"table {status['table']}")
-    width = max(map(len, PARTITIONS))
+    width = max(map(len, [*PARTITIONS, *status["lag"]]))
     for partition, lag in status["lag"].items():
         print(f"  {partition:<{width}} {_lag_line(lag)}")
         if partition in status["lost"]:
@@ -298,7 +299,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _request(args: argparse.Namespace) -> int:
     from indexer.requests_store import RequestStore
     from indexer.service_config import load_service_config
-    from metadata_table.layout import check_partition
+    from metadata_table.layout import expand_index_types
     from timeline.errors import ConfigError
     from timeline.storage import normalize_base_uri
 
@@ -306,7 +307,7 @@ def _request(args: argparse.Namespace) -> int:
     base = normalize_base_uri(args.base)
     if config.table(base) is None:
         raise ConfigError("base", f"{args.base} is not a table of {args.config}")
-    types = [check_partition(t) for t in _list(args.index_types)]
+    types = expand_index_types(_list(args.index_types), _list(args.columns))
     store = RequestStore(config.request_store)
     created = store.create(base, types, _list(args.columns))
     store.close()
@@ -323,8 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="indexer",
         description="Build metadata-table indexes (files, column_stats, bloom_filters, "
-        "partition_stats) of a Hudi 0.x table while writers keep writing. Exit 0 on success, 1 "
-        "with a message otherwise.",
+        "partition_stats, record_index, secondary indexes) of a Hudi 0.x table while writers "
+        "keep writing. Exit 0 on success, 1 with a message otherwise.",
     )
     parser.add_argument("--help-config", action="store_true", help="list configuration keys")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -337,13 +338,16 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(
                 "--index-types",
                 required=True,
-                help="comma-separated: files, column_stats, bloom_filters, partition_stats",
+                help="comma-separated: files, column_stats, bloom_filters, partition_stats, "
+                "record_index (record key -> file group, exact key lookups, global keys for "
+                "writers), secondary_index (one per --columns column: value -> records; needs "
+                "record_index)",
             )
             p.add_argument(
                 "--columns",
                 help="columns for column_stats and partition_stats (default: all; both index "
                 "the same columns, so an index of columns added later takes those of the one "
-                "that exists)",
+                "that exists); with secondary_index, the columns to build one for",
             )
         if spark:
             add_spark_options(p)
@@ -379,7 +383,12 @@ def build_parser() -> argparse.ArgumentParser:
     runner.set_defaults(func=_run)
     drop = sub.add_parser("drop", help="remove indexes (writers may keep running)")
     common(drop, '{"dropped": [partitions]}')
-    drop.add_argument("--index-types", required=True, help="comma-separated partitions to drop")
+    drop.add_argument(
+        "--index-types",
+        required=True,
+        help="comma-separated partitions to drop (secondary_index: every secondary index; "
+        "secondary_index_<column>: one)",
+    )
     drop.set_defaults(func=_drop)
     sync = sub.add_parser(
         "sync",
@@ -434,7 +443,10 @@ def build_parser() -> argparse.ArgumentParser:
     request = sub.add_parser("request", help="ask the daemon for an index build")
     request.add_argument("base", help="table base path (one of the config's tables)")
     request.add_argument("--index-types", required=True, help="comma-separated")
-    request.add_argument("--columns", help="columns for column_stats (default: all)")
+    request.add_argument(
+        "--columns",
+        help="columns for column_stats (default: all); with secondary_index, one index each",
+    )
     request.add_argument(
         "--config", required=True, help="the daemon's service.toml (request store)"
     )

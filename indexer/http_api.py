@@ -23,7 +23,8 @@ from aiohttp import web
 
 from indexer.service import IndexerService
 from indexer.status_page import render as render_page
-from metadata_table.layout import PARTITIONS
+from metadata_table.layout import INDEX_TYPE_NAMES, expand_index_types
+from timeline.errors import ConfigError, UnknownPartitionError
 from timeline.http_server import BackgroundHttpServer
 from timeline.storage import normalize_base_uri
 
@@ -60,11 +61,12 @@ def make_app(service: IndexerService) -> web.Application:
             )
         if not isinstance(types, list) or not types or not all(isinstance(t, str) for t in types):
             return _error(400, "'index_types' must be a non-empty list")
-        unknown = [t for t in types if t not in PARTITIONS]
-        if unknown:
-            return _error(400, f"unknown index types {unknown}; known: {', '.join(PARTITIONS)}")
         if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
             return _error(400, "'columns' must be a list of column names")
+        try:
+            expand_index_types(types, columns)
+        except (UnknownPartitionError, ConfigError) as e:
+            return _error(400, f"{e}; known index types: {', '.join(INDEX_TYPE_NAMES)}")
         created = service.store.create(base, list(dict.fromkeys(types)), columns)
         return web.json_response(created.to_json(), status=201)
 

@@ -35,9 +35,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import pyarrow as pa
+
 from indexer.build import run_build, run_build_local
 from indexer.plan import IndexPlan, PartitionPlan, is_hudi_plan
-from metadata_table.layout import PARTITIONS, check_partition
+from metadata_table.layout import (
+    INDEX_TYPE_NAMES,
+    RECORD_INDEX,
+    expand_index_types,
+    is_secondary_index,
+    secondary_column,
+)
 from metadata_table.partition_writer import (
     NOTHING,
     DataFile,
@@ -45,6 +53,7 @@ from metadata_table.partition_writer import (
     PartitionBuild,
     PartitionWriter,
 )
+from metadata_table.records import SECONDARY_KINDS, value_kind
 from timeline.config import LOCAL_BUILD_MAX_FILES
 from timeline.errors import (
     BuildCancelledError,
@@ -186,25 +195,48 @@ class AsyncIndexer:
 
     # --- schedule --------------------------------------------------------------------------------
 
-    def _table_columns(self) -> set[str] | None:
+    def _table_schema(self) -> pa.Schema | None:
         view = FileSystemView(self.table.timeline, self.table.timeline.load())
         latest = view.latest_base_files()
         if not latest:
             return None
-        return set(read_parquet_schema(self.table.storage, latest[-1].path).names)
+        newest = max(latest, key=lambda b: (b.instant_time, b.path))
+        return read_parquet_schema(self.table.storage, newest.path)
 
     def validate(self, index_types: Sequence[str], columns: Sequence[str]) -> list[str]:
+        """The partitions ``index_types`` name (``secondary_index``: one per column), checked:
+        known names, columns of the table, a secondary index on a column of a type it takes, and
+        with ``record_index`` (a secondary index finds records through it, as in Hudi)."""
         if not index_types:
-            raise ConfigError("--index-types", "name at least one of " + ", ".join(PARTITIONS))
-        types = [check_partition(t) for t in dict.fromkeys(index_types)]
-        if columns:
-            known = self._table_columns()
-            if known is not None:
-                unknown = sorted(set(columns) - known)
-                if unknown:
+            raise ConfigError(
+                "--index-types", "name at least one of " + ", ".join(INDEX_TYPE_NAMES)
+            )
+        types = expand_index_types(dict.fromkeys(index_types), columns)
+        secondary = [t for t in types if is_secondary_index(t)]
+        schema = self._table_schema() if columns or secondary else None
+        if schema is not None:
+            wanted = set(columns) | {secondary_column(t) for t in secondary}
+            unknown = sorted(wanted - set(schema.names))
+            if unknown:
+                raise ConfigError("--columns", f"not columns of the table: {', '.join(unknown)}")
+            for partition in secondary:
+                column = secondary_column(partition)
+                kind = value_kind(schema.field(column).type)
+                if kind not in SECONDARY_KINDS:
                     raise ConfigError(
-                        "--columns", f"not columns of the table: {', '.join(unknown)}"
+                        "--columns",
+                        f"a secondary index takes top-level columns of integer, floating point, "
+                        f"string, boolean, date, timestamp or decimal type; {column!r} is "
+                        f"{schema.field(column).type}",
                     )
+        if secondary and RECORD_INDEX not in types:
+            state = self.table.reload_index_state()
+            if RECORD_INDEX not in state.partitions:
+                raise ConfigError(
+                    "--index-types",
+                    "a secondary index finds records through record_index, which this table "
+                    "does not have: add record_index to --index-types, or build it first",
+                )
         self.table.lock_provider  # noqa: B018 - a misconfigured lock URL fails here, before anything
         return types
 
@@ -658,9 +690,9 @@ class AsyncIndexer:
     def drop(self, index_types: Sequence[str]) -> list[str]:
         """Remove indexes while writers run: pending plans for them are aborted; writers that
         commit afterwards do not write to them. Returns the partitions dropped."""
-        types = [check_partition(t) for t in index_types]
         self.migrate()
         state = self.table.reload_index_state()
+        types = expand_index_types(index_types, existing=state.partitions)
         present = [p for p in types if p in state.partitions]
         for pending in self.pending():
             plan = self._readable_plan(pending)
@@ -680,7 +712,9 @@ class AsyncIndexer:
         that had nothing to merge or must be synced first."""
         self.migrate()
         completed = self.table.reload_index_state().completed
-        names = [check_partition(p) for p in partitions] if partitions else list(completed)
+        names = (
+            expand_index_types(partitions, existing=completed) if partitions else list(completed)
+        )
         todo = [p for p in names if p in completed]
         groups = {p: self.writer.file_group_count(p) for p in todo}
         total, done = sum(groups.values()), 0
@@ -702,11 +736,10 @@ class AsyncIndexer:
         """Schedule and execute, retrying an aborted build up to ``options.retries`` times with
         exponential backoff. Resumes a pending plan for these partitions first."""
         attempt = 0
+        names = expand_index_types(index_types, columns)
         while True:
             try:
-                resumable = [
-                    i for i in self.pending() if set(self.plan_of(i).names) & set(index_types)
-                ]
+                resumable = [i for i in self.pending() if set(self.plan_of(i).names) & set(names)]
                 if resumable:
                     return self.execute(resumable[0].timestamp)
                 scheduled = self.schedule(index_types, columns)

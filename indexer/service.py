@@ -34,6 +34,7 @@ from typing import Any
 from indexer.indexer import AsyncIndexer, IndexerOptions
 from indexer.requests_store import ACTIVE, IndexRequest, RequestStore
 from indexer.service_config import ServiceConfig, TableSpec
+from metadata_table.layout import expand_index_types
 from timeline.errors import BuildCancelledError, LockTimeoutError, TableError
 from timeline.locks import LockHandle, SqlLockProvider, default_owner
 from timeline.storage import normalize_base_uri
@@ -302,7 +303,9 @@ class IndexerService:
         present = set(state.table.reload_index_state().partitions)
         active = self.store.list(base, ACTIVE)
         covered = {t for r in active for t in r.index_types}
-        missing = [t for t in state.spec.index_types if t not in present and t not in covered]
+        desired = expand_index_types(state.spec.index_types, state.spec.columns)
+        covered = set(expand_index_types(covered, state.spec.columns, present))
+        missing = [t for t in desired if t not in present and t not in covered]
         if missing:
             self.store.create(base, missing, list(state.spec.columns), source="desired")
         indexer = AsyncIndexer(state.table)

@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metadata_table.layout import PARTITIONS
+from metadata_table.layout import INDEX_TYPE_NAMES, expand_index_types
 from timeline.config_file import ConfigFile, TableSpec, find_table
-from timeline.errors import ConfigError
+from timeline.errors import ConfigError, UnknownPartitionError
 
 __all__ = ["ServiceConfig", "TableSpec", "load_service_config", "parse_service_config"]
 
@@ -122,12 +122,13 @@ def service_config(file: ConfigFile) -> ServiceConfig:
     if not file.tables:
         raise ConfigError("tables", f"{source} needs at least one [[tables]] entry with a base")
     for n, spec in enumerate(file.tables):
-        for t in spec.index_types:
-            if t not in PARTITIONS:
-                raise ConfigError(
-                    f"tables[{n}].index_types",
-                    f"unknown index type {t!r}; known: {', '.join(PARTITIONS)}",
-                )
+        try:
+            expand_index_types(spec.index_types, spec.columns)
+        except (UnknownPartitionError, ConfigError) as e:
+            raise ConfigError(
+                f"tables[{n}].index_types",
+                f"{e}; known index types: {', '.join(INDEX_TYPE_NAMES)}",
+            ) from e
     config = ServiceConfig(
         tables=file.tables,
         request_store=values.get("request_store") or default_store_url(),

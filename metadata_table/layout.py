@@ -43,6 +43,7 @@ column's records together so a prefix scan finds them:
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,7 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from timeline.errors import UnknownPartitionError
+from timeline.errors import ConfigError, UnknownPartitionError
 from timeline.fs_view import parquet_file, read_parquet_file
 from timeline.hashing import key_hash64, stable_hash
 from timeline.index_state import INDEX_FOLDER
@@ -127,6 +128,29 @@ def index_type_name(partition: str) -> str:
 def keyed_by_record(partition: str) -> bool:
     """Whether a partition's records are keyed by record key (routed and ordered by its hash)."""
     return partition == RECORD_INDEX or is_secondary_index(partition)
+
+
+def expand_index_types(
+    names: Iterable[str], columns: Sequence[str] = (), existing: Iterable[str] = ()
+) -> list[str]:
+    """Index type names as partitions: ``secondary_index`` is one secondary index per column in
+    ``columns`` (with none, the ``existing`` secondary indexes, as a drop takes it); every other
+    name must be a partition's. An unknown name or column name is an error naming it."""
+    out: list[str] = []
+    for name in names:
+        if name != SECONDARY_INDEX:
+            out.append(check_partition(name))
+        elif columns:
+            out.extend(secondary_index_partition(c) for c in columns)
+        else:
+            found = [p for p in existing if is_secondary_index(p)]
+            if not found and not existing:
+                raise ConfigError(
+                    "--columns",
+                    "secondary_index needs the columns to index (--columns a,b: one index each)",
+                )
+            out.extend(found)
+    return list(dict.fromkeys(out))
 
 
 def check_partition(name: str) -> str:

@@ -144,7 +144,12 @@ def test_bad_requests_are_rejected_and_schedule_nothing(
     cases = [
         (b"{not json", 400, "JSON object"),
         ({"table": str(tmp_path / "other"), "index_types": ["files"]}, 404, "unknown table"),
-        ({"table": table.base_uri, "index_types": ["record_index"]}, 400, "unknown index types"),
+        (
+            {"table": table.base_uri, "index_types": ["record_idx"]},
+            400,
+            "unknown metadata partition",
+        ),
+        ({"table": table.base_uri, "index_types": ["secondary_index"]}, 400, "--columns"),
         ({"table": table.base_uri, "index_types": []}, 400, "non-empty list"),
         (
             {"table": table.base_uri, "index_types": ["files"], "columns": "fare"},

@@ -98,7 +98,7 @@ def test_schedule_writes_the_plan_and_marks_partitions_inflight(tmp_path: Path, 
     with pytest.raises(ConfigError, match="not columns of the table: nope"):
         indexer.schedule([FILES], ["nope"])
     with pytest.raises(Exception, match="unknown metadata partition"):
-        indexer.schedule(["record_index"])
+        indexer.schedule(["record_idx"])
 
 
 def test_build_and_catch_up_while_writers_commit(tmp_path: Path, spark: Any) -> None:

@@ -79,7 +79,52 @@ def test_errors(tmp_path: Path) -> None:
     )
     bad = _run("prune", base, "--filter", "fare >> 3")
     assert bad.returncode == 1 and "filter 'fare >> 3'" in bad.stderr
-    assert _run("dump", base, "nope").returncode == 2  # argparse: unknown partition
+    unknown = _run("dump", base, "nope")
+    assert unknown.returncode == 1 and "unknown metadata partition 'nope'" in unknown.stderr
     assert _run("lookup", base, "--keys", ",").returncode == 1  # no key named
     missing = _run("dump", str(tmp_path / "none"), "files")
     assert missing.returncode == 1 and "no Hudi table" in missing.stderr
+
+
+def test_lookup_and_dump_through_the_record_and_secondary_indexes(tmp_path: Path) -> None:
+    lock = f"sqlite:///{tmp_path / 'locks.sqlite'}"
+    conf = ["--conf", f"indexer.lock.url={lock}"]
+    base = str(tmp_path / "t")
+    config = Config.resolve(explicit={"indexer.lock.url": lock})
+    table = Table.create(base, "trips", ["uuid"], ["city"], "ts", config=config)
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 30)))
+    client.insert(rows(keys(30, 60)))
+    # without the record index: the files that may hold the keys
+    before = json.loads(_run("lookup", base, "--keys", "k0007", "--json", *conf).stdout)
+    assert before["exact"] is False and len(before["keys"]["k0007"]) == 6
+    built = _run("init", base, "--partitions", "record_index,secondary_index_fare", *conf)
+    assert built.returncode == 0, built.stderr
+    found = json.loads(_run("lookup", base, "--keys", "k0007,k0999", "--json", *conf).stdout)
+    assert found["exact"] is True and found["indexes"] == ["record_index"]
+    [path] = found["keys"]["k0007"]
+    where = found["locations"]["k0007"]
+    assert path.startswith("la/") and path.split("/")[1].startswith(where["file_id"])
+    assert found["keys"]["k0999"] == [] and "k0999" not in found["locations"]
+    text = _run("lookup", base, "--keys", "k0007", *conf)
+    assert "answered by record_index (exact)" in text.stderr
+    by_value = json.loads(
+        _run("lookup", base, "--column", "fare", "--values", "7,42.0,1000", "--json", *conf).stdout
+    )
+    assert by_value["exact"] is True
+    assert by_value["indexes"] == ["secondary_index_fare", "record_index"]
+    assert {v: sorted(r) for v, r in by_value["values"].items()} == {
+        "7": ["k0007"],
+        "42.0": ["k0042"],
+        "1000": [],
+    }
+    unindexed = _run("lookup", base, "--column", "ts", "--values", "1", *conf)
+    assert unindexed.returncode == 0 and "(files that may hold them)" in unindexed.stderr
+    bad = _run("lookup", base, "--column", "fare", "--values", "lots", *conf)
+    assert bad.returncode != 0 and "fare" in bad.stderr and "lots" in bad.stderr
+    dumped = _run("dump", base, "record_index", "--format", "jsonl", *conf)
+    lines = [json.loads(line) for line in dumped.stdout.splitlines()]
+    assert len(lines) == 60
+    assert set(lines[0]) == {"record_key", "partition_path", "file_id", "instant"}
+    assert {line["record_key"]: line["partition_path"] for line in lines}["k0007"] == "la"
+    assert all(line["instant"] for line in lines)

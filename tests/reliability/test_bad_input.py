@@ -248,6 +248,15 @@ def _in_partition(name: str, data: bytes) -> Callable[[Ctx], None]:
 
 
 STRAY_BASE = "deadbeef-0000-0000-0000-000000000000-0_0-0-0_20200101000000000.parquet"
+
+
+def _with_nested_column(c: Ctx) -> None:
+    """A commit that adds a struct column (schema evolution)."""
+    extra = pa.array([{"a": i} for i in range(3)], pa.struct([("a", pa.int64())]))
+    with WriteClient(c.table()) as client:
+        client.upsert(batch(0, 3, ts=5).append_column("extra", extra))
+
+
 VALID_PLAN = {
     "version": 1,
     "indexPartitionInfos": [
@@ -488,8 +497,48 @@ CASES = [
     Case(
         "an unknown index type",
         lambda c: None,
-        ["indexer", "schedule", "{base}", "--index-types", "record_index"],
+        ["indexer", "schedule", "{base}", "--index-types", "record_idx"],
+        r"record_idx",
+    ),
+    Case(
+        "a secondary index on a column the table lacks",
+        lambda c: None,
+        [
+            "indexer",
+            "schedule",
+            "{base}",
+            "--index-types",
+            "record_index,secondary_index",
+            "--columns",
+            "tip",
+        ],
+        r"tip",
+    ),
+    Case(
+        "a secondary index on a nested column",
+        _with_nested_column,
+        [
+            "indexer",
+            "schedule",
+            "{base}",
+            "--index-types",
+            "record_index,secondary_index",
+            "--columns",
+            "extra",
+        ],
+        r"'extra' is struct",
+    ),
+    Case(
+        "a secondary index without record_index",
+        lambda c: None,
+        ["indexer", "run", "{base}", "--index-types", "secondary_index", "--columns", "city"],
         r"record_index",
+    ),
+    Case(
+        "a secondary index without columns",
+        lambda c: None,
+        ["indexer", "schedule", "{base}", "--index-types", "record_index,secondary_index"],
+        r"--columns",
     ),
     Case(
         "column stats for a column the table lacks",
