@@ -152,7 +152,7 @@ def initialize(
             for partition in todo:
                 if index_type(partition).keyed_by_record and instant is not None:
                     metadata = reader.commit_metadata(instant)
-                    records = mdt.instant_delta(partition, instant, metadata)
+                    records = mdt.instant_delta(reader, partition, instant, metadata)
                 else:
                     records = mdt.instant_records(partition, infos, columns or ())
                 mdt.write_logs(partition, instant_time, records, lock)

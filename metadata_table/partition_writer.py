@@ -390,7 +390,7 @@ class PartitionWriter:
                 if p in by_files:
                     records[p] = self._mdt.instant_records(p, infos, columns, touched=touched)
                 else:
-                    records[p] = self._mdt.instant_delta(p, instant, metadata)
+                    records[p] = self._mdt.instant_delta(reader, p, instant, metadata)
         self._mdt.apply_completed(instant.timestamp, records, lock)
 
     def apply_removal(self, lock: LockHandle, removal: Removal) -> None:

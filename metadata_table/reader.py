@@ -150,7 +150,8 @@ class MetadataReader:
         if since is None:
             return False
         try:
-            return self.storage.mtime(self.mdt.table.timeline.path(instant)) < since
+            table = self.mdt.table
+            return table.storage.mtime(table.timeline.path(instant)) < since
         except StorageFileNotFoundError:  # archived: before the snapshot, unless since
             archived = self._archive.instants(written_since=since)
             return all(a.instant.timestamp != instant.timestamp for a in archived)

@@ -34,15 +34,18 @@ from metadata_table.index_types import index_type
 from metadata_table.layout import (
     DEFAULT_FILE_GROUPS,
     METADATA_FOLDER,
+    NON_PARTITIONED,
     RECORD_INDEX,
     MetadataFile,
     base_file_name,
     check_partition,
     data_partition,
     file_group_id,
+    key_hashes,
     log_file_name,
     read_records,
     schema_of,
+    stored_hashes,
     write_records,
 )
 from metadata_table.partition_stats import recompute
@@ -60,11 +63,11 @@ from timeline.errors import (
 from timeline.fs_view import BaseFile, FileSystemView, LogFile, read_parquet, slice_instant
 from timeline.heartbeat import Heartbeat, heartbeat_path
 from timeline.index_state import IndexState
-from timeline.instant import Action, Instant, State, is_after, normalize_timestamp
+from timeline.instant import Action, Instant, State, is_after
 from timeline.locks import LockHandle
 from timeline.markers import IOType, Marker, MarkerWriter, marker_folder
 from timeline.removals import Removal
-from timeline.storage import FileInfo, Storage
+from timeline.storage import Storage
 from timeline.table import Table
 from timeline.table_config import PROPERTIES_FILE, TableConfig, TableType
 from timeline.timeline import META_FOLDER, ActiveTimeline, Timeline
@@ -411,62 +414,110 @@ class MetadataTable:
                 keys.update(k for k in table.column(RECORD_KEY).to_pylist() if k is not None)
         return keys
 
-    def instant_delta(self, partition: str, instant: Instant, metadata: CommitMetadata) -> pa.Table:
+    def instant_delta(
+        self, reader: MetadataReader, partition: str, instant: Instant, metadata: CommitMetadata
+    ) -> pa.Table:
         """What a completed commit of a writer that did not update the index (Apache Hudi's,
-        hudi-rs's, a backfill's) changes in ``partition`` (keyed by record key): the file
-        groups it wrote or replaced, as their latest slices held them just before it and just
-        after it (as of the commit, whatever came since), compared: a key in a new place is a
-        record, a key gone is a tombstone. Only those slices' files are read, all of them
-        immutable; one deleted since (cleaned) is :class:`StorageFileNotFoundError`, and the
-        partition is rebuilt instead. A compaction moves no key; for the record index, neither
-        do updates in place (a rewritten base file's write stat without inserts or deletes)."""
+        hudi-rs's, a backfill's) changes in ``partition`` (keyed by record key), from the files
+        it wrote and the partition as ``reader`` reads it (every instant before it applied):
+
+        * a base file it wrote holds its file group's whole content after it;
+        * a log file it appended to holds, in its blocks of this instant, the records it
+          inserted or updated and the keys it deleted (the rest of the group is as before);
+        * a group it replaced (clustering, insert_overwrite, delete_partition) holds nothing.
+
+        The records are the keys in a new place (or, for a secondary index, with a new value)
+        and tombstones of those gone; where a group loses keys, the partition's records of it
+        are read to know which. A file it wrote that is gone (cleaned since) is
+        :class:`StorageFileNotFoundError`, and the partition is rebuilt instead. A compaction
+        moves no key; for the record index, neither does a rewritten base file whose write
+        stat has no inserts or deletes (updates in place)."""
         kind = index_type(partition)
         empty = kind.schema.empty_table()
         if metadata.compacted:
             return empty
-        groups: set[tuple[str, str]] = set()
+        by_key = "key" if partition == RECORD_INDEX else "record_key"
+        stale: set[tuple[str, str]] = set()  # groups whose file of this commit is gone
+        whole: dict[tuple[str, str], pa.Table] = {}  # group -> its records after the commit
+        patches: dict[tuple[str, str], pa.Table] = {}  # group -> records of its appended blocks
+        scan = False  # whether the partition's records of the groups must be read
         for stat in metadata.write_stats:
-            # a base file rewritten knows which of its records were new: a log append does not
-            # (a bucket index tags inserts with their bucket's group, counting them as updates)
-            in_place = not (stat.num_inserts or stat.num_deletes) and not stat.file_name.startswith(
-                "."
-            )
-            if not in_place or stat.prev_commit in (NULL_COMMIT, "") or partition != RECORD_INDEX:
-                groups.add((stat.partition_path, stat.file_id))
-        for path, file_ids in metadata.partition_to_replace_file_ids.items():
-            groups.update((path, f) for f in file_ids)
+            group = (stat.partition_path, stat.file_id)
+            is_log = stat.file_name.startswith(".")
+            new_group = stat.prev_commit in (NULL_COMMIT, "")
+            in_place = not (stat.num_inserts or stat.num_deletes or is_log or new_group)
+            if partition == RECORD_INDEX and in_place:
+                continue  # updates in place
+            try:
+                info = info_of(
+                    self.table.storage,
+                    stat.partition_path,
+                    stat.file_name,
+                    stat.file_size_in_bytes,
+                    instant.timestamp,
+                    instant.timestamp.__eq__,
+                    False,
+                    kind.row_columns,
+                )
+            except StorageFileNotFoundError:
+                # cleaned since: a later commit superseded it, so the group is taken as it is
+                # now (what that later commit, applied next, finds already there)
+                stale.add(group)
+                continue
+            if info is None:
+                continue  # a log file holding nothing of this instant
+            records = kind.records([info])
+            if is_log:
+                patches[group] = records
+                scan = scan or partition != RECORD_INDEX
+            else:
+                whole[group] = kind.combine(records, instant.timestamp)
+                scan = scan or (
+                    not new_group and (stat.num_deletes > 0 or partition != RECORD_INDEX)
+                )
+        for group in stale - whole.keys() - patches.keys():
+            whole[group] = self._current_records(reader, partition, group)
+            scan = True
+        replaced = {
+            (path, f)
+            for path, file_ids in metadata.partition_to_replace_file_ids.items()
+            for f in file_ids
+        } - whole.keys()
+        scan = scan or bool(replaced)
+        groups = set(whole) | set(patches) | replaced
         if not groups:
             return empty
-        timeline = self.table.timeline.load()
-        before = self._slice_records(partition, timeline, groups, instant.timestamp, before=True)
-        after = self._slice_records(partition, timeline, groups, instant.timestamp, before=False)
-        return _delta(kind.schema, before, after, instant.timestamp)
+        old = _in_groups(reader.read(partition), groups) if scan else empty
+        after = []
+        removed: list[str] = []  # keys a log's delete blocks name
+        for group, records in patches.items():
+            deleted = records.filter(records.column("is_deleted"))
+            removed.extend(deleted.column(by_key).to_pylist())
+            live = records.filter(pc.invert(records.column("is_deleted")))
+            touched = records.column(by_key)
+            kept = _in_groups(old, {group})
+            kept = kept.filter(pc.invert(pc.is_in(kept.column(by_key), value_set=touched)))
+            after += [kept, kind.combine(live, instant.timestamp)]
+        after += list(whole.values())
+        result = pa.concat_tables([t.cast(kind.schema) for t in after]) if after else empty
+        return _delta(kind.schema, old, result, instant.timestamp, by_key, removed)
 
-    def _slice_records(
-        self,
-        partition: str,
-        timeline: Timeline,
-        groups: set[tuple[str, str]],
-        instant_time: str,
-        before: bool,
+    def _current_records(
+        self, reader: MetadataReader, partition: str, group: tuple[str, str]
     ) -> pa.Table:
-        """The records of ``partition`` (keyed by record key) that file ``groups``' latest
-        slices held as of ``instant_time`` (``before``: as of just before it)."""
+        """The records of ``partition`` (keyed by record key) that file ``group``'s latest slice
+        holds now (none: replaced or gone)."""
         kind = index_type(partition)
         storage = self.table.storage
-        data_partitions = sorted({p for p, _ in groups})
-
-        def listing() -> list[FileInfo]:
-            return [e for p in data_partitions for e in storage.list(p) if not e.is_dir]
-
-        as_of = instant_time
-        if before:  # as of the moment before: every instant up to one millisecond earlier
-            as_of = f"{int(normalize_timestamp(instant_time)) - 1:017d}"
-        view = FileSystemView(self.table.timeline, timeline, as_of=as_of, listing=listing)
-        counted = view.committed.__contains__
+        data_partition_path, file_id = group
+        view = FileSystemView(
+            self.table.timeline,
+            reader.data_timeline,
+            listing=lambda: [e for e in storage.list(data_partition_path) if not e.is_dir],
+        )
         infos = []
-        for piece in view.latest_file_slices(data_partitions):
-            if (piece.partition_path, piece.file_id) not in groups:
+        for piece in view.latest_file_slices([data_partition_path]):
+            if piece.file_id != file_id:
                 continue
             files: list[BaseFile | LogFile] = [piece.base_file] if piece.base_file else []
             for file in [*files, *piece.log_files]:
@@ -477,13 +528,13 @@ class MetadataTable:
                     file.file_name,
                     file.size,
                     written,
-                    counted,
+                    view.committed.__contains__,
                     False,
                     kind.row_columns,
                 )
                 if info is not None:
                     infos.append(info)
-        return kind.combine(kind.records(infos), instant_time)
+        return kind.combine(kind.records(infos), "")
 
     def removal_delta(self, reader: MetadataReader, partition: str, removal: Removal) -> pa.Table:
         """What a clean, rollback or restore changes in ``partition`` (keyed by record key): a
@@ -558,9 +609,27 @@ class MetadataTable:
         return MetadataReader(self, data_timeline)
 
 
-def _delta(schema: pa.Schema, before: pa.Table, after: pa.Table, instant_time: str) -> pa.Table:
+def _in_groups(records: pa.Table, groups: set[tuple[str, str]]) -> pa.Table:
+    """The records (of a partition keyed by record key) of some file groups."""
+    if not records.num_rows or not groups:
+        return records.slice(0, 0)
+    names = pc.binary_join_element_wise(records.column("partition"), records.column("file_id"), "/")
+    wanted = pa.array(sorted(f"{p or NON_PARTITIONED}/{f}" for p, f in groups), pa.string())
+    return records.filter(pc.is_in(names, value_set=wanted))
+
+
+def _delta(
+    schema: pa.Schema,
+    before: pa.Table,
+    after: pa.Table,
+    instant_time: str,
+    by_key: str = "key",
+    removed: Sequence[str] = (),
+) -> pa.Table:
     """The records that take an index keyed by record key from ``before`` to ``after`` (each
-    what some file groups held): records new or in a new place, and tombstones of keys gone."""
+    what some file groups held): records new or in a new place, and tombstones of keys gone
+    (those of ``before`` that ``after`` lacks, and the record keys in ``removed`` that ``after``
+    does not hold anywhere)."""
 
     def places(table: pa.Table) -> Any:
         columns = [table.column(c) for c in ("key", "partition", "file_id")]
@@ -568,8 +637,26 @@ def _delta(schema: pa.Schema, before: pa.Table, after: pa.Table, instant_time: s
 
     changed = after.filter(pc.invert(pc.is_in(places(after), value_set=places(before))))
     gone = before.filter(pc.invert(pc.is_in(before.column("key"), value_set=after.column("key"))))
-    gone = _set(gone, "is_deleted", pa.repeat(pa.scalar(True), gone.num_rows))
-    out = pa.concat_tables([changed, gone]).cast(schema)
+    parts = [changed, _set(gone, "is_deleted", pa.repeat(pa.scalar(True), gone.num_rows))]
+    if removed and by_key == "key":  # the record index: a deleted key's tombstone needs no value
+        keys = pa.array(sorted(set(removed)), pa.string())
+        keys = keys.filter(pc.invert(pc.is_in(keys, value_set=after.column("key"))))
+        keys = keys.filter(pc.invert(pc.is_in(keys, value_set=gone.column("key"))))
+        if len(keys):
+            parts.append(
+                pa.table(
+                    {
+                        "key": keys,
+                        "key_hash": stored_hashes(key_hashes(keys)),
+                        "partition": pa.repeat(pa.scalar(NON_PARTITIONED), len(keys)),
+                        "file_id": pa.repeat(pa.scalar(""), len(keys)),
+                        "is_deleted": pa.repeat(pa.scalar(True), len(keys)),
+                        "instant": pa.repeat(pa.scalar(instant_time), len(keys)),
+                    },
+                    schema=schema,
+                )
+            )
+    out = pa.concat_tables([p.cast(schema) for p in parts])
     return _set(out, "instant", pa.repeat(pa.scalar(instant_time), out.num_rows))
 
 

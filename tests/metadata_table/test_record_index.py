@@ -33,9 +33,9 @@ from timeline.fs_view import FileSystemView
 from timeline.hashing import key_hash64
 from timeline.hudi_avro import avro_file
 from timeline.instant import Action, Instant, State
-from writer.client import Operation, WriteClient
+from writer.client import Operation, WriteClient, WriteTransaction
 
-from ..indexer.test_foreign_commits import foreign_write
+from ..indexer.test_foreign_commits import _clean_by_another_writer, foreign_write
 from .test_metadata_table import keys, make_table, rows
 
 FARE = secondary_index_partition("fare")
@@ -178,13 +178,27 @@ def test_sync_applies_commits_that_did_not_update_it(
     assert_exact(table)
     # a delete by a writer without the index: its keys become tombstones on sync
     with monkeypatch.context() as patch:
-        patch.setattr(
-            type(WriteClient(table).start(Operation.DELETE)),
-            "_update_metadata_table",
-            lambda self, lock: None,
-        )
+        patch.setattr(WriteTransaction, "_update_metadata_table", lambda self, lock: None)
         WriteClient(table).delete(rows(keys(100, 103), city="tokyo"))
     AsyncIndexer(table, IndexerOptions(engine="local")).sync()
+    assert_exact(table)
+
+
+def test_a_commit_whose_file_was_cleaned_since_is_applied_from_what_followed(
+    table: Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hudi's cleaner may delete the file version a lagging commit wrote before the index sees
+    it: the group is then taken as it is now (the later version's keys), never missing the
+    keys that commit deleted."""
+    initialize(table, list(KEYED))
+    with monkeypatch.context() as patch:
+        patch.setattr(WriteTransaction, "_update_metadata_table", lambda self, lock: None)
+        WriteClient(table).delete(rows(keys(30, 33)))  # rewrites their groups without them
+        WriteClient(table).upsert(rows(keys(30, 36), ts=9))  # k0030-32 back, the rest updated
+        WriteClient(table).delete(rows(["k0034"]))
+    _clean_by_another_writer(table)  # the first two versions of those groups are gone
+    result = AsyncIndexer(table, IndexerOptions(engine="local")).sync()
+    assert not result.resynced
     assert_exact(table)
 
 
