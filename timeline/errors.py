@@ -264,7 +264,7 @@ class RecordKeyConflictError(WriteConflictError):
         )
         TableError.__init__(
             self,
-            f"record keys [{shown}] were placed by {instant} and "
+            f"record key conflict: keys [{shown}] were placed by {instant} and "
             + (
                 f"by {other_instant}"
                 if other_instant is not None

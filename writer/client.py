@@ -174,6 +174,8 @@ class WriteClient:
         self._lock_checked = False
         self.keygen: KeyGenerator | None = None  # read from hoodie.properties by the first write
         self.verified_files: set[str] = set()  # files the key generator was checked against
+        #: how the last write found its keys' file groups (see WriteTransaction.tagged_by)
+        self.last_tagged_by: list[str] = []
 
     def marker_server_url(self) -> str:
         """The marker server to use: the configured one, or one embedded in this client."""
@@ -269,7 +271,9 @@ class WriteClient:
         txn = self.start(operation)
         try:
             txn.write(data)
-            return txn.commit()
+            done = txn.commit()
+            self.last_tagged_by = txn.tagged_by
+            return done
         except BaseException:
             txn.abort()
             raise
