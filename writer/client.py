@@ -27,6 +27,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -317,7 +318,7 @@ class WriteTransaction:
         self.index = IndexedSnapshot(self.table, snapshot)
         self.view: FileSystemView = self.index.view
         #: with a record index (being built or completed) keys are global: one location per key
-        #: in the whole table, which tagging looks for in every partition (see :meth:`_locate`)
+        #: in the whole table, which tagging looks for in every partition (see :meth:`locate`)
         self.global_keys = RECORD_INDEX in self._index_partitions()
         #: how tagging found the keys' file groups: record_index, bloom_filters, files read
         self.tagged_by: list[str] = []
@@ -400,7 +401,7 @@ class WriteTransaction:
         layout = self.prepare(None if deleting else data.schema)
         if layout.schema is not None:
             data = conform(data, layout.schema)
-        located = self._locate(set(keys)) if self.global_keys else None
+        located = self.locate(set(keys)) if self.global_keys else None
         if located is not None and deleting:
             return self._plan_global_deletes(keys, located)
         if located is not None:
@@ -419,7 +420,7 @@ class WriteTransaction:
 
     # --- global keys (a record index) ------------------------------------------------------------
 
-    def _locate(self, keys: set[str]) -> dict[str, tuple[str, str]]:
+    def locate(self, keys: set[str]) -> dict[str, tuple[str, str]]:
         """Record key -> (partition, file id) of every key of ``keys`` the table holds, in any
         partition: from ``record_index`` when it is completed (exact, no data file read), where
         instants it does not reflect wrote, and without it, from the files whose bloom filter
@@ -485,15 +486,33 @@ class WriteTransaction:
         located: dict[str, tuple[str, str]],
     ) -> tuple[pa.Table, list[str], list[str]]:
         """Incoming records that would move a key to another partition but carry a smaller
-        precombine value than the stored copy: dropped (the stored copy stays where it is), as
-        Hudi's global index does when it merges a partition update."""
+        precombine value than the stored copy: dropped (:meth:`stale_moves`)."""
         precombine = self.table.table_config.precombine_field
         moving = [i for i, k in enumerate(keys) if k in located and located[k][0] != parts[i]]
         if not moving or not precombine or precombine not in data.column_names:
             return data, keys, parts
+        values = data.column(precombine).to_pylist()
+        stale_keys = self.stale_moves({keys[i]: (located[keys[i]], values[i]) for i in moving})
+        keep = [i for i in range(len(keys)) if not (i in moving and keys[i] in stale_keys)]
+        if len(keep) == len(keys):
+            return data, keys, parts
+        return (
+            data.take(pa.array(keep, pa.int64())),
+            [keys[i] for i in keep],
+            [parts[i] for i in keep],
+        )
+
+    def stale_moves(self, moving: dict[str, tuple[tuple[str, str], Any]]) -> set[str]:
+        """Of keys an upsert moves to another partition (key -> (the group holding it, the
+        incoming precombine value)), those whose stored copy has a larger precombine value:
+        the stored copy stays where it is, as Hudi's global index decides when it merges a
+        partition update. Both engines ask this (on the writing process)."""
+        precombine = self.table.table_config.precombine_field
+        if not moving or not precombine:
+            return set()
         latest = {(b.partition_path, b.file_id): b for b in self.view.latest_base_files()}
         stored: dict[str, object] = {}
-        for group in sorted({located[keys[i]] for i in moving}):
+        for group in sorted({group for group, _ in moving.values()}):
             base = latest.get(group)
             if base is None:
                 continue
@@ -505,18 +524,11 @@ class WriteTransaction:
                     strict=True,
                 )
             )
-        values = data.column(precombine).to_pylist()
-        stale = {
-            i for i in moving if keys[i] in stored and not not_less(values[i], stored[keys[i]])
+        return {
+            key
+            for key, (_, value) in moving.items()
+            if key in stored and not not_less(value, stored[key])
         }
-        if not stale:
-            return data, keys, parts
-        keep = [i for i in range(len(keys)) if i not in stale]
-        return (
-            data.take(pa.array(keep, pa.int64())),
-            [keys[i] for i in keep],
-            [parts[i] for i in keep],
-        )
 
     def _add_moves(
         self,

@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from metadata_table.records import DataFileInfo
 from timeline.commit_metadata import WriteStat
@@ -41,7 +42,7 @@ from timeline.failpoints import armed, current, task_failpoint
 from timeline.fs_view import BaseFile, read_parquet
 from timeline.hashing import buckets_of_keys
 from timeline.instant import Action, Instant, State
-from timeline.markers import MarkerWriter
+from timeline.markers import IOType, MarkerWriter
 from timeline.storage import Storage
 from timeline.table import Table
 from writer.client import Operation, WriteClient, WriteOptions, WriteTransaction
@@ -62,6 +63,9 @@ logger = logging.getLogger(__name__)
 
 FILE_ID = "_aix_file_id"
 ROW_BYTES = "_aix_row_bytes"
+#: a row that only says its key moves out of its group (global keys: an upsert into another
+#: partition); the group's write task drops the key
+MOVE_OUT = "_aix_move_out"
 _RESULT_SCHEMA = "path string, stat string, info binary"
 # failpoints of a write task's first attempt: die after writing half of its first file; stall
 # after writing its first file (so a speculative copy starts)
@@ -142,10 +146,19 @@ class _SparkWrite:
         touched = sorted(r[0] for r in keyed.select(PARTITION_PATH).distinct().collect())
         if not touched:
             return
+        moves: dict[tuple[str, str], list[str]] = {}
+        if self.txn.global_keys:
+            keyed, moves, located_in = self._located(keyed)
+            touched = sorted(set(touched) | located_in)
         latest = self.txn.view.latest_base_files(touched)
-        tagged = self._tagged(keyed, latest)
+        tagged = keyed if self.txn.global_keys else self._tagged(keyed, latest)
         new_groups, per_file = self._new_groups(tagged)
         tagged = self._assign_new(tagged, new_groups)
+        if moves:
+            from pyspark.sql import functions as F
+
+            tagged = tagged.withColumn(MOVE_OUT, F.lit(False))
+            tagged = tagged.unionByName(self._move_rows(keyed, moves))
         tasks = max(1, sum(len(v) for v in new_groups.values()) + len(latest))
         shuffled = tagged.repartition(tasks, PARTITION_PATH, FILE_ID).sortWithinPartitions(
             PARTITION_PATH, FILE_ID, RECORD_KEY
@@ -193,6 +206,72 @@ class _SparkWrite:
                 )
 
         return self.df.mapInArrow(keys, out)
+
+    def _located(self, keyed: Any) -> tuple[Any, dict[tuple[str, str], list[str]], set[str]]:
+        """Global keys (the table has a record index): each incoming key's file group in the
+        whole table, found on the driver as the local engine finds it
+        (:meth:`WriteTransaction.locate`: record_index, else bloom filters and key reads).
+        Returns the rows tagged with the group holding their key in their own partition (null:
+        an insert there), deletes sent to wherever their key lives, the keys an upsert moves
+        out of each group (stale moves dropped), and the partitions those groups are in."""
+        from pyspark.sql import functions as F
+
+        keys = {r[0] for r in keyed.select(RECORD_KEY).distinct().collect()}
+        located = self.txn.locate(keys)
+        self.tag_files_read = sum(
+            int(t.split()[0]) for t in self.txn.tagged_by if t.endswith("files read")
+        )
+        where = self.spark.createDataFrame(
+            [(k, p, f) for k, (p, f) in located.items()],
+            "_aix_k string, _aix_lp string, _aix_lf string",
+        )
+        joined = keyed.join(where, keyed[RECORD_KEY] == where["_aix_k"], "left")
+        found = F.col("_aix_lp").isNotNull()
+        if self.deleting:
+            joined = joined.where(found)
+            joined = joined.withColumn(PARTITION_PATH, F.col("_aix_lp"))
+            joined = joined.withColumn(FILE_ID, F.col("_aix_lf"))
+            return joined.select(*keyed.columns), {}, {p for p, _ in located.values()}
+        same = found & (F.col("_aix_lp") == F.col(PARTITION_PATH))
+        keep_bucket = F.col(FILE_ID) if self.client.options.bucket_count > 0 else F.lit(None)
+        joined = joined.withColumn(FILE_ID, F.when(same, F.col("_aix_lf")).otherwise(keep_bucket))
+        moving = joined.where(found & ~same)
+        precombine = self.config.precombine_field
+        wanted = [RECORD_KEY, "_aix_lp", "_aix_lf"]
+        if precombine and precombine in keyed.columns:
+            wanted.append(precombine)
+        moved = moving.select(*wanted).collect()
+        stale = self.txn.stale_moves(
+            {r[RECORD_KEY]: ((r["_aix_lp"], r["_aix_lf"]), r[precombine]) for r in moved}
+            if len(wanted) == 4
+            else {}
+        )
+        if stale:
+            joined = joined.where(~F.col(RECORD_KEY).isin(sorted(stale)))
+        moves: dict[tuple[str, str], list[str]] = {}
+        for r in moved:
+            if r[RECORD_KEY] not in stale:
+                moves.setdefault((r["_aix_lp"], r["_aix_lf"]), []).append(r[RECORD_KEY])
+        return joined.select(*keyed.columns), moves, {p for p, _ in moves}
+
+    def _move_rows(self, keyed: Any, moves: dict[tuple[str, str], list[str]]) -> Any:
+        """One row per key moving out of a group (to the group's write task, which drops it):
+        the key, the group, the :data:`MOVE_OUT` flag, and nothing else."""
+        from pyspark.sql import functions as F
+
+        rows = [(k, p, f) for (p, f), keys in moves.items() for k in keys]
+        names = {RECORD_KEY: "_aix_mk", PARTITION_PATH: "_aix_mp", FILE_ID: "_aix_mf"}
+        frame = self.spark.createDataFrame(rows, "_aix_mk string, _aix_mp string, _aix_mf string")
+        columns = []
+        for field in keyed.schema.fields:
+            if field.name in names:
+                columns.append(F.col(names[field.name]).alias(field.name))
+            elif field.name == ROW_BYTES:
+                columns.append(F.lit(0).cast("long").alias(ROW_BYTES))
+            else:
+                columns.append(F.lit(None).cast(field.dataType).alias(field.name))
+        moved = frame.select(*columns).withColumn(MOVE_OUT, F.lit(True))
+        return moved
 
     def _tagged(self, keyed: Any, latest: list[BaseFile]) -> Any:
         """Rows with the file group holding their key (null: not in the table); deletes keep
@@ -450,19 +529,36 @@ class _WriteTask:
                 )
 
     def _targets(self, partition: str, file_id: str, rows: pa.Table) -> list[FileGroupWrite]:
-        data = rows.drop_columns([RECORD_KEY, PARTITION_PATH, FILE_ID, ROW_BYTES])
-        if self.layout.schema is not None:
-            data = conform(data, self.layout.schema)
-        return plan_group(
-            partition,
-            file_id,
-            self.bases.get((partition, file_id)),
-            data,
-            rows.column(RECORD_KEY).to_pylist(),
-            deleting=self.operation is Operation.DELETE,
-            precombine=self.precombine,
-            per_file=self.per_file.get(partition),
-        )
+        moved: set[str] = set()
+        if MOVE_OUT in rows.column_names:
+            flag = pc.fill_null(rows.column(MOVE_OUT), False)
+            moved = set(rows.filter(flag).column(RECORD_KEY).to_pylist())
+            rows = rows.filter(pc.invert(flag)).drop_columns([MOVE_OUT])
+        base = self.bases.get((partition, file_id))
+        targets = []
+        if rows.num_rows:
+            data = rows.drop_columns([RECORD_KEY, PARTITION_PATH, FILE_ID, ROW_BYTES])
+            if self.layout.schema is not None:
+                data = conform(data, self.layout.schema)
+            targets = plan_group(
+                partition,
+                file_id,
+                base,
+                data,
+                rows.column(RECORD_KEY).to_pylist(),
+                deleting=self.operation is Operation.DELETE,
+                precombine=self.precombine,
+                per_file=self.per_file.get(partition),
+            )
+        if moved and base is not None:  # keys an upsert moved to another partition
+            merge = next((t for t in targets if t.base is not None), None)
+            if merge is not None:
+                merge.move_keys |= moved
+            else:
+                targets.append(
+                    FileGroupWrite(partition, file_id, IOType.MERGE, base, move_keys=moved)
+                )
+        return targets
 
     def _claim(self, point: str) -> bool:
         """True in the one task attempt (of all executors) that claims ``point`` first."""

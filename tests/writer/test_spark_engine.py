@@ -226,3 +226,41 @@ def test_schema_on_write_and_nested_columns_as_the_local_engine(tmp_path: Path, 
             k: {c: v for c, v in r.items() if c != "_hoodie_commit_seqno"} for k, r in got.items()
         }
     assert results["local"] == results["spark"]
+
+
+GLOBAL_BATCHES = [
+    *BATCHES[:2],
+    # k001 (nyc) moves to tokyo; k006 (sf, ts 2) would move to la but is stale (ts 1: it stays)
+    (Operation.UPSERT, rows(("k001", "tokyo", 5, 1.5), ("k006", "la", 1, 4.5))),
+    (Operation.INSERT, rows(("k002", "la", 6, 2.5), ("k500", "sf", 6, 5.0))),  # k002 exists
+    (Operation.DELETE, rows(("k001", "sf", 0, 0.0), ("k003", "la", 0, 0.0))),  # named elsewhere
+]
+
+
+@pytest.mark.parametrize("bucket_count", [0, 4])
+def test_spark_engine_with_global_keys_matches_the_local_engine(
+    tmp_path: Path, spark: Any, bucket_count: int
+) -> None:
+    """With a record index the Spark engine tags through it as the local engine does: keys
+    moved to another partition leave the old one, an insert of a stored key updates it, a
+    delete finds the key wherever it lives; no data file is read to tag."""
+    from metadata_table.layout import RECORD_INDEX
+    from metadata_table.maintenance import initialize
+    from metadata_table.validate import validate
+
+    options = WriteOptions(max_records_per_file=8, bucket_count=bucket_count)
+    local = make_table(str(tmp_path / "local"))
+    remote = make_table(str(tmp_path / "spark"))
+    for table in (local, remote):
+        WriteClient(table, options).insert(GLOBAL_BATCHES[0][1])
+        initialize(table, [RECORD_INDEX])
+    with WriteClient(local, options) as a, SparkWriteClient(remote, spark, options) as b:
+        for operation, data in GLOBAL_BATCHES[1:]:
+            a.write(operation, data)
+            b.write(operation, frame(spark, data, tmp_path / "in"))
+            assert b.last_tag_files_read == 0
+    assert records(remote) == records(local)
+    got = records(remote)
+    assert "k001" not in got and "k003" not in got
+    assert got["k006"]["city"] == "sf" and got["k002"]["fare"] == 2.5
+    assert all(r.ok for r in validate(remote))
