@@ -42,8 +42,7 @@ from metadata_table.layout import (
     file_group_of,
     hash_groups,
     is_secondary_index,
-    key_hashes,
-    routing_column,
+    memory_schema,
     secondary_column,
 )
 from metadata_table.records import (
@@ -92,6 +91,11 @@ class IndexType:
     row_columns: tuple[str, ...] | None = None
 
     @property
+    def memory_schema(self) -> pa.Schema:
+        """The schema of this type's records in memory (:func:`layout.memory_schema`)."""
+        return memory_schema(self.name)
+
+    @property
     def keyed_by_record(self) -> bool:
         """Records keyed by record key, made from data files' rows (record and secondary
         indexes): a base file holds what the latest file slices hold (:meth:`combine`)."""
@@ -117,7 +121,7 @@ class IndexType:
     def groups_of(self, records: pa.Table, groups: int) -> np.ndarray:
         """The file group of each record (of ``groups``)."""
         if self.keyed_by_record:
-            return hash_groups(key_hashes(records.column(routing_column(self.name))), groups)
+            return hash_groups(records.column("key_hash"), groups)
         keys = records.column("key").to_pylist()
         return np.fromiter((file_group_of(k, groups) for k in keys), np.int64, len(keys))
 

@@ -172,11 +172,32 @@ def key_hashes(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return key_hash64(values)
 
 
-def hash_groups(hashes: np.ndarray, groups: int) -> np.ndarray:
-    """The file group of each 64-bit hash (of ``groups``): ``(h >> 32) * groups >> 32``, so
-    each group holds a contiguous range of hashes."""
-    top = hashes >> np.uint64(32)
+def hash_groups(top: np.ndarray | pa.Array | pa.ChunkedArray, groups: int) -> np.ndarray:
+    """The file group (of ``groups``) of each ``key_hash`` (a 64-bit hash's top 32 bits):
+    ``key_hash * groups >> 32``, so each group holds a contiguous range of hashes."""
+    if not isinstance(top, np.ndarray):
+        top = top.to_numpy() if isinstance(top, pa.Array) else top.combine_chunks().to_numpy()
+    top = top.astype(np.uint64)
     return ((top * np.uint64(groups)) >> np.uint64(32)).astype(np.int64)
+
+
+def hash_order(top: np.ndarray, keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The permutation that orders rows by (``top``, ``keys``): a stable numpy sort of the 32-bit
+    hashes (the runs several tasks sorted this way merge in it at little cost), then the few
+    rows that share a hash ordered by key."""
+    order = np.argsort(top, kind="stable")
+    ordered = top[order]
+    tie = ordered[1:] == ordered[:-1]
+    if not tie.any():
+        return order
+    tied = np.zeros(len(order), dtype=bool)
+    tied[:-1] |= tie
+    tied[1:] |= tie
+    at = np.flatnonzero(tied)  # positions in runs of one hash: sorted by (hash, key) in place
+    rows = order[at]
+    work = pa.table({"h": pa.array(ordered[at]), "k": keys.take(pa.array(rows))})
+    order[at] = rows[pc.sort_indices(work, [("h", "ascending"), ("k", "ascending")]).to_numpy()]
+    return order
 
 
 def stored_hashes(hashes: np.ndarray) -> pa.Array:
@@ -379,6 +400,22 @@ def schema_of(partition: str) -> pa.Schema:
     return SCHEMAS[index_type_name(partition)]
 
 
+#: the columns of a partition keyed by record key that repeat a few values (held as dictionary
+#: arrays in memory, so that a build sorting millions of records moves indices, not strings)
+REPEATED = ("partition", "file_id", "instant")
+
+
+def memory_schema(partition: str) -> pa.Schema:
+    """The schema a partition's records have in memory: its record schema, with the
+    :data:`REPEATED` columns of a partition keyed by record key as dictionaries. Files hold
+    the record schema (a reader gets strings)."""
+    schema = schema_of(partition)
+    if not keyed_by_record(partition):
+        return schema
+    text = pa.dictionary(pa.int32(), pa.string())
+    return pa.schema([pa.field(f.name, text) if f.name in REPEATED else f for f in schema])
+
+
 def routing_column(partition: str) -> str:
     """The column whose hash routes and orders a partition keyed by record key."""
     return "value" if is_secondary_index(partition) else "key"
@@ -391,20 +428,29 @@ ROW_GROUP_ROWS = 16_384
 
 def in_file_order(partition: str, records: pa.Table) -> pa.Table:
     """Records in the order a file of ``partition`` keeps them: by key, or, for a partition keyed
-    by record key, by the 64-bit hash of its routing column and then by key. The hash order is a
-    stable numpy sort (a merge of the sorted runs of several tasks costs little); only where two
-    rows share a hash (a secondary index's records of one value) are keys compared."""
+    by record key, by ``key_hash`` (the routing column's hash) and then by key
+    (:func:`hash_order`); records already in that order are returned as they are."""
     if not keyed_by_record(partition):
         return records.sort_by("key")
     if records.num_rows < 2:
         return records
-    hashes = key_hashes(records.column(routing_column(partition)))
-    order = np.argsort(hashes, kind="stable")
-    ordered = hashes[order]
-    if bool(np.any(ordered[1:] == ordered[:-1])):
-        work = pa.table({"h": pa.array(hashes, pa.uint64()), "key": records.column("key")})
-        return records.take(pc.sort_indices(work, [("h", "ascending"), ("key", "ascending")]))
-    return records.take(pa.array(order, pa.int64()))
+    top = records.column("key_hash").to_numpy()
+    if _in_hash_order(top, records.column("key")):
+        return records  # merged and sorted by a build's write step
+    return records.take(pa.array(hash_order(top, records.column("key")), pa.int64()))
+
+
+def _in_hash_order(top: np.ndarray, keys: pa.Array | pa.ChunkedArray) -> bool:
+    """Whether rows are ordered by (``top``, ``keys``) already (keys compared only where two
+    rows share a hash)."""
+    if not bool(np.all(top[1:] >= top[:-1])):
+        return False
+    ties = np.flatnonzero(top[1:] == top[:-1])
+    if not len(ties):
+        return True
+    first = keys.take(pa.array(ties))
+    second = keys.take(pa.array(ties + 1))
+    return bool(pc.all(pc.less_equal(first, second)).as_py())
 
 
 def _write_options(partition: str) -> dict[str, Any]:
@@ -417,6 +463,8 @@ def _write_options(partition: str) -> dict[str, Any]:
             f.name for f in schema_of(partition) if f.name not in plain | {"key_hash"}
         ],
         "column_encoding": {"key_hash": "DELTA_BINARY_PACKED"},
+        # a lookup picks row groups by their key_hash range; no other column's bounds are read
+        "write_statistics": ["key_hash"],
     }
 
 
@@ -431,16 +479,24 @@ def write_records(
     (:func:`in_file_order` of the partition the path is in); returns its size."""
     partition = partition or path.split("/", 1)[0]
     records = in_file_order(partition, records)
-    if covers_upto is not None:
-        records = records.replace_schema_metadata({COVERS_UPTO: covers_upto.encode()})
     sink = pa.BufferOutputStream()
-    pq.write_table(
-        records,
-        sink,
-        compression="zstd",
-        row_group_size=ROW_GROUP_ROWS,
-        **_write_options(partition),
-    )
+    if keyed_by_record(partition):
+        # dictionary columns written as the record schema's strings (no Arrow schema stored,
+        # which would make readers get dictionaries); the watermark as key-value metadata
+        with pq.ParquetWriter(
+            sink,
+            records.schema.remove_metadata(),
+            compression="zstd",
+            store_schema=False,
+            **_write_options(partition),
+        ) as writer:
+            writer.write_table(records, row_group_size=ROW_GROUP_ROWS)
+            if covers_upto is not None:
+                writer.add_key_value_metadata({COVERS_UPTO.decode(): covers_upto})
+    else:
+        if covers_upto is not None:
+            records = records.replace_schema_metadata({COVERS_UPTO: covers_upto.encode()})
+        pq.write_table(records, sink, compression="zstd", row_group_size=ROW_GROUP_ROWS)
     data = sink.getvalue().to_pybytes()
     storage.create(path, data)
     return len(data)

@@ -112,7 +112,11 @@ class PartitionBuild:
         return file_group_of(file_key(partition, name), self.groups)
 
     def write_group(
-        self, storage: Storage, group: int, parts: Sequence[bytes], marker_instant: str
+        self,
+        storage: Storage,
+        group: int,
+        parts: Sequence[bytes | pa.Table],
+        marker_instant: str,
     ) -> tuple[str, str, int]:
         """Write file group ``group``'s base file, its marker first (in ``marker_instant``'s
         folder, so a failed attempt's files are found and deleted), from the group's records in
@@ -126,8 +130,9 @@ class PartitionBuild:
                 Marker(f"{METADATA_FOLDER}/{self.partition}", name, IOType.CREATE)
             )
         kind = index_type(self.partition)
-        tables = [_from_ipc(p).cast(kind.schema) for p in parts]
-        records = pa.concat_tables(tables) if tables else kind.schema.empty_table()
+        schema = kind.memory_schema
+        tables = [(_from_ipc(p) if isinstance(p, bytes) else p).cast(schema) for p in parts]
+        records = pa.concat_tables(tables) if tables else schema.empty_table()
         # the tasks' partial aggregates, or records of a slice's files in several tasks, as the
         # table was at covers_upto
         records = kind.combine(records, self.covers_upto)
@@ -188,12 +193,17 @@ RECORDS_CHUNK = 500
 
 
 def file_records(
-    storage: Storage, files: Iterator[DataFile], builds: Sequence[PartitionBuild]
-) -> Iterator[tuple[int, int, bytes]]:
+    storage: Storage,
+    files: Iterator[DataFile],
+    builds: Sequence[PartitionBuild],
+    shuffled: bool = True,
+) -> Iterator[tuple[int, int, bytes | pa.Table]]:
     """(build index, file group, records) for ``files``: each file read once (a base file's
     footer, a log file's blocks of :attr:`PartitionBuild.counted` instants), and per
-    file group of each build one Arrow table, as Arrow IPC stream bytes for the shuffle; no row
-    is ever a Python object (a Spark task's body)."""
+    file group of each build one Arrow table; no row is ever a Python object (a Spark task's
+    body). With ``shuffled`` (Spark) the tables go as Arrow IPC stream bytes, those of an index
+    keyed by record key as runs in file order (the write step merges the tasks' runs); in one
+    process they stay tables."""
     per_build: list[list[pa.Table]] = [[] for _ in builds]
     chunk: list[DataFileInfo] = []
     # the builds of one job cover the same instant (one plan, or one resync)
@@ -220,6 +230,9 @@ def file_records(
         if per_build[number]:
             records = pa.concat_tables(per_build[number])
             for group, table in split_by_group(records, build.groups, build.partition).items():
+                if not shuffled:
+                    yield number, group, table
+                    continue
                 if build.row_columns is not None:  # a sorted run: the writer merges runs
                     table = in_file_order(build.partition, table)
                 yield number, group, _ipc(table)

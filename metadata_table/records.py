@@ -50,14 +50,16 @@ from metadata_table.layout import (
     FILES_SCHEMA,
     NON_PARTITIONED,
     PARTITION_STATS_SCHEMA,
-    RECORD_INDEX_SCHEMA,
-    SECONDARY_INDEX_SCHEMA,
+    RECORD_INDEX,
     VALUE_TYPE,
     column_stats_keys,
     enc,
     file_key,
+    hash_order,
     key_hashes,
+    memory_schema,
     partition_stats_keys,
+    secondary_index_partition,
     stored_hashes,
 )
 from timeline.arrow_types import ScalarKind, scalar_kind
@@ -804,30 +806,73 @@ def placed_keys(infos: Iterable[DataFileInfo]) -> set[str]:
     return out
 
 
+def _dictionary(chunks: Sequence[pa.Array]) -> pa.DictionaryArray:
+    """String chunks as one dictionary array; a chunk of one repeated value (a file's partition,
+    its file id, a base file's instant) costs no hashing of its rows."""
+    codes: dict[str, int] = {}
+    parts = []
+    for chunk in chunks:
+        distinct = pc.unique(chunk).to_pylist()
+        mapped = np.array([codes.setdefault(str(v), len(codes)) for v in distinct], np.int32)
+        if len(distinct) == 1:
+            parts.append(np.full(len(chunk), mapped[0], np.int32))
+        else:
+            at = pc.index_in(chunk, value_set=pa.array(distinct, chunk.type))
+            parts.append(mapped[at.to_numpy(zero_copy_only=False)])
+    indices = pa.array(np.concatenate(parts) if parts else np.zeros(0, np.int32), pa.int32())
+    return pa.DictionaryArray.from_arrays(indices, pa.array(list(codes), pa.string()))
+
+
+def _located_rows(
+    rows_of: Iterable[tuple[DataFileInfo, str, pa.Table]],
+) -> tuple[list[pa.Table], pa.DictionaryArray, pa.DictionaryArray, pa.DictionaryArray]:
+    """Rows of several files, and their data partitions, file ids and instants as dictionary
+    arrays (one entry per row)."""
+    tables: list[pa.Table] = []
+    partitions: list[pa.Array] = []
+    file_ids: list[pa.Array] = []
+    instants: list[pa.Array] = []
+    for info, file_id, rows in rows_of:
+        tables.append(rows)
+        partitions.append(pa.repeat(pa.scalar(_partition_name(info.partition)), rows.num_rows))
+        file_ids.append(pa.repeat(pa.scalar(file_id), rows.num_rows))
+        instants.extend(c.cast(pa.string()) for c in rows.column(ROW_INSTANT).chunks)
+    return tables, _dictionary(partitions), _dictionary(file_ids), _dictionary(instants)
+
+
 def record_index_records(infos: Iterable[DataFileInfo]) -> pa.Table:
     """One record per row of ``infos``' rows: record key -> (data partition, file id), with the
     instant that wrote it; a deletion's record is a tombstone (see :func:`latest_live`). A
-    writer's updates in place change no location: they make no record."""
-    parts = []
-    for info, file_id, rows in _file_rows(infos):
-        if ROW_IN_PLACE in rows.column_names:
-            rows = rows.filter(pc.invert(rows.column(ROW_IN_PLACE)))
-        keys = rows.column(RECORD_KEY)
-        n = rows.num_rows
-        parts.append(
-            pa.table(
-                {
-                    "key": keys,
-                    "key_hash": stored_hashes(key_hashes(keys)),
-                    "partition": pa.repeat(pa.scalar(_partition_name(info.partition)), n),
-                    "file_id": pa.repeat(pa.scalar(file_id), n),
-                    "is_deleted": rows.column(ROW_DELETED),
-                    "instant": rows.column(ROW_INSTANT),
-                },
-                schema=RECORD_INDEX_SCHEMA,
-            )
-        )
-    return pa.concat_tables(parts) if parts else RECORD_INDEX_SCHEMA.empty_table()
+    writer's updates in place change no location: they make no record. Built column by column
+    over all files at once (one hash pass over every key), in the memory schema
+    (:func:`metadata_table.layout.memory_schema`)."""
+
+    def moved(rows_of: Iterable[tuple[DataFileInfo, str, pa.Table]]) -> Iterable[Any]:
+        for info, file_id, rows in rows_of:
+            if ROW_IN_PLACE in rows.column_names:
+                rows = rows.filter(pc.invert(pc.fill_null(rows.column(ROW_IN_PLACE), False)))
+            if rows.num_rows:
+                yield info, file_id, rows
+
+    tables, partitions, file_ids, instants = _located_rows(moved(_file_rows(infos)))
+    schema = memory_schema(RECORD_INDEX)
+    if not tables:
+        return schema.empty_table()
+    key = pa.concat_arrays(
+        [c.cast(pa.string()) for t in tables for c in t.column(RECORD_KEY).chunks]
+    )
+    deleted = pa.concat_arrays([c for t in tables for c in t.column(ROW_DELETED).chunks])
+    return pa.table(
+        {
+            "key": key,
+            "key_hash": stored_hashes(key_hashes(key)),
+            "partition": partitions,
+            "file_id": file_ids,
+            "is_deleted": deleted,
+            "instant": instants,
+        },
+        schema=schema,
+    )
 
 
 #: the value kinds a secondary index takes (values compared as text of one canonical form)
@@ -882,42 +927,43 @@ def _without_in_place(written: pa.Table, old: pa.Table) -> pa.Table:
 def _secondary_records(
     rows_of: Iterable[tuple[DataFileInfo, str, pa.Table]], column: str
 ) -> pa.Table:
-    parts = []
+    schema = memory_schema(secondary_index_partition(column))
+    kept = []
     for info, file_id, rows in rows_of:
         values = rows.column(column) if column in rows.column_names else pa.nulls(rows.num_rows)
         if pa.types.is_null(values.type):
             texts = pa.nulls(rows.num_rows, pa.string())
         else:
             texts = value_texts(values)
-        deleted = rows.column(ROW_DELETED)
         # a deletion of a delete block holds no value (it names keys only): kept, to be
         # resolved by the key in :func:`latest_live`
-        keep = pc.or_(pc.is_valid(texts), deleted)
-        if not pc.any(keep).as_py():
-            continue
-        rows, texts = rows.filter(keep), texts.filter(keep)
-        keys = rows.column(RECORD_KEY)
-        n = rows.num_rows
-        filled = pc.fill_null(texts, "")
-        table = pa.table(
-            {
-                "key": pc.binary_join_element_wise(_enc_array(filled), _enc_array(keys), "|"),
-                "key_hash": stored_hashes(key_hashes(filled)),
-                "value": texts,
-                "record_key": keys,
-                "partition": pa.repeat(pa.scalar(_partition_name(info.partition)), n),
-                "file_id": pa.repeat(pa.scalar(file_id), n),
-                "is_deleted": rows.column(ROW_DELETED),
-                "instant": rows.column(ROW_INSTANT),
-            },
-            schema=SECONDARY_INDEX_SCHEMA,
-        )
-        if ROW_IN_PLACE in rows.column_names:
-            table = table.append_column("in_place", rows.column(ROW_IN_PLACE))
-        parts.append(table)
-    if not parts:
-        return SECONDARY_INDEX_SCHEMA.empty_table()
-    return pa.concat_tables(parts, promote_options="permissive")
+        keep = pc.or_(pc.is_valid(texts), rows.column(ROW_DELETED))
+        if pc.any(keep).as_py():
+            rows = rows.filter(keep).append_column("_aix_text", texts.filter(keep))
+            kept.append((info, file_id, rows))
+    tables, partitions, file_ids, instants = _located_rows(kept)
+    if not tables:
+        return schema.empty_table()
+    rows = pa.concat_tables(tables, promote_options="permissive")
+    keys = rows.column(RECORD_KEY).cast(pa.string())
+    texts = rows.column("_aix_text").cast(pa.string())
+    filled = pc.fill_null(texts, "")
+    out = pa.table(
+        {
+            "key": pc.binary_join_element_wise(_enc_array(filled), _enc_array(keys), "|"),
+            "key_hash": stored_hashes(key_hashes(filled)),
+            "value": texts,
+            "record_key": keys,
+            "partition": partitions,
+            "file_id": file_ids,
+            "is_deleted": rows.column(ROW_DELETED),
+            "instant": instants,
+        },
+        schema=schema,
+    )
+    if ROW_IN_PLACE in rows.column_names:
+        out = out.append_column("in_place", pc.fill_null(rows.column(ROW_IN_PLACE), False))
+    return out
 
 
 def _enc_array(values: Any) -> Any:
@@ -936,39 +982,34 @@ def latest_live(records: pa.Table, by: str = "key") -> pa.Table:
     live in two file groups is a :class:`DuplicateRecordKeyError`: the record and secondary
     indexes are global, one location per key.
 
-    Records come out ordered by the hash of ``by`` (stable): for the record index, the order of
-    its files, which several tasks' runs sorted that way merge into at little cost. Keys are
-    compared as text only where their hashes tie."""
+    Records come out ordered by (hash, ``by``) (:func:`hash_order`): for the record index, the
+    order of its files."""
     if records.num_rows == 0:
         return records
-    hashes = key_hashes(records.column(by))
-    order = np.argsort(hashes, kind="stable")
-    records = records.take(pa.array(order, pa.int64()))
-    hashes = hashes[order]
+    identity = records.column(by)
+    if by == "key":
+        top = records.column("key_hash").to_numpy()
+    else:
+        top = (key_hashes(identity) >> np.uint64(32)).astype(np.int64)
+    records = records.take(pa.array(hash_order(top, identity), pa.int64()))
+    keys = records.column(by)
     deleted = records.column("is_deleted").to_numpy(zero_copy_only=False)
-    tie = hashes[1:] == hashes[:-1]
-    if not tie.any():
+    n = records.num_rows
+    same = pc.equal(keys.slice(0, n - 1), keys.slice(1)).to_numpy(zero_copy_only=False)
+    if not same.any():
         return records.filter(pa.array(~deleted)) if deleted.any() else records
-    # rows whose hash repeats (the same key in a base file and a log file, or, rarely, two keys
-    # with one hash): grouped by key, then resolved per key and file group
-    tied = np.zeros(len(hashes), dtype=bool)
-    tied[:-1] |= tie
-    tied[1:] |= tie
-    rows = np.flatnonzero(tied)
-    subset = pa.table(
-        {
-            "h": pa.array(hashes[rows], pa.uint64()),
-            "k": records.column(by).take(pa.array(rows)),
-            "row": pa.array(rows, pa.int64()),
-        }
-    ).sort_by([("h", "ascending"), ("k", "ascending"), ("row", "ascending")])
-    rows = subset.column("row").to_numpy()
-    keys = subset.column("k")
-    same = pc.equal(keys.slice(0, len(rows) - 1), keys.slice(1)).to_numpy(zero_copy_only=False)
-    run_id = np.cumsum(np.concatenate(([True], ~same)))
+    # keys with several records (a base file's and a log file's, or copies in two groups):
+    # resolved per key and file group
+    repeated = np.zeros(n, dtype=bool)
+    repeated[:-1] |= same
+    repeated[1:] |= same
+    rows = np.flatnonzero(repeated)
+    starts = np.ones(len(rows), dtype=bool)
+    starts[1:] = ~((rows[1:] == rows[:-1] + 1) & same[rows[:-1]])
+    run_id = np.cumsum(starts)
     location = pc.binary_join_element_wise(
-        records.column("partition").take(pa.array(rows)),
-        records.column("file_id").take(pa.array(rows)),
+        records.column("partition").take(pa.array(rows)).cast(pa.string()),
+        records.column("file_id").take(pa.array(rows)).cast(pa.string()),
         "/",
     )
     group_code = pc.index_in(location, value_set=pc.unique(location)).to_numpy(zero_copy_only=False)

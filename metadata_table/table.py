@@ -682,12 +682,9 @@ def split_by_group(records: pa.Table, groups: int, partition: str) -> dict[int, 
     if records.num_rows == 0:
         return {}
     index = index_type(partition).groups_of(records, groups)
-    order = np.argsort(index, kind="stable")
-    ordered = records.take(pa.array(order, pa.int64()))
-    grouped = index[order]
-    starts = np.flatnonzero(np.concatenate(([True], grouped[1:] != grouped[:-1])))
-    ends = np.append(starts[1:], len(grouped))
+    if groups == 1:
+        return {0: records}
     return {
-        int(grouped[a]): ordered.slice(int(a), int(b - a))
-        for a, b in zip(starts, ends, strict=True)
+        int(g): records.take(pa.array(np.flatnonzero(index == g), pa.int64()))
+        for g in np.unique(index).tolist()
     }

@@ -87,8 +87,9 @@ def key_hash64(keys: pa.Array | pa.ChunkedArray | Sequence[str]) -> np.ndarray:
     h = np.empty(count, dtype=np.uint64)
     # keys of one length form a matrix of bytes (zero-copy when every key has that length),
     # whose zero-padded rows are the words: no shift or mask per key
-    distinct = np.unique(lengths)
-    for length in distinct.tolist():
+    shortest, longest = int(lengths.min()), int(lengths.max())
+    distinct = [shortest] if shortest == longest else np.unique(lengths).tolist()
+    for length in distinct:
         rows: slice | np.ndarray
         if len(distinct) == 1:
             rows = slice(None)

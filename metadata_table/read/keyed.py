@@ -73,7 +73,7 @@ class KeyedLookup:
             return self.schema.empty_table()
         hashes = key_hashes(wanted)
         tops = (hashes >> np.uint64(32)).astype(np.int64)
-        of_group = hash_groups(hashes, len(self.groups))
+        of_group = hash_groups(tops, len(self.groups))
         parts = []
         for index in np.unique(of_group).tolist():
             mine = of_group == index

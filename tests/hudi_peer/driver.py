@@ -376,6 +376,7 @@ def _rollback(peer: Peer, request: dict[str, Any]) -> Any:
 INDEX_TYPES = {
     "column_stats": ("COLUMN_STATS", "hoodie.metadata.index.column.stats.enable"),
     "bloom_filters": ("BLOOM_FILTERS", "hoodie.metadata.index.bloom.filter.enable"),
+    "record_index": ("RECORD_INDEX", "hoodie.metadata.record.index.enable"),
 }
 INDEXER_OPTIONS = {
     "hoodie.metadata.enable": "true",
@@ -386,7 +387,8 @@ INDEXER_OPTIONS = {
 
 
 def op_index(peer: Peer, request: dict[str, Any]) -> dict[str, Any]:
-    """{path, index_types: [column_stats, bloom_filters], options?}: Hudi's asynchronous indexer,
+    """{path, index_types: [column_stats, bloom_filters, record_index], options?}: Hudi's
+    asynchronous indexer,
     run as org.apache.hudi.utilities.HoodieIndexer runs it (--mode scheduleAndExecute): for each
     type in turn (HoodieIndexer takes one at a time), the write client's scheduleIndexing, then
     index on that instant. It runs in a JVM of its own, started for this request, so that
