@@ -86,6 +86,7 @@ from timeline.markers.server import MarkerServer, MarkerServerConfig
 from timeline.rollback import rollback
 from timeline.table import Table
 from timeline.table_config import POPULATE_META_FIELDS, PROPERTIES_FILE, TYPE, TableType
+from timeline.timeline import Timeline
 from writer.avro import avro_schema
 from writer.early_conflict import EarlyConflictDetector
 from writer.files import (
@@ -420,16 +421,20 @@ class WriteTransaction:
 
     # --- global keys (a record index) ------------------------------------------------------------
 
-    def locate(self, keys: set[str]) -> dict[str, tuple[str, str]]:
+    def locate(
+        self, keys: set[str], index: IndexedSnapshot | None = None
+    ) -> dict[str, tuple[str, str]]:
         """Record key -> (partition, file id) of every key of ``keys`` the table holds, in any
-        partition: from ``record_index`` when it is completed (exact, no data file read), where
-        instants it does not reflect wrote, and without it, from the files whose bloom filter
-        (or key range) may hold a key, whose keys are read."""
+        partition (as ``index``, by default the snapshot this write started from, sees it):
+        from ``record_index`` when it is completed (exact, no data file read), where instants
+        it does not reflect wrote, and without it, from the files whose bloom filter (or key
+        range) may hold a key, whose keys are read."""
+        index = index if index is not None else self.index
         found: dict[str, tuple[str, str]] = {}
         unsure: set[str] = set()  # partitions whose files must be read
-        if self.index.uses(RECORD_INDEX):
-            touched = self.index.record_index_touched()
-            for key, where in self.index.record_locations(keys).items():
+        if index.uses(RECORD_INDEX):
+            touched = index.record_index_touched()
+            for key, where in index.record_locations(keys).items():
                 if where.partition_path not in touched:
                     found[key] = (where.partition_path, where.file_id)
             unsure = touched
@@ -437,14 +442,14 @@ class WriteTransaction:
             if not unsure:
                 return found
         else:
-            unsure = set(self.view.partitions())
+            unsure = set(index.view.partitions())
         rest = keys - found.keys()
-        bases = [b for b in self.view.latest_base_files(sorted(unsure))]
-        candidates = self.index.lookup_keys(rest) if self.index.key_indexes() else None
+        bases = index.view.latest_base_files(sorted(unsure))
+        candidates = index.lookup_keys(rest) if index.key_indexes() else None
         if candidates is not None:
             wanted = {p for paths in candidates.values() for p in paths}
             bases = [b for b in bases if b.path in wanted]
-            self.tagged_by.extend(i for i in self.index.key_indexes() if i != RECORD_INDEX)
+            self.tagged_by.extend(i for i in index.key_indexes() if i != RECORD_INDEX)
         self.tagged_by.append(f"{len(bases)} files read")
         found.update(self._owners(bases, rest))
         return found
@@ -729,7 +734,7 @@ class WriteTransaction:
             candidates = strategy.candidates(fresh, self.start_state, timeline.completion_time)
             for candidate in candidates:
                 strategy.resolve(this, operation_of(timeline, candidate))
-            self._check_placed_keys(self.table.reload_index_state(), candidates)
+            self._check_placed_keys(self.table.reload_index_state(), candidates, fresh)
             self._finalize()
             self._update_metadata_table(lock)
             self.client.hudi_metadata_table(lock, f"commit {self.instant_time}")
@@ -747,18 +752,24 @@ class WriteTransaction:
         logger.info("write %s committed (%d files)", done, len(self.stats))
         return done
 
-    def _check_placed_keys(self, state: IndexState, candidates: list[Instant]) -> None:
+    def _check_placed_keys(
+        self, state: IndexState, candidates: list[Instant], timeline: Timeline
+    ) -> None:
         """With a record index, a key lives in one place: a write that put keys somewhere new
         (inserted them, or moved them to another partition) conflicts with a write completed
-        since it started that placed one of the same keys, and, if it did not look for its
-        keys globally (it started before the record index was scheduled), with the index."""
+        since it started that placed one of the same keys; a write that did not look for its
+        keys globally (it started before the record index was scheduled) looks now, in the
+        table as of ``timeline``, and conflicts if one of them is somewhere already."""
         if RECORD_INDEX not in state.partitions:
             return
         placed = placed_keys(self._infos.values())
         if not placed:
             return
         if not self.global_keys:
-            raise RecordKeyConflictError(self.instant, None, sorted(placed))
+            found = self.locate(placed, IndexedSnapshot(self.table, timeline))
+            if found:
+                raise RecordKeyConflictError(self.instant, None, sorted(found))
+            return
         mdt = MetadataTable(self.table)
         for other in candidates:
             if other.is_completed:

@@ -147,18 +147,24 @@ def test_two_writers_placing_one_new_key_conflict(table: Table) -> None:
     assert_exact(table)
 
 
-def test_a_write_started_before_the_record_index_conflicts_when_it_places_keys(
+def test_a_write_started_before_the_record_index_looks_for_the_keys_it_places(
     table: Table,
 ) -> None:
+    """A write that started before the record index was scheduled did not look for its keys in
+    other partitions: at commit it does, and conflicts only where a key it places is somewhere
+    already (a second copy the record index could not hold)."""
     updates = WriteClient(table).start(Operation.UPSERT)
     updates.write(rows(keys(50, 55), ts=7))  # updates in place only
     inserts = WriteClient(table).start(Operation.UPSERT)
-    inserts.write(rows(keys(600, 605)))
+    inserts.write(rows(keys(600, 605)))  # new keys
+    moved = WriteClient(table).start(Operation.UPSERT)
+    moved.write(rows(["k0040"], ts=9, city="tokyo"))  # k0040 is in la: a second copy
     initialize(table, [RECORD_INDEX])
     updates.commit()
+    inserts.commit()
     with pytest.raises(RecordKeyConflictError, match="before the record index was scheduled"):
-        inserts.commit()
-    WriteClient(table).upsert(rows(keys(600, 605)))  # the retry looks globally
+        moved.commit()
+    WriteClient(table).upsert(rows(["k0040"], ts=9, city="tokyo"))  # the retry moves it
     assert_exact(table, (RECORD_INDEX,))
 
 
