@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 # setuptools warns on every editable install of a flat layout: not the user's concern
 PIP    := PYTHONWARNINGS=ignore $(PY) -m pip
 
-.PHONY: demo test test-fast test-hudi hudi-peer soak lint bench bench-markers bench-scan bench-mor system-deps clean
+.PHONY: demo test test-fast test-hudi hudi-peer soak lint bench bench-markers bench-scan bench-mor bench-record-index system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,12 @@ bench-scan: $(VENV)/.installed-test
 # Merge-on-read tables: the build over slices with 0, 4, 16 log files each (also in `make bench`).
 bench-mor: $(VENV)/.installed-test
 	$(PY) scripts/bench/merge_on_read.py
+
+# The record index and a secondary index at 10M keys in 1,000 files: build against the key-column
+# bound and Apache Hudi's HoodieIndexer, size, lookups, tagging (both engines), a secondary-index
+# query (also in `make bench`; about 10 minutes).
+bench-record-index: $(VENV)/.installed-test system-deps hudi-peer
+	$(PY) scripts/bench/record_index.py
 
 # The full suite: writes docs/benchmarks.md and docs/bench-*.png (about 20 minutes on 2 cores).
 bench: $(VENV)/.installed-bench system-deps hudi-peer

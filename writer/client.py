@@ -424,35 +424,62 @@ class WriteTransaction:
     def locate(
         self, keys: set[str], index: IndexedSnapshot | None = None
     ) -> dict[str, tuple[str, str]]:
-        """Record key -> (partition, file id) of every key of ``keys`` the table holds, in any
-        partition (as ``index``, by default the snapshot this write started from, sees it):
-        from ``record_index`` when it is completed (exact, no data file read), where instants
-        it does not reflect wrote, and without it, from the files whose bloom filter (or key
-        range) may hold a key, whose keys are read."""
+        """Record key -> (partition, file id) of every key of ``keys`` the table holds
+        (:meth:`locate_table`)."""
+        found = self.locate_table(pa.array(sorted(keys), pa.string()), index)
+        return {
+            k: (p, f)
+            for k, p, f in zip(
+                found.column("record_key").to_pylist(),
+                found.column("partition_path").to_pylist(),
+                found.column("file_id").to_pylist(),
+                strict=True,
+            )
+        }
+
+    def locate_table(self, keys: pa.Array, index: IndexedSnapshot | None = None) -> pa.Table:
+        """Where each of ``keys`` lives in the table, in any partition, as ``index`` (by default
+        the snapshot this write started from) sees it: a table of ``record_key``,
+        ``partition_path``, ``file_id``. From ``record_index`` when it is completed (exact, no
+        data file read), except where instants it does not reflect wrote, and without it, from
+        the files whose bloom filter (or key range) may hold a key, whose keys are read."""
         index = index if index is not None else self.index
-        found: dict[str, tuple[str, str]] = {}
-        unsure: set[str] = set()  # partitions whose files must be read
+        unsure: set[str]  # partitions whose files must be read
+        parts = []
         if index.uses(RECORD_INDEX):
             touched = index.record_index_touched()
-            for key, where in index.record_locations(keys).items():
-                if where.partition_path not in touched:
-                    found[key] = (where.partition_path, where.file_id)
+            found = index.locate_keys(keys)
+            if touched:
+                names = pa.array(sorted(touched), pa.string())
+                found = found.filter(pc.invert(pc.is_in(found.column("partition_path"), names)))
+            parts.append(found)
             unsure = touched
             self.tagged_by.append(RECORD_INDEX)
-            if not unsure:
-                return found
         else:
             unsure = set(index.view.partitions())
-        rest = keys - found.keys()
-        bases = index.view.latest_base_files(sorted(unsure))
-        candidates = index.lookup_keys(rest) if index.key_indexes() else None
-        if candidates is not None:
-            wanted = {p for paths in candidates.values() for p in paths}
-            bases = [b for b in bases if b.path in wanted]
-            self.tagged_by.extend(i for i in index.key_indexes() if i != RECORD_INDEX)
-        self.tagged_by.append(f"{len(bases)} files read")
-        found.update(self._owners(bases, rest))
-        return found
+        if unsure:
+            rest = set(keys.to_pylist())
+            if parts:
+                rest -= set(parts[0].column("record_key").to_pylist())
+            bases = index.view.latest_base_files(sorted(unsure))
+            candidates = index.lookup_keys(rest) if index.key_indexes() else None
+            if candidates is not None:
+                wanted = {p for paths in candidates.values() for p in paths}
+                bases = [b for b in bases if b.path in wanted]
+                self.tagged_by.extend(i for i in index.key_indexes() if i != RECORD_INDEX)
+            self.tagged_by.append(f"{len(bases)} files read")
+            owners = self._owners(bases, rest)
+            parts.append(
+                pa.table(
+                    {
+                        "record_key": pa.array(list(owners), pa.string()),
+                        "partition_path": pa.array([p for p, _ in owners.values()], pa.string()),
+                        "file_id": pa.array([f for _, f in owners.values()], pa.string()),
+                    }
+                )
+            )
+        schema = pa.schema([(c, pa.string()) for c in ("record_key", "partition_path", "file_id")])
+        return pa.concat_tables([p.cast(schema) for p in parts]) if parts else schema.empty_table()
 
     def _owners(self, bases: list[BaseFile], keys: set[str]) -> dict[str, tuple[str, str]]:
         """Record key -> (partition, file id) of the keys found in ``bases`` (their key column

@@ -216,34 +216,37 @@ class _SparkWrite:
         out of each group (stale moves dropped), and the partitions those groups are in."""
         from pyspark.sql import functions as F
 
-        keys = {r[0] for r in keyed.select(RECORD_KEY).distinct().collect()}
-        located = self.txn.locate(keys)
+        precombine = self.config.precombine_field
+        carried = [RECORD_KEY, PARTITION_PATH]
+        if precombine and precombine in keyed.columns and not self.deleting:
+            carried.append(precombine)
+        # one job: the batch's keys and partitions (and precombine values) come to the driver
+        incoming = keyed.select(*carried).toArrow()
+        located = self.txn.locate_table(pc.unique(incoming.column(RECORD_KEY).combine_chunks()))
         self.tag_files_read = sum(
             int(t.split()[0]) for t in self.txn.tagged_by if t.endswith("files read")
         )
-        where = self.spark.createDataFrame(
-            [(k, p, f) for k, (p, f) in located.items()],
-            "_aix_k string, _aix_lp string, _aix_lf string",
-        )
-        joined = keyed.join(where, keyed[RECORD_KEY] == where["_aix_k"], "left")
+        where = self.spark.createDataFrame(located.rename_columns(["_aix_k", "_aix_lp", "_aix_lf"]))
+        # the batch's located keys, shipped whole to every task (no shuffle of the batch)
+        joined = keyed.join(F.broadcast(where), keyed[RECORD_KEY] == where["_aix_k"], "left")
         found = F.col("_aix_lp").isNotNull()
         if self.deleting:
             joined = joined.where(found)
             joined = joined.withColumn(PARTITION_PATH, F.col("_aix_lp"))
             joined = joined.withColumn(FILE_ID, F.col("_aix_lf"))
-            return joined.select(*keyed.columns), {}, {p for p, _ in located.values()}
+            return joined.select(*keyed.columns), {}, set(located.column(1).to_pylist())
         same = found & (F.col("_aix_lp") == F.col(PARTITION_PATH))
         keep_bucket = F.col(FILE_ID) if self.client.options.bucket_count > 0 else F.lit(None)
         joined = joined.withColumn(FILE_ID, F.when(same, F.col("_aix_lf")).otherwise(keep_bucket))
-        moving = joined.where(found & ~same)
-        precombine = self.config.precombine_field
-        wanted = [RECORD_KEY, "_aix_lp", "_aix_lf"]
-        if precombine and precombine in keyed.columns:
-            wanted.append(precombine)
-        moved = moving.select(*wanted).collect()
+        # keys moving to another partition, worked out on the driver (they are few)
+        paired = incoming.join(located, RECORD_KEY, "record_key")
+        moving = paired.filter(
+            pc.not_equal(paired.column(PARTITION_PATH), paired.column("partition_path"))
+        )
+        moved = moving.to_pylist()
         stale = self.txn.stale_moves(
-            {r[RECORD_KEY]: ((r["_aix_lp"], r["_aix_lf"]), r[precombine]) for r in moved}
-            if len(wanted) == 4
+            {r[RECORD_KEY]: ((r["partition_path"], r["file_id"]), r[precombine]) for r in moved}
+            if len(carried) == 3 and precombine
             else {}
         )
         if stale:
@@ -251,7 +254,7 @@ class _SparkWrite:
         moves: dict[tuple[str, str], list[str]] = {}
         for r in moved:
             if r[RECORD_KEY] not in stale:
-                moves.setdefault((r["_aix_lp"], r["_aix_lf"]), []).append(r[RECORD_KEY])
+                moves.setdefault((r["partition_path"], r["file_id"]), []).append(r[RECORD_KEY])
         return joined.select(*keyed.columns), moves, {p for p, _ in moves}
 
     def _move_rows(self, keyed: Any, moves: dict[tuple[str, str], list[str]]) -> Any:

@@ -48,7 +48,7 @@ class KeyedLookup:
     def _init_caches(self) -> None:
         #: per base file: its row groups' key_hash bounds (sorted), and the parsed file
         self._bounds: dict[str, tuple[np.ndarray, np.ndarray, Any]] = {}
-        self._row_groups: dict[tuple[str, int], pa.Table] = {}
+        self._row_groups: dict[tuple[str, int], tuple[np.ndarray, pa.Table]] = {}
         self._logs: dict[str, pa.Table] = {}
         #: row groups and log files decoded (what a lookup cost)
         self.decoded = 0
@@ -93,19 +93,35 @@ class KeyedLookup:
         return newest_records(base, logs) if any(log.num_rows for log in logs) else base
 
     def _base_rows(self, path: str, asked: pa.Array, tops: np.ndarray) -> pa.Table:
-        """Records of base file ``path`` whose routing column is in ``asked``, from the row
-        groups whose key_hash range holds one of ``tops``."""
+        """Records of base file ``path`` whose routing column is in ``asked``: the row groups
+        whose key_hash range holds one of ``tops`` are decoded (once), and in each the rows of
+        those hashes found by a binary search."""
         lows, highs, file = self._file(path)
         first = np.searchsorted(highs, tops, side="left")
         last = np.searchsorted(lows, tops, side="right")
-        wanted: set[int] = set()
-        for a, b in zip(first.tolist(), last.tolist(), strict=True):
-            wanted.update(range(a, b))
-        if not wanted:
+        spans = last - first
+        one = spans == 1
+        pieces = [(first[one], tops[one])]
+        for a, b, top in zip(first[~one], last[~one], tops[~one], strict=True):
+            for rg in range(a, b):  # a hash on a row group boundary: both groups
+                pieces.append((np.array([rg]), np.array([top])))
+        groups = np.concatenate([g for g, _ in pieces])
+        wanted_tops = np.concatenate([t for _, t in pieces])
+        found = []
+        for rg in np.unique(groups).tolist():
+            hashes, table = self._row_group(path, file, rg)
+            mine = np.sort(wanted_tops[groups == rg])
+            left = np.searchsorted(hashes, mine, side="left")
+            right = np.searchsorted(hashes, mine, side="right")
+            counts = right - left
+            if not counts.any():
+                continue
+            starts = np.repeat(left, counts)
+            offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+            found.append(table.take(pa.array(starts + offsets, pa.int64())))
+        if not found:
             return self.schema.empty_table()
-        tables = [self._row_group(path, file, rg) for rg in sorted(wanted)]
-        rows = pa.concat_tables(tables)
-        near = rows.filter(pc.is_in(rows.column("key_hash"), value_set=pa.array(tops, pa.int64())))
+        near = pa.concat_tables(found)
         return near.filter(pc.is_in(near.column(self.column), value_set=asked))
 
     def _file(self, path: str) -> tuple[np.ndarray, np.ndarray, Any]:
@@ -126,11 +142,14 @@ class KeyedLookup:
             self._bounds[path] = (np.array(lows, np.int64), np.array(highs, np.int64), file)
         return self._bounds[path]
 
-    def _row_group(self, path: str, file: Any, rg: int) -> pa.Table:
+    def _row_group(self, path: str, file: Any, rg: int) -> tuple[np.ndarray, pa.Table]:
+        """A row group of a base file, decoded once: its key_hash column as numpy (sorted) and
+        its records."""
         key = (path, rg)
         if key not in self._row_groups:
             table = read_parquet_file(file, path, None, [rg]).replace_schema_metadata(None)
-            self._row_groups[key] = table.cast(self.schema)
+            table = table.cast(self.schema)
+            self._row_groups[key] = (table.column("key_hash").to_numpy(), table)
             self.decoded += 1
         return self._row_groups[key]
 

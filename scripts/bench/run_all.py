@@ -18,12 +18,15 @@ PNG plots (docs/bench-*.png).
 8. scan: `load_table(...).scan(...)` against pyarrow, DuckDB and hudi-rs reading every file, and
    against reading only the kept files; peak memory of a whole-table scan (scripts/bench/scan.py);
 9. mor: merge-on-read tables with 0, 4 and 16 log files per slice: the build against reading its
-   inputs once, prune() beside copy-on-write (scripts/bench/merge_on_read.py).
+   inputs once, prune() beside copy-on-write (scripts/bench/merge_on_read.py);
+10. record: the record index at 10M keys in 1,000 files against the key-column bound and Apache
+   Hudi's HoodieIndexer, its size, lookups, tagging, and a secondary-index query
+   (scripts/bench/record_index.py).
 
     python scripts/bench/run_all.py [--files 2000] [--rows 10000] [--scaling 2000,20000,100000]
                                     [--scaling-rows 20] [--listing-files 10000]
                                     [--e2e-files 1000] [--peer-files 2000,20000]
-                                    [--sections build,skipping,scaling,writers,listing,e2e,peer,scan,mor]
+                                    [--sections build,skipping,scaling,writers,listing,e2e,peer,scan,mor,record]
 """
 
 from __future__ import annotations
@@ -851,7 +854,7 @@ def main() -> int:
     parser.add_argument("--peer-files", default="2000,20000")
     parser.add_argument("--e2e-files", type=int, default=1000)
     parser.add_argument(
-        "--sections", default="build,skipping,scaling,writers,listing,e2e,peer,scan,mor"
+        "--sections", default="build,skipping,scaling,writers,listing,e2e,peer,scan,mor,record"
     )
     parser.add_argument("--out", default=str(ROOT / "docs"))
     parser.add_argument("--build-loop", metavar="BASE", help=argparse.SUPPRESS)
@@ -906,6 +909,12 @@ def main() -> int:
             text, rows = mor_section(root / "mor", 200, 2000, 200)
             report.add(text)
             report.figures["mor"] = rows
+        if "record" in sections:
+            from scripts.bench.record_index import section as record_section
+
+            text, figures = record_section(root / "record", 1000, 10_000, spark)
+            report.add(text)
+            report.figures["record"] = figures
         images = plots(report, out)
         body = "\n".join(report.sections) + "\n" + "\n".join(f"![{i}]({i})" for i in images) + "\n"
         (out / "benchmarks.md").write_text(body)

@@ -34,9 +34,15 @@ CATEGORIES = ["alpha", "beta", "gamma", "delta", "epsilon"]
 TOKEN = "0-0-0"
 
 
-def _rows(first: int, rows: int, partition: str) -> pa.Table:
+#: values of the ``tag`` column (when asked for): each about ten times in the table, scattered
+#: over files, so that no file's min and max rule one out (a secondary index's case)
+TAGS = 1_000_000
+
+
+def _rows(first: int, rows: int, partition: str, scattered: bool = False) -> pa.Table:
     ids = range(first, first + rows)
     part = {"part": [partition] * rows} if partition else {}
+    tag = {"tag": pa.array([(i * 2654435761) % TAGS for i in ids], pa.int64())} if scattered else {}
     return pa.table(
         {
             "key": [f"k-{i:010d}" for i in ids],
@@ -45,12 +51,13 @@ def _rows(first: int, rows: int, partition: str) -> pa.Table:
             "value": pa.array([(i % 997) * 0.5 for i in ids], pa.float64()),
             "category": [CATEGORIES[i % len(CATEGORIES)] for i in ids],
             "n": pa.array([i % 1000 for i in ids], pa.int32()),
+            **tag,
         }
     )
 
 
 def _write_files(
-    base: str, instant: str, start: int, stop: int, rows: int, parts: int
+    base: str, instant: str, start: int, stop: int, rows: int, parts: int, scattered: bool = False
 ) -> list[dict[str, object]]:
     """Files ``start..stop`` of the table; their write stats as JSON."""
     stats = []
@@ -58,7 +65,7 @@ def _write_files(
         partition = f"p{n % parts:04d}" if parts else ""
         file_id = f"{uuid.UUID(int=n + 1)}-0"
         name = f"{file_id}_{TOKEN}_{instant}.parquet"
-        data = _rows(n * rows, rows, partition)
+        data = _rows(n * rows, rows, partition, scattered)
         keys = data.column("key")
         meta = [
             pa.array([instant] * rows, pa.string()),
@@ -101,9 +108,11 @@ def make_table(
     partitions: int = 0,
     config: Config | None = None,
     table_type: TableType = TableType.COPY_ON_WRITE,
+    scattered: bool = False,
 ) -> Table:
     """Create a local table at ``base`` with ``files`` files of ``rows`` rows in one commit
-    (``partitions`` partitions, 0: unpartitioned)."""
+    (``partitions`` partitions, 0: unpartitioned; with ``scattered``, a ``tag`` column whose
+    values are scattered over files)."""
     fields = ["part"] if partitions else []
     table = Table.create(
         str(base), "synthetic", ["key"], fields, table_type=table_type, config=config
@@ -128,6 +137,7 @@ def make_table(
                 min(files, s + chunk),
                 rows,
                 partitions,
+                scattered,
             )
             for s in range(0, files, chunk)
         ]
