@@ -26,7 +26,7 @@ from metadata_table.layout import (
 )
 from metadata_table.partition_stats import superseded
 from metadata_table.reader import MetadataReader
-from metadata_table.records import DataFileInfo, info_from_log, info_from_storage
+from metadata_table.records import DataFileInfo, info_from_log, info_from_storage, virtual_keys
 from metadata_table.table import MetadataTable
 from timeline.fs_view import FileSystemView
 from timeline.instant import Instant, is_after
@@ -48,6 +48,7 @@ def committed_data_files(
     the committed blocks of every log file of a committed slice (those of instants up to
     ``upto``; a log file without any is left out); with ``rows``, each file's rows too."""
     view = FileSystemView(table.timeline, timeline, as_of=upto)
+    keygen = virtual_keys(table)
     bases = view.all_base_files
     logs = view.committed_log_files
     if latest:
@@ -56,7 +57,13 @@ def committed_data_files(
         logs = [log for s in slices for log in s.log_files]
     infos = [
         info_from_storage(
-            table.storage, b.partition_path, b.file_name, b.size, b.instant_time, rows=rows
+            table.storage,
+            b.partition_path,
+            b.file_name,
+            b.size,
+            b.instant_time,
+            rows=rows,
+            keygen=keygen,
         )
         for b in bases
         if view.is_committed(b.instant_time)
@@ -64,7 +71,13 @@ def committed_data_files(
     counted = view.committed.__contains__
     for log in logs:
         info = info_from_log(
-            table.storage, log.partition_path, log.file_name, log.size, counted, rows=rows
+            table.storage,
+            log.partition_path,
+            log.file_name,
+            log.size,
+            counted,
+            rows=rows,
+            keygen=keygen,
         )
         if info is not None:
             infos.append(info)

@@ -46,7 +46,7 @@ from metadata_table.maintenance import compact
 from metadata_table.migrate import MigrationResult, has_legacy_index, migrate
 from metadata_table.partition_stats import superseded
 from metadata_table.reader import MetadataReader
-from metadata_table.records import DataFileInfo, info_of
+from metadata_table.records import DataFileInfo, info_of, virtual_keys
 from metadata_table.table import MetadataTable, split_by_group, write_base_file
 from metadata_table.validate import PartitionReport, validate
 from timeline.commit_metadata import CommitMetadata
@@ -54,6 +54,7 @@ from timeline.errors import MarkerAlreadyExistsError, StorageFileNotFoundError
 from timeline.fs_view import FileSystemView
 from timeline.index_state import IndexState
 from timeline.instant import Action, Instant, State, normalize_timestamp
+from timeline.keys import KeyGenerator
 from timeline.locks import LockHandle
 from timeline.markers import DirectMarkers, IOType, Marker, marker_folder
 from timeline.removals import REMOVAL_ACTIONS, Removal
@@ -84,6 +85,8 @@ class PartitionBuild:
     superseded: frozenset[str] = frozenset()
     #: the write instants committed up to ``covers_upto``: the log blocks a build counts
     counted: CommittedWrites | None = None
+    #: the key generator of a table without meta fields (record keys made from key fields)
+    keygen: KeyGenerator | None = None
 
     def records(self, infos: Sequence[DataFileInfo]) -> pa.Table:
         """This partition's records of some data files (from footers, or log files' records), as
@@ -211,6 +214,7 @@ def file_records(
     is_counted = counted.__contains__ if counted is not None else _nothing
     rows = row_columns(builds)
     bloom = any(b.partition == BLOOM_FILTERS for b in builds)
+    keygen = builds[0].keygen if builds else None
 
     def flush() -> None:
         for number, build in enumerate(builds):
@@ -218,7 +222,7 @@ def file_records(
         chunk.clear()
 
     for partition, name, size, instant in files:
-        info = info_of(storage, partition, name, size, instant, is_counted, bloom, rows)
+        info = info_of(storage, partition, name, size, instant, is_counted, bloom, rows, keygen)
         if info is None:
             continue  # a log file without counted blocks
         chunk.append(info)
@@ -311,9 +315,10 @@ class PartitionWriter:
         if kind.recomputed or kind.keyed_by_record:
             older = superseded(self.table, timeline, covers_upto)
         counted = CommittedWrites(timeline, as_of=covers_upto)
+        keygen = virtual_keys(self.table)
         self._mdt.begin_base_files(partition, covers_upto, instant_time, groups)
         return PartitionBuild(
-            partition, groups, tuple(columns), instant_time, covers_upto, older, counted
+            partition, groups, tuple(columns), instant_time, covers_upto, older, counted, keygen
         )
 
     def complete_build(
@@ -416,6 +421,7 @@ class PartitionWriter:
         that instant). A file a later clean or restore already deleted is left out: it is no
         longer live, and that removal's own deletion records account for it."""
         infos = []
+        keygen = virtual_keys(self.table)
         for s in metadata.write_stats:
             try:
                 info = info_of(
@@ -425,6 +431,7 @@ class PartitionWriter:
                     s.file_size_in_bytes,
                     instant.timestamp,
                     instant.timestamp.__eq__,
+                    keygen=keygen,
                 )
             except StorageFileNotFoundError:
                 logger.warning("%s of %s is no longer on storage: not indexed", s.path, instant)

@@ -63,9 +63,10 @@ from metadata_table.layout import (
     stored_hashes,
 )
 from timeline.arrow_types import ScalarKind, scalar_kind
-from timeline.errors import DuplicateRecordKeyError, NotParquetError
-from timeline.fs_view import file_id_of, read_columns, read_parquet
+from timeline.errors import DuplicateRecordKeyError, NotParquetError, TableConfigError
+from timeline.fs_view import file_id_of, read_columns
 from timeline.instant import is_after, normalize_timestamp
+from timeline.keys import KeyGenerator
 from timeline.log_format import (
     DATA_BLOCKS,
     BlockType,
@@ -75,6 +76,8 @@ from timeline.log_format import (
     read_log_file,
 )
 from timeline.storage import Storage
+from timeline.table import Table
+from timeline.table_config import PROPERTIES_FILE
 
 RECORD_KEY = "_hoodie_record_key"
 #: columns of :attr:`DataFileInfo.rows` beside the record key and the indexed columns: the
@@ -155,10 +158,13 @@ def info_from_storage(
     instant: str,
     bloom: bool = True,
     rows: Sequence[str] | None = None,
+    keygen: KeyGenerator | None = None,
 ) -> DataFileInfo:
     """From storage, reading the footer (one ranged read, two for a large footer) and, with
     ``bloom``, the bloom filter bytes; with ``rows`` (columns beside the record key), the rows of
-    those columns, reading only their column chunks; no other data page is read."""
+    those columns, reading only their column chunks; no other data page is read. With
+    ``keygen`` (a table without meta fields: Hudi's virtual keys) record keys are made from the
+    key fields."""
     path = f"{partition}/{file_name}" if partition else file_name
     tail = storage.read_range(path, -_TAIL)
     if len(tail) < 12 or tail[-4:] != b"PAR1":
@@ -172,7 +178,9 @@ def info_from_storage(
         metadata = pq.read_metadata(pa.BufferReader(b"PAR1" + tail[-(footer_len + 8) :]))
     except (pa.ArrowException, OSError) as e:
         raise NotParquetError(path, str(e)) from e
-    row_table = None if rows is None else base_rows(storage, path, instant, rows, metadata)
+    row_table = None
+    if rows is not None:
+        row_table = base_rows(storage, path, instant, rows, metadata, keygen)
     if not bloom:
         return DataFileInfo(partition, file_name, size, instant, metadata, rows=row_table)
     tail_start = size - len(tail)
@@ -183,10 +191,13 @@ def info_from_storage(
         return storage.read_range(path, offset, offset + length)
 
     bitset = _bloom_from(data_at, metadata)
-    if bitset is None and RECORD_KEY in metadata.schema.to_arrow_schema().names:
-        keys = read_parquet(storage, path, [RECORD_KEY]).column(RECORD_KEY)
-        values = [k for k in keys.to_pylist() if k is not None]
+    if bitset is None and (keygen or RECORD_KEY in metadata.schema.to_arrow_schema().names):
+        if row_table is None:
+            row_table = base_rows(storage, path, instant, (), metadata, keygen)
+        values = [k for k in row_table.column(RECORD_KEY).to_pylist() if k is not None]
         bitset = bytes(SplitBlockBloomFilter.build(values, ndv=len(values)).bitset)
+        if rows is None:
+            row_table = None
     return DataFileInfo(partition, file_name, size, instant, metadata, bitset, rows=row_table)
 
 
@@ -196,14 +207,59 @@ def base_rows(
     instant: str,
     columns: Sequence[str],
     metadata: pq.FileMetaData | None = None,
+    keygen: KeyGenerator | None = None,
 ) -> pa.Table:
-    """A base file's rows for the indexes keyed by record key: its record keys and ``columns``
-    (null where the file has no such column: written before the column was added), all written
-    by ``instant``; only those column chunks are read."""
+    """A base file's rows for the indexes keyed by record key: its record keys (with
+    ``keygen``, made from the key fields: a table without meta fields) and ``columns`` (null
+    where the file has no such column: written before the column was added), all written by
+    ``instant``; only those column chunks are read."""
     present = set((metadata.schema.to_arrow_schema() if metadata else pa.schema([])).names)
-    wanted = [RECORD_KEY, *(c for c in columns if c in present or metadata is None)]
+    key_columns = keygen.key_columns() if keygen is not None else [RECORD_KEY]
+    wanted = [*key_columns, *(c for c in columns if c in present or metadata is None)]
     table = read_columns(storage, path, list(dict.fromkeys(wanted)), metadata)
+    table = with_record_keys(table, keygen)
     return _row_table(table, columns, pa.repeat(pa.scalar(instant), table.num_rows), False)
+
+
+def virtual_keys(table: Table) -> KeyGenerator | None:
+    """The key generator that makes a table's record keys when its files do not store them
+    (``hoodie.populate.meta.fields=false``: Hudi's virtual keys); None when they do."""
+    config = table.table_config
+    if config.populate_meta_fields:
+        return None
+    try:
+        return KeyGenerator.of(config, table.config.extra)
+    except TableConfigError as e:
+        raise TableConfigError(table.storage.uri(PROPERTIES_FILE), e.reason) from e
+
+
+def read_record_keys(
+    storage: Storage,
+    path: str,
+    keygen: KeyGenerator | None,
+    columns: Sequence[str] = (),
+) -> pa.Table:
+    """A data file's record keys (``_hoodie_record_key``; with ``keygen``, made from its key
+    fields) and ``columns``, reading those columns only."""
+    key_columns = keygen.key_columns() if keygen is not None else [RECORD_KEY]
+    table = read_columns(storage, path, list(dict.fromkeys([*key_columns, *columns])))
+    return with_record_keys(table, keygen).select([RECORD_KEY, *columns])
+
+
+def with_record_keys(table: pa.Table, keygen: KeyGenerator | None) -> pa.Table:
+    """``table`` with its ``_hoodie_record_key`` column: the stored one, or, with ``keygen`` (a
+    table without meta fields), made from the key fields as Hudi makes virtual keys (a file of
+    such a table may still have the meta columns, all null: Hudi 0.14 wrote them so)."""
+    if keygen is None:
+        return table
+    if RECORD_KEY in table.column_names:
+        table = table.drop_columns([RECORD_KEY])
+    keys = (
+        pa.array(keygen.record_keys(table), pa.string())
+        if table.num_rows
+        else pa.array([], pa.string())
+    )
+    return table.append_column(RECORD_KEY, keys)
 
 
 def _row_table(
@@ -266,6 +322,7 @@ def info_from_log(
     counted: Callable[[str], bool],
     bloom: bool = True,
     rows: Sequence[str] | None = None,
+    keygen: KeyGenerator | None = None,
 ) -> DataFileInfo | None:
     """A merge-on-read log file's info, from the records of its data blocks whose instant is
     ``counted`` (read block by block, never the whole file at once): its column aggregates and,
@@ -298,7 +355,7 @@ def info_from_log(
             # keys of deleted rows, no values: the table's columns, each with none
             records = arrow_schema(block.avro_schema()).empty_table()
         else:
-            records = block.records()
+            records = with_record_keys(block.records(), keygen)
             if rows is not None:
                 instants = pa.repeat(instant, records.num_rows)
                 row_parts.append(_row_table(records, rows, instants, False))
@@ -333,12 +390,14 @@ def info_of(
     counted: Callable[[str], bool],
     bloom: bool = True,
     rows: Sequence[str] | None = None,
+    keygen: KeyGenerator | None = None,
 ) -> DataFileInfo | None:
     """A data file's info, base file (``instant`` wrote it) or log file (its blocks of
-    ``counted`` instants; None when it holds none); with ``rows``, its rows too."""
+    ``counted`` instants; None when it holds none); with ``rows``, its rows too; with
+    ``keygen`` (a table without meta fields), record keys made from the key fields."""
     if LogFileName.parse(file_name) is not None:
-        return info_from_log(storage, partition, file_name, size, counted, bloom, rows)
-    return info_from_storage(storage, partition, file_name, size, instant, bloom, rows)
+        return info_from_log(storage, partition, file_name, size, counted, bloom, rows, keygen)
+    return info_from_storage(storage, partition, file_name, size, instant, bloom, rows, keygen)
 
 
 # --- typed min/max -------------------------------------------------------------------------------

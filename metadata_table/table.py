@@ -50,7 +50,13 @@ from metadata_table.layout import (
 )
 from metadata_table.partition_stats import recompute
 from metadata_table.reader import MetadataReader
-from metadata_table.records import RECORD_KEY, DataFileInfo, info_of
+from metadata_table.records import (
+    RECORD_KEY,
+    DataFileInfo,
+    info_of,
+    read_record_keys,
+    virtual_keys,
+)
 from timeline.commit_metadata import NULL_COMMIT, CommitMetadata
 from timeline.config import HEARTBEAT_TOLERABLE_MISSES
 from timeline.errors import (
@@ -60,7 +66,7 @@ from timeline.errors import (
     RebuildRequiredError,
     StorageFileNotFoundError,
 )
-from timeline.fs_view import BaseFile, FileSystemView, LogFile, read_parquet, slice_instant
+from timeline.fs_view import BaseFile, FileSystemView, LogFile, slice_instant
 from timeline.heartbeat import Heartbeat, heartbeat_path
 from timeline.index_state import IndexState
 from timeline.instant import Action, Instant, State, is_after
@@ -405,10 +411,11 @@ class MetadataTable:
         except (StorageFileNotFoundError, CorruptInstantError):
             return set()
         keys = set()
+        keygen = virtual_keys(self.table)
         for stat in metadata.write_stats:
             if stat.num_inserts > 0 or stat.prev_commit in (NULL_COMMIT, ""):
                 try:
-                    table = read_parquet(self.table.storage, stat.path, [RECORD_KEY])
+                    table = read_record_keys(self.table.storage, stat.path, keygen)
                 except (StorageFileNotFoundError, NotParquetError):
                     continue
                 keys.update(k for k in table.column(RECORD_KEY).to_pylist() if k is not None)
@@ -458,6 +465,7 @@ class MetadataTable:
                     instant.timestamp.__eq__,
                     False,
                     kind.row_columns,
+                    virtual_keys(self.table),
                 )
             except StorageFileNotFoundError:
                 # cleaned since: a later commit superseded it, so the group is taken as it is
@@ -531,6 +539,7 @@ class MetadataTable:
                     view.committed.__contains__,
                     False,
                     kind.row_columns,
+                    virtual_keys(self.table),
                 )
                 if info is not None:
                     infos.append(info)

@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 from metadata_table.layout import RECORD_INDEX
 from metadata_table.migrate import LEGACY_FOLDER, has_legacy_index
 from metadata_table.read.snapshot import IndexedSnapshot
-from metadata_table.records import DataFileInfo, placed_keys
+from metadata_table.records import DataFileInfo, placed_keys, read_record_keys
 from metadata_table.table import MetadataTable
 from timeline.commit_metadata import CommitMetadata, WriteStat
 from timeline.config import (
@@ -79,13 +79,14 @@ from timeline.hashing import buckets_of_keys
 from timeline.hudi_metadata import hudi_metadata_table_present, take_down_hudi_metadata_table
 from timeline.index_state import IndexState
 from timeline.instant import Action, Instant, State
+from timeline.keys import KeyGenerator
 from timeline.locks import LockHandle
 from timeline.markers import DirectMarkers, IOType, MarkerWriter
 from timeline.markers.client import TimelineServerMarkers
 from timeline.markers.server import MarkerServer, MarkerServerConfig
 from timeline.rollback import rollback
 from timeline.table import Table
-from timeline.table_config import POPULATE_META_FIELDS, PROPERTIES_FILE, TYPE, TableType
+from timeline.table_config import PROPERTIES_FILE, TYPE, TableType
 from timeline.timeline import Timeline
 from writer.avro import avro_schema
 from writer.early_conflict import EarlyConflictDetector
@@ -99,7 +100,6 @@ from writer.files import (
     ensure_partition_metadata,
     not_less,
 )
-from writer.keys import KeyGenerator
 from writer.parquet_layout import footer_schema
 from writer.planner import bucket_file_id, new_file_id, plan_group, records_per_file
 from writer.schema import conform, evolve
@@ -175,6 +175,8 @@ class WriteClient:
         self._server: MarkerServer | None = None
         self._lock_checked = False
         self.keygen: KeyGenerator | None = None  # read from hoodie.properties by the first write
+        #: the key generator of a table without meta fields, whose files store no record key
+        self.virtual: KeyGenerator | None = None
         self.verified_files: set[str] = set()  # files the key generator was checked against
         #: how the last write found its keys' file groups (see WriteTransaction.tagged_by)
         self.last_tagged_by: list[str] = []
@@ -223,16 +225,14 @@ class WriteClient:
                 "base files, and rewriting one would drop the updates its log files hold (write "
                 "with Apache Hudi)",
             )
-        if not config.populate_meta_fields:
-            raise TableConfigError(
-                where,
-                f"{POPULATE_META_FIELDS}=false: the table's files do not store record keys, "
-                "which this writer finds records by; such tables are not written",
-            )
         try:
-            return KeyGenerator.of(config, self.table.config.extra)
+            keygen = KeyGenerator.of(config, self.table.config.extra)
         except TableConfigError as e:
             raise TableConfigError(where, e.reason) from e
+        # a table without meta fields (Hudi's virtual keys): its files hold no record key, which
+        # this writer makes from the key fields wherever it needs one, as Hudi does
+        self.virtual = None if config.populate_meta_fields else keygen
+        return keygen
 
     def start(self, operation: Operation) -> WriteTransaction:
         if not self._lock_checked:
@@ -489,7 +489,8 @@ class WriteTransaction:
             return owner
         wanted = pa.array(sorted(keys), pa.string())
         for base in bases:
-            existing = read_parquet(self.table.storage, base.path, [RECORD_KEY]).column(RECORD_KEY)
+            stored = read_record_keys(self.table.storage, base.path, self.client.virtual)
+            existing = stored.column(RECORD_KEY)
             for key in existing.filter(pc.is_in(existing, value_set=wanted)).to_pylist():
                 owner[key] = (base.partition_path, base.file_id)
         return owner
@@ -548,7 +549,9 @@ class WriteTransaction:
             base = latest.get(group)
             if base is None:
                 continue
-            table = read_parquet(self.table.storage, base.path, [RECORD_KEY, precombine])
+            table = read_record_keys(
+                self.table.storage, base.path, self.client.virtual, [precombine]
+            )
             stored.update(
                 zip(
                     table.column(RECORD_KEY).to_pylist(),
@@ -598,7 +601,7 @@ class WriteTransaction:
         if incoming is not None:
             _check_parquet_types(incoming)
         newest = max(self.view.latest_base_files(), key=lambda b: b.instant_time, default=None)
-        table_schema = template = None
+        table_schema = template = stored = None
         if newest is not None:
             footer = parquet_footer(self.table.storage, newest.path)
             stored = read_parquet_schema_bytes(footer, newest.path)
@@ -607,7 +610,8 @@ class WriteTransaction:
             self._verify_keys(newest, stored)
         schema = evolve(table_schema, incoming) if incoming is not None else None
         self._schema = schema
-        self.layout = FileLayout(schema, template)
+        meta = stored is None or RECORD_KEY in stored.names
+        self.layout = FileLayout(schema, template, meta)
         return self.layout
 
     def _verify_keys(self, newest: BaseFile, stored: pa.Schema) -> None:
@@ -680,7 +684,8 @@ class WriteTransaction:
         owner: dict[str, str] = {}
         wanted = pa.array(sorted(keys), pa.string())
         for base in self.index.candidate_files(partition, keys, bases):
-            existing = read_parquet(self.table.storage, base.path, [RECORD_KEY]).column(RECORD_KEY)
+            stored = read_record_keys(self.table.storage, base.path, self.client.virtual)
+            existing = stored.column(RECORD_KEY)
             found = existing.filter(pc.is_in(existing, value_set=wanted))
             for key in found.to_pylist():
                 owner[key] = base.file_id
@@ -702,6 +707,7 @@ class WriteTransaction:
             self.options.bloom_filter_fpp,
             seq_prefix=index,
             layout=self.layout,
+            virtual=self.client.virtual,
         )
         failpoint("writer.before_data")
         self.table.storage.create(encoded.path, encoded.data)

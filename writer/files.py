@@ -16,10 +16,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from metadata_table.records import DataFileInfo, changed_rows, info_from_bytes
+from metadata_table.bloom import SplitBlockBloomFilter
+from metadata_table.records import DataFileInfo, changed_rows, info_from_bytes, with_record_keys
 from timeline.commit_metadata import NULL_COMMIT, WriteStat
 from timeline.errors import BadRecordsError, FileAlreadyExistsError
 from timeline.fs_view import PARTITION_METADATA_FILE, BaseFile, base_file_name, read_parquet
+from timeline.keys import KeyGenerator
 from timeline.markers import IOType, Marker
 from timeline.storage import Storage
 from writer.parquet_layout import Node, conform_layout
@@ -60,6 +62,9 @@ class FileLayout:
 
     schema: pa.Schema | None = None
     template: Node | None = None
+    #: the newest file has Hudi's meta columns: a table without meta fields keeps them in its
+    #: files as Hudi's writer left them (null but the file name)
+    meta_columns: bool = True
 
 
 @dataclass(frozen=True)
@@ -91,12 +96,16 @@ def encode_file_group(
     seq_prefix: int,
     seq_start: int = 0,
     layout: FileLayout | None = None,
+    virtual: KeyGenerator | None = None,
 ) -> EncodedFile:
     """The new base file of ``target`` (named by ``marker``), in ``layout``. Commit sequence
-    numbers are ``<T>_<seq_prefix>_<seq_start + i>``."""
+    numbers are ``<T>_<seq_prefix>_<seq_start + i>``. With ``virtual`` (a table without meta
+    fields) the file holds the data columns alone, sorted by their record keys (made by that
+    key generator), as Hudi writes such tables (with the meta columns, null but the file name,
+    where the table's newest file has them); its bloom filter goes to the index only."""
     name = marker.file_name
     rows, counts, changes = _merged_rows(
-        storage, instant_time, target, precombine, seq_prefix, seq_start
+        storage, instant_time, target, precombine, seq_prefix, seq_start, virtual
     )
     rows = rows.set_column(
         rows.schema.get_field_index(FILE_NAME),
@@ -105,12 +114,22 @@ def encode_file_group(
     )
     rows = rows.sort_by(RECORD_KEY)
     sink = pa.BufferOutputStream()
-    pq.write_table(
-        rows,
-        sink,
-        compression="snappy",
-        bloom_filter_options={RECORD_KEY: {"ndv": max(1, rows.num_rows), "fpp": bloom_fpp}},
-    )
+    if virtual is not None:
+        keys = rows.column(RECORD_KEY)
+        if layout is not None and layout.meta_columns:  # as the table's files hold them
+            for column in (COMMIT_TIME, COMMIT_SEQNO, RECORD_KEY, PARTITION_PATH):
+                at = rows.schema.get_field_index(column)
+                rows = rows.set_column(at, column, pa.nulls(rows.num_rows, pa.string()))
+        else:
+            rows = rows.drop_columns(list(META_COLUMNS))
+        pq.write_table(rows, sink, compression="snappy")
+    else:
+        pq.write_table(
+            rows,
+            sink,
+            compression="snappy",
+            bloom_filter_options={RECORD_KEY: {"ndv": max(1, rows.num_rows), "fpp": bloom_fpp}},
+        )
     data = sink.getvalue().to_pybytes()
     if layout is not None and layout.template is not None:
         data = conform_layout(data, layout.template)
@@ -127,6 +146,9 @@ def encode_file_group(
         file_size_in_bytes=len(data),
     )
     info = info_from_bytes(target.partition, name, instant_time, data)
+    if virtual is not None:  # no key column in the file: the filter is built from the keys
+        values = [k for k in keys.to_pylist() if k is not None]
+        info.bloom = bytes(SplitBlockBloomFilter.build(values, ndv=len(values)).bitset)
     info.rows, info.replaced = changed_rows(*changes, instant_time)
     return EncodedFile(marker.data_path, data, stat, info)
 
@@ -166,6 +188,7 @@ def _merged_rows(
     precombine: str | None,
     seq_prefix: int,
     seq_start: int,
+    virtual: KeyGenerator | None = None,
 ) -> tuple[pa.Table, dict[str, int], Changes]:
     counts = {"inserts": 0, "updates": 0, "deletes": 0}
     incoming = None
@@ -184,7 +207,7 @@ def _merged_rows(
         nothing = _changed(incoming.slice(0, 0))
         in_place = pa.repeat(pa.scalar(False), incoming.num_rows)
         return incoming, counts, (_changed(incoming), in_place, nothing, nothing)
-    existing = read_parquet(storage, target.base.path)
+    existing = with_record_keys(read_parquet(storage, target.base.path), virtual)
     existing_keys = existing.column(RECORD_KEY)
     deleted = moved = existing.slice(0, 0)
     if target.delete_keys or target.move_keys:

@@ -35,13 +35,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from metadata_table.records import DataFileInfo
+from metadata_table.records import DataFileInfo, read_record_keys
 from timeline.commit_metadata import WriteStat
 from timeline.errors import BadRecordsError, FileAlreadyExistsError, SparkWriteError, TableError
 from timeline.failpoints import armed, current, task_failpoint
-from timeline.fs_view import BaseFile, read_parquet
+from timeline.fs_view import BaseFile
 from timeline.hashing import buckets_of_keys
 from timeline.instant import Action, Instant, State
+from timeline.keys import KeyGenerator
 from timeline.markers import IOType, MarkerWriter
 from timeline.storage import Storage
 from timeline.table import Table
@@ -55,7 +56,6 @@ from writer.files import (
     encode_file_group,
     ensure_partition_metadata,
 )
-from writer.keys import KeyGenerator
 from writer.planner import bucket_file_id, new_file_id, plan_group, records_per_file
 from writer.schema import conform
 
@@ -304,9 +304,11 @@ class _SparkWrite:
         if not files:
             return keyed.limit(0) if self.deleting else keyed
 
+        virtual = self.client.virtual
+
         def read_keys(it: Iterator[tuple[str, str, str]]) -> Iterator[tuple[str, str, str]]:
             for partition, file_id, path in it:
-                for key in read_parquet(storage, path, [RECORD_KEY]).column(0).to_pylist():
+                for key in read_record_keys(storage, path, virtual).column(0).to_pylist():
                     yield partition, key, file_id
 
         slices = max(1, min(len(files), sc.defaultParallelism * 2))
@@ -428,6 +430,7 @@ class _SparkWrite:
             bloom_fpp=self.client.options.bloom_filter_fpp,
             layout=self.layout,
             failpoint=current(),
+            virtual=self.client.virtual,
         )
         sc = self.spark.sparkContext
         group = f"aix-write-{self.txn.instant_time}"
@@ -488,6 +491,7 @@ class _WriteTask:
     bloom_fpp: float
     layout: FileLayout
     failpoint: str | None
+    virtual: KeyGenerator | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -512,6 +516,7 @@ class _WriteTask:
                     seq_prefix=partition_id,
                     seq_start=written,
                     layout=self.layout,
+                    virtual=self.virtual,
                 )
                 written += encoded.stat.num_writes
                 if attempt == 0 and armed(PARTIAL, self.failpoint) and self._claim(PARTIAL):

@@ -23,6 +23,7 @@ from metadata_table.read.snapshot import IndexedSnapshot
 from timeline import Table
 from timeline.config import LOCK_URL, Config
 from timeline.errors import WriteConflictError
+from timeline.fs_view import FileSystemView
 from writer.client import WriteClient
 
 from ..hudi_peer.peer import HudiPeer, HudiTable
@@ -127,3 +128,50 @@ def test_record_and_secondary_index_beside_hudi(hudi: HudiPeer, tmp_path: Path) 
     assert_exact_beside_hudi(hudi, hudi_table, table)
     AsyncIndexer(table, IndexerOptions(engine="local")).compact()
     assert indexer_cli(table, "validate").returncode == 0
+
+
+def test_a_table_without_meta_fields_hudi_writes(hudi: HudiPeer, tmp_path: Path) -> None:
+    """hoodie.populate.meta.fields=false (virtual keys): our record index and bloom filters
+    are built from keys made of the key fields, our writer tags and merges by them (both
+    checked by where every row lives), and Hudi reads what we wrote, and writes on top."""
+    hudi_table = HudiTable(
+        str(tmp_path / "virtual"), metadata=False, extra={"hoodie.populate.meta.fields": "false"}
+    )
+    hudi.write(hudi_table, "insert", make_rows(range(300), parts=PARTS))
+    hudi.write(hudi_table, "upsert", make_rows(range(0, 300, 7), ts=2, parts=PARTS))
+    table = _open(hudi_table, tmp_path)
+    assert not table.table_config.populate_meta_fields
+    built = indexer_cli(table, "run", "--index-types", "record_index,bloom_filters")
+    assert built.returncode == 0, built.stderr
+    assert_located(table)
+
+    client = WriteClient(table)
+    client.upsert(make_rows([*range(0, 40), 900, 901], ts=3, fare_offset=5.0, parts=PARTS))
+    client.delete(make_rows([1, 2, 3], ts=4, parts=PARTS))
+    assert client.last_tagged_by == [RECORD_INDEX]
+    expected = by_key(make_rows([*range(300), 900, 901], parts=PARTS))
+    read = by_key(hudi.read(hudi_table, metadata=False))
+    assert sorted(read) == sorted(k for k in expected if k not in (1, 2, 3))
+    assert read[5]["fare"] == 5 * 1.5 + 5.0 and read[900]["ts"] == 3
+    assert_located(table)
+
+    hudi.write(hudi_table, "upsert", make_rows([5, 6, 1000], ts=6, parts=PARTS))
+    synced = indexer_cli(table, "sync")
+    assert synced.returncode == 0, synced.stderr
+    assert indexer_cli(table, "validate").returncode == 0
+    assert_located(table)
+    assert len(by_key(hudi.read(hudi_table, metadata=False))) == 300 - 3 + 3
+
+
+def assert_located(table: Table) -> None:
+    """Every live key is where the record index says: the file whose key fields make it."""
+    from metadata_table.records import read_record_keys, virtual_keys
+
+    view = FileSystemView(table.timeline, table.timeline.load())
+    keygen = virtual_keys(table)
+    truth = {}
+    for base in view.latest_base_files():
+        keys = read_record_keys(table.storage, base.path, keygen).column(0).to_pylist()
+        truth.update(dict.fromkeys(keys, base.path))
+    where = IndexedSnapshot(table).record_locations(list(truth))
+    assert {k: w.paths for k, w in where.items()} == {k: (p,) for k, p in truth.items()}

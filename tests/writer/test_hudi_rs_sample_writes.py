@@ -23,6 +23,7 @@ SETTINGS = {
     "v6_timebasedkeygen_nonhivestyle": ["hoodie.keygen.timebased.timestamp.type=DATE_STRING"]
 }
 WRITABLE = [n for n in COW if n not in ("v6_empty", "v6_simplekeygen_hivestyle_no_metafields")]
+# (the table without meta fields has a test of its own: its rows carry no _hoodie_ columns)
 
 
 def _read(base: Path) -> pa.Table:
@@ -87,25 +88,57 @@ def test_an_upsert_of_every_row_with_one_column_changed(
         assert schema == template, f"{path.name} keeps the table's layout"
 
 
-def test_a_table_without_meta_fields_is_refused_by_name(tmp_path: Path, capsys: Any) -> None:
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_a_table_without_meta_fields_takes_upserts_and_deletes_by_its_virtual_keys(
+    tmp_path: Path, capsys: Any, engine: str, request: pytest.FixtureRequest
+) -> None:
+    """hoodie.populate.meta.fields=false (Hudi's virtual keys): the files hold no record key, so
+    the writer makes keys from the key fields (to tag, merge and index), writes files of the
+    data columns alone, and the record index and bloom filters are built from those keys."""
+    from metadata_table.layout import BLOOM_FILTERS, RECORD_INDEX
+    from metadata_table.maintenance import initialize
+    from metadata_table.read.snapshot import IndexedSnapshot
+    from metadata_table.validate import validate
+    from timeline import Table
+    from timeline.config import Config
+
+    if engine == "spark":
+        request.getfixturevalue("spark")  # one session for the run: the CLI takes it
     base = unpack(DATA / "cow" / "v6_simplekeygen_hivestyle_no_metafields.zip", tmp_path)
-    rows = _read(base)
-    pq.write_table(rows, tmp_path / "rows.parquet")
-    before = _data_files(base)
-    code = main(
-        [
-            str(base),
-            "--input",
-            str(tmp_path / "rows.parquet"),
-            "--operation",
-            "upsert",
-            "--conf",
-            f"indexer.lock.url=sqlite:///{tmp_path / 'locks.db'}",
-        ]
+    lock = f"indexer.lock.url=sqlite:///{tmp_path / 'locks.db'}"
+    table = Table.open(
+        str(base), Config.resolve(explicit={"indexer.lock.url": lock.split("=", 1)[1]})
     )
-    assert code == 1
-    assert "hoodie.populate.meta.fields=false" in capsys.readouterr().err
-    assert _data_files(base) == before
+    assert initialize(table, [RECORD_INDEX, BLOOM_FILTERS]) == [RECORD_INDEX, BLOOM_FILTERS]
+    before = _read(base)
+    assert "_hoodie_record_key" not in before.column_names
+    key = table.table_config.record_key_fields[0]
+    changed = before.set_column(
+        before.schema.get_field_index("doubleField"),
+        "doubleField",
+        pc.add(before.column("doubleField"), 1000.0),
+    )
+    pq.write_table(changed, tmp_path / "rows.parquet")
+    args = [str(base), "--input", str(tmp_path / "rows.parquet"), "--operation", "upsert"]
+    assert main([*args, "--engine", engine, "--conf", lock]) == 0, capsys.readouterr().err
+    after = _read(base)
+    ids = after.column(key).to_pylist()
+    assert sorted(ids) == sorted(before.column(key).to_pylist()), "no second copy, none lost"
+    old = {r[key]: r for r in before.to_pylist()}
+    assert all(r["doubleField"] == old[r[key]]["doubleField"] + 1000.0 for r in after.to_pylist())
+    for path in _data_files(base):  # the meta columns as Hudi 0.14 left them: null
+        meta = pq.read_table(path, columns=["_hoodie_record_key", "_hoodie_partition_path"])
+        assert meta.column(0).null_count == meta.column(1).null_count == meta.num_rows, path
+    gone = after.filter(pc.equal(after.column(key), ids[0]))
+    pq.write_table(gone, tmp_path / "gone.parquet")
+    delete = [str(base), "--input", str(tmp_path / "gone.parquet"), "--operation", "delete"]
+    assert main([*delete, "--engine", engine, "--conf", lock]) == 0, capsys.readouterr().err
+    assert sorted(_read(base).column(key).to_pylist()) == sorted(ids[1:])
+    assert all(r.ok for r in validate(table))
+    snapshot = IndexedSnapshot(table)
+    assert snapshot.key_indexes() == [RECORD_INDEX]
+    located = snapshot.record_locations([str(i) for i in ids[1:]])
+    assert len(located) == len(ids) - 1 and str(ids[0]) not in located
 
 
 def test_a_merge_on_read_table_is_refused_by_name_by_both_engines(

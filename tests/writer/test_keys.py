@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from timeline.errors import BadRecordsError, TableConfigError
+from timeline.keys import KeyGenerator, escape_path_name, format_java
 from timeline.table_config import TableConfig
-from writer.keys import KeyGenerator, escape_path_name, format_java
 
 TS = 1_709_294_400_000  # 2024-03-01 12:00 UTC, ms
 

@@ -524,6 +524,10 @@ class KeyGenerator:
                         "(hoodie.keygen.timebased.*, hoodie.datasource.write.partitionpath.*)",
                     )
 
+    def key_columns(self) -> list[str]:
+        """The top-level columns record keys are made from."""
+        return sorted({n.partition(".")[0] for n in self.key_fields})
+
     def fields(self) -> list[str]:
         """The top-level columns keys and partition paths are made from."""
         names = [*self.key_fields, *(p.name for p in self.partition_fields)]
