@@ -44,6 +44,7 @@ from metadata_table.layout import (
     RECORD_INDEX,
     expand_index_types,
     is_secondary_index,
+    keyed_by_record,
     secondary_column,
 )
 from metadata_table.partition_writer import (
@@ -248,6 +249,8 @@ class AsyncIndexer:
     def schedule(self, index_types: Sequence[str], columns: Sequence[str] = ()) -> ScheduleResult:
         types = self.validate(index_types, columns)
         self.migrate()
+        # the size a record or secondary index is laid out for, worked out before the lock
+        records = self.writer.estimated_records() if any(map(keyed_by_record, types)) else None
         with self._lock("schedule indexing") as lock:
             started = time.monotonic()
             state = self.table.reload_index_state()
@@ -266,7 +269,7 @@ class AsyncIndexer:
             chosen = self._columns(state, todo, columns)
             plans = []
             for partition in todo:
-                groups = self.writer.configured_groups(partition)
+                groups = self.writer.configured_groups(partition, records)
                 self.writer.create_partition(partition, groups, lock)
                 cols = chosen if self.writer.takes_columns(partition) else ()
                 plans.append(PartitionPlan(partition, upto, cols, groups))

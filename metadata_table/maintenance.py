@@ -151,7 +151,8 @@ def initialize(
         later = [i for i in committed_data_files(table, timeline) if i.instant in after]
         for partition in todo:
             kind = index_type(partition)
-            count = (groups or {}).get(partition) or kind.configured_groups(table.config)
+            rows = sum(i.metadata.num_rows for i in base_infos if i.metadata is not None)
+            count = (groups or {}).get(partition) or kind.configured_groups(table.config, rows)
             records = _base_records(table, timeline, partition, columns, upto, base_infos)
             mdt.write_base_files(
                 partition, records, upto, table.timeline.generator.next(), count, lock

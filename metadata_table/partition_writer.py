@@ -51,7 +51,7 @@ from metadata_table.table import MetadataTable, split_by_group, write_base_file
 from metadata_table.validate import PartitionReport, validate
 from timeline.commit_metadata import CommitMetadata
 from timeline.errors import MarkerAlreadyExistsError, StorageFileNotFoundError
-from timeline.fs_view import FileSystemView
+from timeline.fs_view import FileSystemView, parquet_file_rows
 from timeline.index_state import IndexState
 from timeline.instant import Action, Instant, State, normalize_timestamp
 from timeline.keys import KeyGenerator
@@ -242,6 +242,20 @@ def file_records(
                 yield number, group, _ipc(table)
 
 
+def estimated_records(table: Table) -> int:
+    """The records of a table's latest base files, estimated without reading them: their bytes
+    times the rows per byte of the newest one (its footer read), as the record and secondary
+    indexes' file-group count needs it."""
+    from metadata_table.read.snapshot import IndexedSnapshot
+
+    latest = IndexedSnapshot(table).view.latest_base_files()
+    if not latest:
+        return 0
+    newest = max(latest, key=lambda b: (b.instant_time, b.path))
+    rows = parquet_file_rows(table.storage, newest.path)
+    return int(sum(b.size for b in latest) * rows / max(1, newest.size))
+
+
 def row_columns(builds: Sequence[PartitionBuild]) -> tuple[str, ...] | None:
     """The columns of data files' rows the builds need (None: none reads rows)."""
     wanted = [b.row_columns for b in builds if b.row_columns is not None]
@@ -259,8 +273,16 @@ class PartitionWriter:
 
     # --- what can be indexed, and how --------------------------------------------------------------
 
-    def configured_groups(self, partition: str) -> int:
-        return index_type(partition).configured_groups(self.table.config)
+    def configured_groups(self, partition: str, records: int | None = None) -> int:
+        """File groups a new ``partition`` gets; for an index keyed by record key, by the
+        table's size (``records``, else :func:`estimated_records`) unless configured."""
+        kind = index_type(partition)
+        if kind.keyed_by_record and records is None:
+            records = estimated_records(self.table)
+        return kind.configured_groups(self.table.config, records)
+
+    def estimated_records(self) -> int:
+        return estimated_records(self.table)
 
     def takes_columns(self, partition: str) -> bool:
         return index_type(partition).takes_columns

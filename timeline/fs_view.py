@@ -309,6 +309,15 @@ class FileSystemView:
         return pa.concat_tables(tables, promote_options="permissive")  # evolved schemas
 
 
+def parquet_file_rows(storage: Storage, path: str) -> int:
+    """The rows a Parquet file holds, from its footer."""
+    footer = parquet_footer(storage, path)
+    try:
+        return int(pq.read_metadata(pa.BufferReader(footer)).num_rows)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise NotParquetError(path, str(e).splitlines()[0]) from e
+
+
 def read_parquet_schema(storage: Storage, path: str) -> pa.Schema:
     """The schema of a Parquet file; :class:`NotParquetError` names a file that is not one."""
     return read_parquet_schema_bytes(storage.read(path), path)

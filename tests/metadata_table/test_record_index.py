@@ -23,12 +23,14 @@ from metadata_table.layout import (
     secondary_index_partition,
 )
 from metadata_table.maintenance import build_records, initialize
+from metadata_table.partition_writer import PartitionWriter
 from metadata_table.read.snapshot import IndexedSnapshot
 from metadata_table.records import value_texts
 from metadata_table.table import MetadataTable
 from metadata_table.validate import validate
 from timeline import Table
 from timeline.commit_metadata import CommitMetadata
+from timeline.config import Config
 from timeline.errors import DuplicateRecordKeyError, IndexBuildAbortedError, RecordKeyConflictError
 from timeline.fs_view import FileSystemView
 from timeline.hashing import key_hash64
@@ -264,6 +266,27 @@ def test_a_key_in_two_file_groups_is_refused_by_name(tmp_path: Path) -> None:
         AsyncIndexer(table, IndexerOptions(engine="local")).run([RECORD_INDEX])
     with pytest.raises(DuplicateRecordKeyError):
         build_records(table, table.timeline.load(), RECORD_INDEX)
+
+
+def test_file_groups_scale_with_the_table(table: Table) -> None:
+    """One file group per indexer.record.index.keys.per.file.group records of the table (its
+    latest files' bytes times the newest file's rows per byte), unless a count is configured."""
+    table = Table.open(table.base_uri, _config(**{"indexer.record.index.keys.per.file.group": 20}))
+    records = PartitionWriter(table).estimated_records()
+    assert 60 <= records <= 150  # 75 live rows, estimated from bytes (small files: overhead)
+    indexer = AsyncIndexer(table, IndexerOptions(engine="local"))
+    indexer.run([RECORD_INDEX])
+    groups = MetadataTable(table).file_groups(RECORD_INDEX)
+    assert len(groups) == -(-records // 20) >= 3
+    assert_exact(table, (RECORD_INDEX,))
+    table = Table.open(
+        table.base_uri, _config(**{"hoodie.metadata.record.index.file.group.count": 2})
+    )
+    assert PartitionWriter(table).configured_groups(FARE) == 2
+
+
+def _config(**values: object) -> Config:
+    return Config.resolve(explicit={"indexer.lock.url": "inprocess", **values})
 
 
 def test_rows_sharing_a_hash_are_ordered_by_key() -> None:
