@@ -25,7 +25,6 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +32,17 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from indexer.indexer import AsyncIndexer, IndexerOptions  # noqa: E402
-from metadata_table.layout import PARTITIONS  # noqa: E402
+from metadata_table.layout import (  # noqa: E402
+    BLOOM_FILTERS,
+    COLUMN_STATS,
+    FILES,
+    PARTITION_STATS,
+)
 from metadata_table.read.filters import col  # noqa: E402
 from metadata_table.read.snapshot import IndexedSnapshot  # noqa: E402
 from metadata_table.records import info_from_storage  # noqa: E402
 from scripts.bench.synthetic import CATEGORIES, make_table  # noqa: E402
+from scripts.bench.timing import median_seconds  # noqa: E402
 from timeline import Table  # noqa: E402
 from timeline.commit_metadata import CommitMetadata, WriteStat  # noqa: E402
 from timeline.config import Config  # noqa: E402
@@ -54,6 +59,8 @@ from timeline.table_config import TableType  # noqa: E402
 
 LOG_COUNTS = (0, 4, 16)
 PARTITIONS_COUNT = 10
+#: the index types built from footers and log records (the record index is benched on its own)
+FOOTER_INDEXES = [FILES, COLUMN_STATS, BLOOM_FILTERS, PARTITION_STATS]
 FAR = 1e9  # an updated value no base file's range holds
 TARGET_BOUND = 2.0  # the build at most this much slower than reading its inputs once
 
@@ -79,15 +86,6 @@ SCHEMA: dict[str, Any] = {
     ]
     + [{"name": "n", "type": ["null", "int"], "default": None}],
 }
-
-
-def _median(call: Callable[[], Any], times: int = 3) -> float:
-    seconds = []
-    for _ in range(times):
-        started = time.perf_counter()
-        call()
-        seconds.append(time.perf_counter() - started)
-    return statistics.median(seconds)
 
 
 def make_mor_table(base: Path, files: int, rows: int, logs: int, updates: int) -> Table:
@@ -183,7 +181,7 @@ def _measure_one(table: Table, base: Path, label: str, logs: int) -> dict[str, A
             shutil.copytree(base, copy)
             fresh = Table.open(str(copy), table.config)
             started = time.perf_counter()
-            AsyncIndexer(fresh, IndexerOptions(engine="local")).run(list(PARTITIONS))
+            AsyncIndexer(fresh, IndexerOptions(engine="local")).run(FOOTER_INDEXES)
             builds.append(time.perf_counter() - started)
             indexed = fresh
         build = statistics.median(builds)
@@ -193,8 +191,8 @@ def _measure_one(table: Table, base: Path, label: str, logs: int) -> dict[str, A
         kept_far = len(snapshot.prune(col("value") >= far_value).slices)
         kept_range = len(snapshot.prune(range_expr).slices)
         total = snapshot.prune(range_expr).total
-        prune_ms = _median(lambda: snapshot.prune(range_expr), 21) * 1000
-        fresh_ms = _median(lambda: IndexedSnapshot(indexed).prune(range_expr), 5) * 1000
+        prune_ms = median_seconds(lambda: snapshot.prune(range_expr), 21) * 1000
+        fresh_ms = median_seconds(lambda: IndexedSnapshot(indexed).prune(range_expr), 5) * 1000
     finally:
         shutil.rmtree(build_root, ignore_errors=True)
     return {

@@ -43,6 +43,7 @@ from indexer.indexer import AsyncIndexer, IndexerOptions  # noqa: E402
 from metadata_table.layout import RECORD_INDEX  # noqa: E402
 from metadata_table.read.snapshot import IndexedSnapshot  # noqa: E402
 from metadata_table.table import MetadataTable  # noqa: E402
+from scripts.bench.timing import median_seconds  # noqa: E402
 from timeline import Table  # noqa: E402
 from timeline.config import Config  # noqa: E402
 from timeline.fs_view import FileSystemView, read_parquet  # noqa: E402
@@ -59,16 +60,6 @@ print(time.perf_counter() - started, rows)
 
 def _config(root: Path) -> Config:
     return Config.resolve(explicit={"indexer.lock.url": f"sqlite:///{root / 'locks.sqlite'}"})
-
-
-def _median(call: Any, times: int) -> float:
-    """Median seconds of ``times`` calls."""
-    seconds = []
-    for _ in range(times):
-        started = time.perf_counter()
-        call()
-        seconds.append(time.perf_counter() - started)
-    return statistics.median(seconds)
 
 
 def _indexer(base: Path, *args: str) -> float:
@@ -244,10 +235,10 @@ def section(
     kept = IndexedSnapshot(table)
     kept.locate_keys(asked)  # warm: the kept snapshot has read what it needs
     lookup = {
-        "one_kept": _median(lambda: kept.record_locations([one]), 50),
-        "one_fresh": _median(lambda: IndexedSnapshot(table).record_locations([one]), 5),
-        "many_kept": _median(lambda: kept.locate_keys(asked), 5),
-        "many_fresh": _median(lambda: IndexedSnapshot(table).locate_keys(asked), 3),
+        "one_kept": median_seconds(lambda: kept.record_locations([one]), 50),
+        "one_fresh": median_seconds(lambda: IndexedSnapshot(table).record_locations([one]), 5),
+        "many_kept": median_seconds(lambda: kept.locate_keys(asked), 5),
+        "many_fresh": median_seconds(lambda: IndexedSnapshot(table).locate_keys(asked), 3),
     }
     assert kept.locate_keys(asked).num_rows == len(set(hundred_k))
     figures["lookup"] = lookup
@@ -256,11 +247,11 @@ def section(
     _indexer(cli, "run", "--index-types", "bloom_filters", "--engine", "local")
     snapshot = IndexedSnapshot(table)
     tagging = {
-        "record_index": _median(
+        "record_index": median_seconds(
             lambda: IndexedSnapshot(table).locate_keys(pa.array(keys, pa.string())), 1
         ),
-        "bloom_filters": _median(lambda: _tag_by_reading(table, keys, snapshot, True), 1),
-        "every_key": _median(lambda: _tag_by_reading(table, keys, snapshot, False), 1),
+        "bloom_filters": median_seconds(lambda: _tag_by_reading(table, keys, snapshot, True), 1),
+        "every_key": median_seconds(lambda: _tag_by_reading(table, keys, snapshot, False), 1),
     }
     figures["tagging"] = tagging
     spark_tagging = _spark_tagging(table, keys, spark, root) if spark is not None else {}
@@ -271,14 +262,14 @@ def section(
     values = random.Random(3).sample(range(1_000_000), 20)
     before = IndexedSnapshot(table)
     stats_only = [len(before.prune(f"tag = {v}").slices) for v in values]
-    stats_time = _median(lambda: IndexedSnapshot(table).prune(f"tag = {values[0]}"), 5)
+    stats_time = median_seconds(lambda: IndexedSnapshot(table).prune(f"tag = {values[0]}"), 5)
     _indexer(
         cli, "run", "--index-types", "secondary_index", "--columns", "tag", "--engine", "local"
     )
     after = IndexedSnapshot(table)
     with_index = [len(after.prune(f"tag = {v}").slices) for v in values]
-    index_time = _median(lambda: IndexedSnapshot(table).prune(f"tag = {values[0]}"), 5)
-    kept_time = _median(lambda: after.prune(f"tag = {values[1]}"), 20)
+    index_time = median_seconds(lambda: IndexedSnapshot(table).prune(f"tag = {values[0]}"), 5)
+    kept_time = median_seconds(lambda: after.prune(f"tag = {values[1]}"), 20)
     figures["secondary"] = (
         statistics.mean(stats_only),
         stats_time,
