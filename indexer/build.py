@@ -26,12 +26,11 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import pyarrow as pa
-
 from metadata_table.partition_writer import (
     RECORDS_CHUNK,
     DataFile,
     PartitionBuild,
+    RecordsPart,
     file_records,
 )
 from timeline.failpoints import current, task_failpoint
@@ -178,7 +177,7 @@ def run_build_local(
         ",".join(b.partition for b in builds),
         len(files),
     )
-    parts: dict[tuple[int, int], list[bytes | pa.Table]] = defaultdict(list)
+    parts: dict[tuple[int, int], list[RecordsPart]] = defaultdict(list)
     for done, chunk in enumerate(chunks, start=1):
         for number, group, part in file_records(storage, iter(chunk), builds, shuffled=False):
             parts[(number, group)].append(part)

@@ -35,8 +35,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import pyarrow as pa
-
 from indexer.build import run_build, run_build_local
 from indexer.plan import IndexPlan, PartitionPlan, is_hudi_plan
 from metadata_table.layout import (
@@ -53,8 +51,8 @@ from metadata_table.partition_writer import (
     MigrationResult,
     PartitionBuild,
     PartitionWriter,
+    secondary_index_refusal,
 )
-from metadata_table.records import SECONDARY_KINDS, value_kind
 from timeline.config import LOCAL_BUILD_MAX_FILES
 from timeline.errors import (
     BuildCancelledError,
@@ -68,7 +66,6 @@ from timeline.errors import (
     TableError,
 )
 from timeline.failpoints import failpoint
-from timeline.fs_view import FileSystemView, read_parquet_schema
 from timeline.index_state import IndexState
 from timeline.instant import (
     WRITE_ACTIONS,
@@ -196,14 +193,6 @@ class AsyncIndexer:
 
     # --- schedule --------------------------------------------------------------------------------
 
-    def _table_schema(self) -> pa.Schema | None:
-        view = FileSystemView(self.table.timeline, self.table.timeline.load())
-        latest = view.latest_base_files()
-        if not latest:
-            return None
-        newest = max(latest, key=lambda b: (b.instant_time, b.path))
-        return read_parquet_schema(self.table.storage, newest.path)
-
     def validate(self, index_types: Sequence[str], columns: Sequence[str]) -> list[str]:
         """The partitions ``index_types`` name (``secondary_index``: one per column), checked:
         known names, columns of the table, a secondary index on a column of a type it takes, and
@@ -214,22 +203,16 @@ class AsyncIndexer:
             )
         types = expand_index_types(dict.fromkeys(index_types), columns)
         secondary = [t for t in types if is_secondary_index(t)]
-        schema = self._table_schema() if columns or secondary else None
+        schema = self.writer.table_schema() if columns or secondary else None
         if schema is not None:
             wanted = set(columns) | {secondary_column(t) for t in secondary}
             unknown = sorted(wanted - set(schema.names))
             if unknown:
                 raise ConfigError("--columns", f"not columns of the table: {', '.join(unknown)}")
             for partition in secondary:
-                column = secondary_column(partition)
-                kind = value_kind(schema.field(column).type)
-                if kind not in SECONDARY_KINDS:
-                    raise ConfigError(
-                        "--columns",
-                        f"a secondary index takes top-level columns of integer, floating point, "
-                        f"string, boolean, date, timestamp or decimal type; {column!r} is "
-                        f"{schema.field(column).type}",
-                    )
+                refusal = secondary_index_refusal(schema.field(secondary_column(partition)))
+                if refusal is not None:
+                    raise ConfigError("--columns", refusal)
         if secondary and RECORD_INDEX not in types:
             state = self.table.reload_index_state()
             if RECORD_INDEX not in state.partitions:

@@ -14,7 +14,8 @@ table service to come) works through :class:`PartitionWriter` on the driver and 
   lack it (a commit, or a clean, rollback or restore; logs that exist are kept),
   :meth:`PartitionWriter.lag` says what completed partitions lack, and a partition is rebuilt in
   place by :meth:`PartitionWriter.ensure_file_groups` and a build;
-* failure and drop: :meth:`PartitionWriter.discard_failed_builds`, :meth:`PartitionWriter.drop`.
+* failure and drop: :meth:`PartitionWriter.discard_failed_builds`, :meth:`PartitionWriter.drop`;
+* requests: :func:`secondary_index_refusal` says why a column cannot have a secondary index.
 
 An index type plugs in through :mod:`metadata_table.index_types` (its record schema, its key, how
 its records are made from a data file's footer or a log file's records); nothing here or in the indexer changes per type.
@@ -26,7 +27,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow as pa
 
@@ -47,11 +48,12 @@ from metadata_table.migrate import MigrationResult, has_legacy_index, migrate
 from metadata_table.partition_stats import superseded
 from metadata_table.reader import MetadataReader
 from metadata_table.records import DataFileInfo, info_of, virtual_keys
+from metadata_table.records import secondary_index_refusal as secondary_index_refusal
 from metadata_table.table import MetadataTable, split_by_group, write_base_file
 from metadata_table.validate import PartitionReport, validate
 from timeline.commit_metadata import CommitMetadata
 from timeline.errors import MarkerAlreadyExistsError, StorageFileNotFoundError
-from timeline.fs_view import FileSystemView, parquet_file_rows
+from timeline.fs_view import BaseFile, FileSystemView, parquet_file_rows, read_parquet_schema
 from timeline.index_state import IndexState
 from timeline.instant import Action, Instant, State, normalize_timestamp
 from timeline.keys import KeyGenerator
@@ -67,6 +69,9 @@ logger = logging.getLogger(__name__)
 #: (partition path, file name, size, instant) of a committed data file; a log file's instant is
 #: "" (its blocks name theirs, and a build counts those of :attr:`PartitionBuild.counted`)
 DataFile = tuple[str, str, int, str]
+
+#: a file group's records from one task: Arrow IPC bytes (from Spark tasks) or a table (in process)
+RecordsPart: TypeAlias = bytes | pa.Table
 
 
 @dataclass(frozen=True)
@@ -118,7 +123,7 @@ class PartitionBuild:
         self,
         storage: Storage,
         group: int,
-        parts: Sequence[bytes | pa.Table],
+        parts: Sequence[RecordsPart],
         marker_instant: str,
     ) -> tuple[str, str, int]:
         """Write file group ``group``'s base file, its marker first (in ``marker_instant``'s
@@ -200,7 +205,7 @@ def file_records(
     files: Iterator[DataFile],
     builds: Sequence[PartitionBuild],
     shuffled: bool = True,
-) -> Iterator[tuple[int, int, bytes | pa.Table]]:
+) -> Iterator[tuple[int, int, RecordsPart]]:
     """(build index, file group, records) for ``files``: each file read once (a base file's
     footer, a log file's blocks of :attr:`PartitionBuild.counted` instants), and per
     file group of each build one Arrow table; no row is ever a Python object (a Spark task's
@@ -242,18 +247,29 @@ def file_records(
                 yield number, group, _ipc(table)
 
 
+def _latest_base_files(table: Table) -> tuple[list[BaseFile], BaseFile | None]:
+    """The table's latest base files and the newest of them."""
+    from metadata_table.read.snapshot import IndexedSnapshot
+
+    latest = IndexedSnapshot(table).view.latest_base_files()
+    return latest, max(latest, key=lambda b: (b.instant_time, b.path), default=None)
+
+
 def estimated_records(table: Table) -> int:
     """The records of a table's latest base files, estimated without reading them: their bytes
     times the rows per byte of the newest one (its footer read), as the record and secondary
     indexes' file-group count needs it."""
-    from metadata_table.read.snapshot import IndexedSnapshot
-
-    latest = IndexedSnapshot(table).view.latest_base_files()
-    if not latest:
+    latest, newest = _latest_base_files(table)
+    if newest is None:
         return 0
-    newest = max(latest, key=lambda b: (b.instant_time, b.path))
     rows = parquet_file_rows(table.storage, newest.path)
     return int(sum(b.size for b in latest) * rows / max(1, newest.size))
+
+
+def table_schema(table: Table) -> pa.Schema | None:
+    """The schema of the table's newest base file (None: no data yet)."""
+    _, newest = _latest_base_files(table)
+    return None if newest is None else read_parquet_schema(table.storage, newest.path)
 
 
 def row_columns(builds: Sequence[PartitionBuild]) -> tuple[str, ...] | None:
@@ -283,6 +299,9 @@ class PartitionWriter:
 
     def estimated_records(self) -> int:
         return estimated_records(self.table)
+
+    def table_schema(self) -> pa.Schema | None:
+        return table_schema(self.table)
 
     def takes_columns(self, partition: str) -> bool:
         return index_type(partition).takes_columns

@@ -938,6 +938,16 @@ def record_index_records(infos: Iterable[DataFileInfo]) -> pa.Table:
 SECONDARY_KINDS = frozenset({"int", "float", "string", "bool", "date", "timestamp", "decimal"})
 
 
+def secondary_index_refusal(field: pa.Field) -> str | None:
+    """Why a secondary index cannot take a table column, or None when it can."""
+    if value_kind(field.type) in SECONDARY_KINDS:
+        return None
+    return (
+        "a secondary index takes top-level columns of integer, floating point, string, boolean, "
+        f"date, timestamp or decimal type; {field.name!r} is {field.type}"
+    )
+
+
 def value_texts(values: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """Values as the text a secondary index keys them by: one form per value whatever the
     column's width (integers as int64, floats as float64 with -0.0 as 0.0, timestamps in UTC
