@@ -645,7 +645,8 @@ class WriteTransaction:
                 groups[bucket_file_id(bucket)].append(i)
         else:
             if located is not None:
-                owner = {k: located[k][1] for k in keys if located.get(k, ("",))[0] == partition}
+                held = ((k, located.get(k)) for k in keys)
+                owner = {k: w[1] for k, w in held if w is not None and w[0] == partition}
             elif self.operation is Operation.INSERT:
                 owner = {}
             else:

@@ -65,7 +65,7 @@ def assert_exact(table: Table, partitions: tuple[str, ...] = KEYED) -> None:
     for row in rows_:
         located = where[row["_hoodie_record_key"]]
         assert located.partition_path == row["_hoodie_partition_path"], row
-        holder = f"{row['_hoodie_partition_path']}/{row['_hoodie_file_name']}"
+        holder = "/".join(filter(None, (row["_hoodie_partition_path"], row["_hoodie_file_name"])))
         assert located.paths == (holder,), (row, located)
     for partition, column in ((FARE, "fare"), (CITY, "city")):
         if partition not in partitions:
@@ -134,6 +134,21 @@ def test_keys_are_global_once_a_record_index_exists(table: Table) -> None:
     assert "k0040" not in {r["_hoodie_record_key"] for r in live_rows(table)}
     assert_exact(table)
     assert "record_index" in WriteClient(table).start(Operation.UPSERT).index.key_indexes()
+
+
+def test_a_table_without_partitions_takes_new_and_known_keys(tmp_path: Path) -> None:
+    """The partition path of every key is "": a key the index does not hold is an insert, not
+    taken for one held in that partition."""
+    config = Config.resolve(explicit={"indexer.lock.url": "inprocess"})
+    table = Table.create(str(tmp_path / "t"), "trips", ["uuid"], [], "ts", config=config)
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 10)))
+    initialize(table, [RECORD_INDEX])
+    client.insert(rows(keys(10, 14)))
+    client.upsert(rows(keys(5, 12), ts=2))
+    live = sorted(r["_hoodie_record_key"] for r in live_rows(table))
+    assert live == keys(0, 14)
+    assert_exact(table, (RECORD_INDEX,))
 
 
 def test_two_writers_placing_one_new_key_conflict(table: Table) -> None:
