@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -105,6 +106,9 @@ from writer.planner import bucket_file_id, new_file_id, plan_group, records_per_
 from writer.schema import conform, evolve
 
 logger = logging.getLogger(__name__)
+
+#: record keys read from data files before one membership test of a batch's keys (memory bound)
+PROBE_ROWS = 4_000_000
 
 
 class Operation(enum.StrEnum):
@@ -485,14 +489,35 @@ class WriteTransaction:
         """Record key -> (partition, file id) of the keys found in ``bases`` (their key column
         read)."""
         owner: dict[str, tuple[str, str]] = {}
-        if not keys:
+        if not keys or not bases:
             return owner
         wanted = pa.array(sorted(keys), pa.string())
+        read: list[tuple[BaseFile, pa.ChunkedArray]] = []
+
+        def probe() -> None:
+            # one membership test over many files' keys: the asked keys are hashed once per
+            # test, not once per file (a batch of 1M keys against 1,000 files: seconds, not
+            # minutes)
+            column = pa.chunked_array(
+                [c.cast(pa.string()) for _, held in read for c in held.chunks], pa.string()
+            )
+            hits = np.flatnonzero(pc.is_in(column, value_set=wanted).to_numpy())
+            of_file = np.repeat(np.arange(len(read)), [len(held) for _, held in read])[hits]
+            found = column.take(pa.array(hits, pa.int64())).to_pylist()
+            for key, at in zip(found, of_file.tolist(), strict=True):
+                owner[key] = (read[at][0].partition_path, read[at][0].file_id)
+            read.clear()
+
+        rows = 0
         for base in bases:
             stored = read_record_keys(self.table.storage, base.path, self.client.virtual)
-            existing = stored.column(RECORD_KEY)
-            for key in existing.filter(pc.is_in(existing, value_set=wanted)).to_pylist():
-                owner[key] = (base.partition_path, base.file_id)
+            read.append((base, stored.column(RECORD_KEY)))
+            rows += stored.num_rows
+            if rows >= PROBE_ROWS:
+                probe()
+                rows = 0
+        if read:
+            probe()
         return owner
 
     def _plan_global_deletes(
@@ -682,15 +707,8 @@ class WriteTransaction:
     def _tag(self, partition: str, bases: list[BaseFile], keys: set[str]) -> dict[str, str]:
         """Record key -> file id, for the incoming keys found in the partition's base files; only
         files whose bloom filter may hold a key are read (when ``bloom_filters`` is completed)."""
-        owner: dict[str, str] = {}
-        wanted = pa.array(sorted(keys), pa.string())
-        for base in self.index.candidate_files(partition, keys, bases):
-            stored = read_record_keys(self.table.storage, base.path, self.client.virtual)
-            existing = stored.column(RECORD_KEY)
-            found = existing.filter(pc.is_in(existing, value_set=wanted))
-            for key in found.to_pylist():
-                owner[key] = base.file_id
-        return owner
+        found = self._owners(self.index.candidate_files(partition, keys, bases), keys)
+        return {key: file_id for key, (_, file_id) in found.items()}
 
     # --- one data file ---------------------------------------------------------------------------
 

@@ -161,6 +161,25 @@ def test_max_records_per_file_splits_inserts(tmp_path: Path) -> None:
     assert len(snapshot(table)) == 10
 
 
+@pytest.mark.parametrize("probe_rows", [1, 4, 1_000_000])
+def test_tagging_finds_each_key_in_its_file_however_many_files_one_probe_takes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, probe_rows: int
+) -> None:
+    """Keys read from files are tested against the batch in probes of many files (one hash
+    set of the batch's keys per probe); where a probe ends never changes a key's file."""
+    monkeypatch.setattr("writer.client.PROBE_ROWS", probe_rows)
+    table = make_table(str(tmp_path))
+    client = WriteClient(table, WriteOptions(max_records_per_file=3))
+    client.insert(rows(*[(f"k{i:02d}", "sf", i, float(i)) for i in range(10)]))
+    before = {k: r["_hoodie_file_name"].split("_")[0] for k, r in snapshot(table).items()}
+    client.upsert(rows(*[(f"k{i:02d}", "sf", 50 + i, 100.0 + i) for i in (0, 4, 8, 9)]))
+    after = snapshot(table)
+    assert sorted(after) == [f"k{i:02d}" for i in range(10)], "an update became an insert"
+    for key, row in after.items():
+        assert row["_hoodie_file_name"].split("_")[0] == before[key], key
+    assert [after[f"k{i:02d}"]["fare"] for i in (0, 4, 8, 9)] == [100.0, 104.0, 108.0, 109.0]
+
+
 def test_bucket_layout(tmp_path: Path) -> None:
     table = make_table(str(tmp_path))
     client = WriteClient(table, WriteOptions(bucket_count=4))
