@@ -369,7 +369,7 @@ RECORD_INDEX_SCHEMA = pa.schema(
 )
 
 #: a column's value -> the records holding it, one record per (value, record key): ``value`` is
-#: the value as text (:func:`metadata_table.records.value_text`), ``key_hash`` the top 32 bits
+#: the value as text (:func:`metadata_table.records.value_texts`), ``key_hash`` the top 32 bits
 #: of the value's hash (every record of one value is in one file group, contiguous), and the
 #: record's data partition and file group, by which a commit's changes are found
 SECONDARY_INDEX_SCHEMA = pa.schema(

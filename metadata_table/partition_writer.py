@@ -53,7 +53,7 @@ from metadata_table.table import MetadataTable, split_by_group, write_base_file
 from metadata_table.validate import PartitionReport, validate
 from timeline.commit_metadata import CommitMetadata
 from timeline.errors import MarkerAlreadyExistsError, StorageFileNotFoundError
-from timeline.fs_view import BaseFile, FileSystemView, parquet_file_rows, read_parquet_schema
+from timeline.fs_view import FileSystemView, parquet_file_rows
 from timeline.index_state import IndexState
 from timeline.instant import Action, Instant, State, normalize_timestamp
 from timeline.keys import KeyGenerator
@@ -247,29 +247,27 @@ def file_records(
                 yield number, group, _ipc(table)
 
 
-def _latest_base_files(table: Table) -> tuple[list[BaseFile], BaseFile | None]:
-    """The table's latest base files and the newest of them."""
-    from metadata_table.read.snapshot import IndexedSnapshot
-
-    latest = IndexedSnapshot(table).view.latest_base_files()
-    return latest, max(latest, key=lambda b: (b.instant_time, b.path), default=None)
-
-
 def estimated_records(table: Table) -> int:
     """The records of a table's latest base files, estimated without reading them: their bytes
     times the rows per byte of the newest one (its footer read), as the record and secondary
     indexes' file-group count needs it."""
-    latest, newest = _latest_base_files(table)
+    from metadata_table.read.snapshot import IndexedSnapshot
+
+    snapshot = IndexedSnapshot(table)
+    newest = snapshot.newest_base_file
     if newest is None:
         return 0
     rows = parquet_file_rows(table.storage, newest.path)
-    return int(sum(b.size for b in latest) * rows / max(1, newest.size))
+    total = sum(b.size for b in snapshot.view.latest_base_files())
+    return int(total * rows / max(1, newest.size))
 
 
 def table_schema(table: Table) -> pa.Schema | None:
-    """The schema of the table's newest base file (None: no data yet)."""
-    _, newest = _latest_base_files(table)
-    return None if newest is None else read_parquet_schema(table.storage, newest.path)
+    """The table's schema, that of its newest base file (None: no data yet)."""
+    from metadata_table.read.snapshot import IndexedSnapshot
+
+    schema = IndexedSnapshot(table).table_schema
+    return schema if len(schema) else None
 
 
 def row_columns(builds: Sequence[PartitionBuild]) -> tuple[str, ...] | None:

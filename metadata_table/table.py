@@ -448,6 +448,7 @@ class MetadataTable:
         whole: dict[tuple[str, str], pa.Table] = {}  # group -> its records after the commit
         patches: dict[tuple[str, str], pa.Table] = {}  # group -> records of its appended blocks
         scan = False  # whether the partition's records of the groups must be read
+        keygen = virtual_keys(self.table)
         for stat in metadata.write_stats:
             group = (stat.partition_path, stat.file_id)
             is_log = stat.file_name.startswith(".")
@@ -465,7 +466,7 @@ class MetadataTable:
                     instant.timestamp.__eq__,
                     False,
                     kind.row_columns,
-                    virtual_keys(self.table),
+                    keygen,
                 )
             except StorageFileNotFoundError:
                 # cleaned since: a later commit superseded it, so the group is taken as it is
@@ -524,6 +525,7 @@ class MetadataTable:
             listing=lambda: [e for e in storage.list(data_partition_path) if not e.is_dir],
         )
         infos = []
+        keygen = virtual_keys(self.table)
         for piece in view.latest_file_slices([data_partition_path]):
             if piece.file_id != file_id:
                 continue
@@ -539,7 +541,7 @@ class MetadataTable:
                     view.committed.__contains__,
                     False,
                     kind.row_columns,
-                    virtual_keys(self.table),
+                    keygen,
                 )
                 if info is not None:
                     infos.append(info)

@@ -62,7 +62,7 @@ from timeline.errors import (
     TableConfigError,
     UnknownColumnError,
 )
-from timeline.fs_view import BaseFile, FileSystemView, parquet_footer, read_parquet_schema_bytes
+from timeline.fs_view import BaseFile, FileSystemView
 from timeline.instant import WRITE_ACTIONS, Instant, is_after, validate_timestamp
 from timeline.removals import REMOVAL_ACTIONS
 from timeline.storage import FileInfo
@@ -434,12 +434,7 @@ class TableScan:
     def table_schema(self) -> pa.Schema:
         """The table's schema: that of its newest data file (columns are only ever added and
         types only widened, so it holds every older file's columns)."""
-        files = self.snapshot.view.latest_base_files()
-        if not files:
-            return pa.schema([])
-        newest = max(files, key=lambda b: (b.instant_time, b.path))
-        footer = parquet_footer(self.table.storage, newest.path)
-        return read_parquet_schema_bytes(footer, newest.path)
+        return self.snapshot.table_schema
 
     def _check_filter_columns(self) -> None:
         if self.row_filter is not None and len(self.table_schema):

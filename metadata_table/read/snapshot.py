@@ -324,13 +324,18 @@ class IndexedSnapshot:
         return self.record_locations(found.column("record_key").to_pylist())
 
     @cached_property
+    def newest_base_file(self) -> BaseFile | None:
+        """The latest base file written last (None: the table holds none)."""
+        files = self.view.latest_base_files()
+        return max(files, key=lambda b: (b.instant_time, b.path), default=None)
+
+    @cached_property
     def table_schema(self) -> pa.Schema:
         """The table's schema: that of its newest base file (columns are only ever added and
-        types only widened)."""
-        files = self.view.latest_base_files()
-        if not files:
+        types only widened); empty when the table holds no base file."""
+        newest = self.newest_base_file
+        if newest is None:
             return pa.schema([])
-        newest = max(files, key=lambda b: (b.instant_time, b.path))
         return read_parquet_schema(self.table.storage, newest.path)
 
     def _secondary_keep(
