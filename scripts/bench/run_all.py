@@ -838,6 +838,28 @@ def plots(report: Report, out: Path) -> list[str]:
         fig.tight_layout()
         fig.savefig(out / "bench-peer.png")
         made.append("bench-peer.png")
+    if "record" in report.figures:
+        r = report.figures["record"]
+        fig, (build, tag) = plt.subplots(1, 2, figsize=(9, 3.5))
+        names = ["key-column\nbound", "ours\n(indexer run)"]
+        values = [r["bound_process"], r["cli"]]
+        if r["hudi"] is not None:
+            names.append("Hudi\nHoodieIndexer")
+            values.append(r["hudi"][0])
+        build.bar(names, values, color=["#999", "#2a7", "#c44"][: len(values)])
+        build.set_ylabel("seconds, process start included")
+        build.set_title(f"record_index build, {r['files'] * r['rows']:,} keys")
+        tagging = r["tagging"]
+        tag.bar(
+            ["record_index", "bloom filters", "every key"],
+            [tagging["record_index"], tagging["bloom_filters"], tagging["every_key"]],
+            color=["#2a7", "#47c", "#c44"],
+        )
+        tag.set_ylabel("seconds")
+        tag.set_title("Tagging a 1M-key upsert batch")
+        fig.tight_layout()
+        fig.savefig(out / "bench-record.png")
+        made.append("bench-record.png")
     plt.close("all")
     return made
 
