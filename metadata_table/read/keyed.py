@@ -110,7 +110,7 @@ class KeyedLookup:
         found = []
         for rg in np.unique(groups).tolist():
             hashes, table = self._row_group(path, file, rg)
-            mine = np.sort(wanted_tops[groups == rg])
+            mine = np.unique(wanted_tops[groups == rg])  # keys may share a top: once each
             left = np.searchsorted(hashes, mine, side="left")
             right = np.searchsorted(hashes, mine, side="right")
             counts = right - left

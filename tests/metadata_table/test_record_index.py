@@ -332,3 +332,18 @@ def test_files_are_sorted_by_hash_and_a_lookup_decodes_one_row_group(tmp_path: P
     assert located["k0007"].partition_path == "la" and snapshot.record_lookup.decoded == 1
     assert snapshot.record_locations(["nope"]) == {}
     assert snapshot.lookup_keys(["nope"]) == {"nope": []}
+
+
+def test_keys_whose_stored_hashes_collide_are_each_found_once(tmp_path: Path) -> None:
+    """Two keys may share the 32 bits of hash a file is sorted by (a 1M-key lookup meets about a
+    hundred such pairs): asked together, each is found once."""
+    candidates = keys(0, 300_000)
+    tops = (key_hash64(pa.array(candidates)) >> 32).astype("int64")
+    _, first, counts = np.unique(tops, return_index=True, return_counts=True)
+    top = tops[first[np.flatnonzero(counts > 1)[0]]]
+    pair = [candidates[i] for i in np.flatnonzero(tops == top)[:2]]
+    table = make_table(tmp_path / "t")
+    WriteClient(table).insert(rows(keys(0, 20) + pair))
+    initialize(table, [RECORD_INDEX])
+    found = IndexedSnapshot(table).locate_keys([*pair, "k0003"])
+    assert sorted(found.column("record_key").to_pylist()) == sorted([*pair, "k0003"])
