@@ -51,6 +51,7 @@ from metadata_table.partition_writer import (
     MigrationResult,
     PartitionBuild,
     PartitionWriter,
+    key_fields_refusal,
     secondary_index_refusal,
 )
 from timeline.config import LOCAL_BUILD_MAX_FILES
@@ -63,6 +64,7 @@ from timeline.errors import (
     NotParquetError,
     RebuildRequiredError,
     StorageFileNotFoundError,
+    TableConfigError,
     TableError,
 )
 from timeline.failpoints import failpoint
@@ -81,6 +83,7 @@ from timeline.removals import REMOVAL_ACTIONS
 from timeline.rollback import clean_failed_writes
 from timeline.spark import spark_session, under_spark_submit
 from timeline.table import Table
+from timeline.table_config import PROPERTIES_FILE
 from timeline.timeline import Timeline
 
 logger = logging.getLogger(__name__)
@@ -203,7 +206,10 @@ class AsyncIndexer:
             )
         types = expand_index_types(dict.fromkeys(index_types), columns)
         secondary = [t for t in types if is_secondary_index(t)]
-        schema = self.writer.table_schema() if columns or secondary else None
+        schema = self.writer.table_schema()
+        refusal = key_fields_refusal(self.table, schema)
+        if refusal is not None:
+            raise TableConfigError(self.table.storage.uri(PROPERTIES_FILE), refusal)
         if schema is not None:
             wanted = set(columns) | {secondary_column(t) for t in secondary}
             unknown = sorted(wanted - set(schema.names))

@@ -15,7 +15,8 @@ table service to come) works through :class:`PartitionWriter` on the driver and 
   :meth:`PartitionWriter.lag` says what completed partitions lack, and a partition is rebuilt in
   place by :meth:`PartitionWriter.ensure_file_groups` and a build;
 * failure and drop: :meth:`PartitionWriter.discard_failed_builds`, :meth:`PartitionWriter.drop`;
-* requests: :func:`secondary_index_refusal` says why a column cannot have a secondary index.
+* requests: :func:`secondary_index_refusal` says why a column cannot have a secondary index,
+  :func:`key_fields_refusal` why a table's record keys cannot be made from its files.
 
 An index type plugs in through :mod:`metadata_table.index_types` (its record schema, its key, how
 its records are made from a data file's footer or a log file's records); nothing here or in the indexer changes per type.
@@ -48,6 +49,7 @@ from metadata_table.migrate import MigrationResult, has_legacy_index, migrate
 from metadata_table.partition_stats import superseded
 from metadata_table.reader import MetadataReader
 from metadata_table.records import DataFileInfo, info_of, virtual_keys
+from metadata_table.records import key_fields_refusal as key_fields_refusal
 from metadata_table.records import secondary_index_refusal as secondary_index_refusal
 from metadata_table.table import MetadataTable, split_by_group, write_base_file
 from metadata_table.validate import PartitionReport, validate

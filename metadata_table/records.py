@@ -217,7 +217,7 @@ def base_rows(
     key_columns = keygen.key_columns() if keygen is not None else [RECORD_KEY]
     wanted = [*key_columns, *(c for c in columns if c in present or metadata is None)]
     table = read_columns(storage, path, list(dict.fromkeys(wanted)), metadata)
-    table = with_record_keys(table, keygen)
+    table = with_record_keys(table, keygen, path)
     return _row_table(table, columns, pa.repeat(pa.scalar(instant), table.num_rows), False)
 
 
@@ -243,15 +243,44 @@ def read_record_keys(
     fields) and ``columns``, reading those columns only."""
     key_columns = keygen.key_columns() if keygen is not None else [RECORD_KEY]
     table = read_columns(storage, path, list(dict.fromkeys([*key_columns, *columns])))
-    return with_record_keys(table, keygen).select([RECORD_KEY, *columns])
+    return with_record_keys(table, keygen, path).select([RECORD_KEY, *columns])
 
 
-def with_record_keys(table: pa.Table, keygen: KeyGenerator | None) -> pa.Table:
-    """``table`` with its ``_hoodie_record_key`` column: the stored one, or, with ``keygen`` (a
-    table without meta fields), made from the key fields as Hudi makes virtual keys (a file of
-    such a table may still have the meta columns, all null: Hudi 0.14 wrote them so)."""
+def missing_key_fields(keygen: KeyGenerator | None, columns: Sequence[str]) -> list[str]:
+    """The record key fields of a table without meta fields (``keygen``) that are not among
+    ``columns`` (a file's, the table's); none for a table whose files store record keys."""
+    if keygen is None:
+        return []
+    return [c for c in keygen.key_columns() if c not in columns]
+
+
+def _missing_reason(missing: Sequence[str], holder: str) -> str:
+    return (
+        f"a table without meta fields (hoodie.populate.meta.fields=false) makes its record keys "
+        f"from its record key fields (hoodie.table.recordkey.fields), and {holder} no column "
+        + ", ".join(repr(c) for c in missing)
+    )
+
+
+def key_fields_refusal(table: Table, schema: pa.Schema | None) -> str | None:
+    """Why a table's record keys cannot be made from its files (``schema``: the newest file's):
+    a table without meta fields whose key fields the files lack; None when they can."""
+    missing = missing_key_fields(virtual_keys(table), schema.names if schema is not None else [])
+    if not missing or schema is None:
+        return None
+    return _missing_reason(missing, "the table's newest file has")
+
+
+def with_record_keys(table: pa.Table, keygen: KeyGenerator | None, path: str = "") -> pa.Table:
+    """``table`` (read from ``path``) with its ``_hoodie_record_key`` column: the stored one, or,
+    with ``keygen`` (a table without meta fields), made from the key fields as Hudi makes virtual
+    keys (a file of such a table may still have the meta columns, all null: Hudi 0.14 wrote them
+    so). A key field the file lacks is a :class:`TableConfigError` naming it."""
     if keygen is None:
         return table
+    missing = missing_key_fields(keygen, table.column_names)
+    if missing:
+        raise TableConfigError(path or PROPERTIES_FILE, _missing_reason(missing, "it has"))
     if RECORD_KEY in table.column_names:
         table = table.drop_columns([RECORD_KEY])
     keys = (
@@ -355,7 +384,7 @@ def info_from_log(
             # keys of deleted rows, no values: the table's columns, each with none
             records = arrow_schema(block.avro_schema()).empty_table()
         else:
-            records = with_record_keys(block.records(), keygen)
+            records = with_record_keys(block.records(), keygen, path)
             if rows is not None:
                 instants = pa.repeat(instant, records.num_rows)
                 row_parts.append(_row_table(records, rows, instants, False))

@@ -207,7 +207,7 @@ def _merged_rows(
         nothing = _changed(incoming.slice(0, 0))
         in_place = pa.repeat(pa.scalar(False), incoming.num_rows)
         return incoming, counts, (_changed(incoming), in_place, nothing, nothing)
-    existing = with_record_keys(read_parquet(storage, target.base.path), virtual)
+    existing = with_record_keys(read_parquet(storage, target.base.path), virtual, target.base.path)
     existing_keys = existing.column(RECORD_KEY)
     deleted = moved = existing.slice(0, 0)
     if target.delete_keys or target.move_keys:

@@ -25,17 +25,23 @@ from metadata_table.layout import (
 from metadata_table.maintenance import build_records, initialize
 from metadata_table.partition_writer import PartitionWriter
 from metadata_table.read.snapshot import IndexedSnapshot
-from metadata_table.records import value_texts
+from metadata_table.records import RECORD_KEY, value_texts, with_record_keys
 from metadata_table.table import MetadataTable
 from metadata_table.validate import validate
 from timeline import Table
 from timeline.commit_metadata import CommitMetadata
 from timeline.config import Config
-from timeline.errors import DuplicateRecordKeyError, IndexBuildAbortedError, RecordKeyConflictError
+from timeline.errors import (
+    DuplicateRecordKeyError,
+    IndexBuildAbortedError,
+    RecordKeyConflictError,
+    TableConfigError,
+)
 from timeline.fs_view import FileSystemView
 from timeline.hashing import key_hash64
 from timeline.hudi_avro import avro_file
 from timeline.instant import Action, Instant, State
+from timeline.keys import KeyGenerator
 from writer.client import Operation, WriteClient, WriteTransaction
 
 from ..indexer.test_foreign_commits import _clean_by_another_writer, foreign_write
@@ -347,3 +353,11 @@ def test_keys_whose_stored_hashes_collide_are_each_found_once(tmp_path: Path) ->
     initialize(table, [RECORD_INDEX])
     found = IndexedSnapshot(table).locate_keys([*pair, "k0003"])
     assert sorted(found.column("record_key").to_pylist()) == sorted([*pair, "k0003"])
+
+
+def test_a_file_without_the_key_field_of_a_table_without_meta_fields_is_named() -> None:
+    keygen = KeyGenerator("simple", ("rider",))
+    with pytest.raises(TableConfigError, match=r"sf/a\.parquet.*'rider'"):
+        with_record_keys(pa.table({"uuid": ["k1"]}), keygen, "sf/a.parquet")
+    keys = with_record_keys(pa.table({"rider": ["r1"]}), keygen, "sf/a.parquet")
+    assert keys.column(RECORD_KEY).to_pylist() == ["r1"]

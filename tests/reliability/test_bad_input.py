@@ -535,6 +535,18 @@ CASES = [
         r"record_index",
     ),
     Case(
+        "a table without meta fields whose key field its files lack",
+        _props(
+            lambda text: (
+                _set_key("hoodie.table.recordkey.fields", "rider")(text)
+                + "\nhoodie.populate.meta.fields=false\n"
+            )
+        ),
+        ["indexer", "run", "{base}", "--index-types", "record_index"],
+        r"rider",
+        indexed=False,
+    ),
+    Case(
         "a secondary index without columns",
         lambda c: None,
         ["indexer", "schedule", "{base}", "--index-types", "record_index,secondary_index"],
