@@ -104,9 +104,12 @@ def _write_spark(
 ) -> Instant:
     """The Spark engine: Parquet input is read by Spark itself (any path Spark reads: a file, a
     folder, s3a://...); .csv and .json are read here and handed to Spark."""
+    from pyspark.sql import SparkSession
+
     from timeline.spark import spark_session
     from writer.spark import SparkWriteClient
 
+    callers = SparkSession.getActiveSession()  # main() called in a process that has a session
     spark = spark_session(spark_master_from_args(args), spark_conf_from_args(args))
     try:
         if args.input.lower().endswith(".csv") or args.input.lower().endswith(JSON_SUFFIXES):
@@ -116,7 +119,8 @@ def _write_spark(
         with SparkWriteClient(table, spark, options) as client:
             return client.write(operation, frame)
     finally:
-        spark.stop()
+        if callers is None:  # the session is ours; the caller's one is left running
+            spark.stop()
 
 
 def _arrow_frame(spark: Any, data: pa.Table) -> Any:

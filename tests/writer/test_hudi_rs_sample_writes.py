@@ -102,8 +102,7 @@ def test_a_table_without_meta_fields_takes_upserts_and_deletes_by_its_virtual_ke
     from timeline import Table
     from timeline.config import Config
 
-    if engine == "spark":
-        request.getfixturevalue("spark")  # one session for the run: the CLI takes it
+    session = request.getfixturevalue("spark") if engine == "spark" else None
     base = unpack(DATA / "cow" / "v6_simplekeygen_hivestyle_no_metafields.zip", tmp_path)
     lock = f"indexer.lock.url=sqlite:///{tmp_path / 'locks.db'}"
     table = Table.open(
@@ -139,6 +138,8 @@ def test_a_table_without_meta_fields_takes_upserts_and_deletes_by_its_virtual_ke
     assert snapshot.key_indexes() == [RECORD_INDEX]
     located = snapshot.record_locations([str(i) for i in ids[1:]])
     assert len(located) == len(ids) - 1 and str(ids[0]) not in located
+    if session is not None:  # the CLI used the caller's session and left it running
+        assert session.range(3).count() == 3
 
 
 def test_a_merge_on_read_table_is_refused_by_name_by_both_engines(
