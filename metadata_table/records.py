@@ -894,21 +894,34 @@ def placed_keys(infos: Iterable[DataFileInfo]) -> set[str]:
     return out
 
 
-def _dictionary(chunks: Sequence[pa.Array]) -> pa.DictionaryArray:
-    """String chunks as one dictionary array; a chunk of one repeated value (a file's partition,
-    its file id, a base file's instant) costs no hashing of its rows."""
-    codes: dict[str, int] = {}
-    parts = []
-    for chunk in chunks:
-        distinct = pc.unique(chunk).to_pylist()
-        mapped = np.array([codes.setdefault(str(v), len(codes)) for v in distinct], np.int32)
+class _Codes:
+    """String values coded as a dictionary array, one chunk at a time: a value repeated over a
+    whole chunk (a file's partition, its file id, a base file's instant) costs no string per
+    row and no hashing of its rows."""
+
+    def __init__(self) -> None:
+        self._codes: dict[str, int] = {}
+        self._parts: list[np.ndarray] = []
+
+    def _code(self, value: object) -> int:
+        return self._codes.setdefault(str(value), len(self._codes))
+
+    def repeat(self, value: str, count: int) -> None:
+        self._parts.append(np.full(count, self._code(value), np.int32))
+
+    def add(self, chunk: pa.Array) -> None:
+        distinct = pc.unique(chunk)
         if len(distinct) == 1:
-            parts.append(np.full(len(chunk), mapped[0], np.int32))
-        else:
-            at = pc.index_in(chunk, value_set=pa.array(distinct, chunk.type))
-            parts.append(mapped[at.to_numpy(zero_copy_only=False)])
-    indices = pa.array(np.concatenate(parts) if parts else np.zeros(0, np.int32), pa.int32())
-    return pa.DictionaryArray.from_arrays(indices, pa.array(list(codes), pa.string()))
+            self.repeat(str(distinct[0].as_py()), len(chunk))
+            return
+        mapped = np.array([self._code(v) for v in distinct.to_pylist()], np.int32)
+        at = pc.index_in(chunk, value_set=distinct)
+        self._parts.append(mapped[at.to_numpy(zero_copy_only=False)])
+
+    def array(self) -> pa.DictionaryArray:
+        parts = self._parts
+        indices = pa.array(np.concatenate(parts) if parts else np.zeros(0, np.int32), pa.int32())
+        return pa.DictionaryArray.from_arrays(indices, pa.array(list(self._codes), pa.string()))
 
 
 def _located_rows(
@@ -917,15 +930,14 @@ def _located_rows(
     """Rows of several files, and their data partitions, file ids and instants as dictionary
     arrays (one entry per row)."""
     tables: list[pa.Table] = []
-    partitions: list[pa.Array] = []
-    file_ids: list[pa.Array] = []
-    instants: list[pa.Array] = []
+    partitions, file_ids, instants = _Codes(), _Codes(), _Codes()
     for info, file_id, rows in rows_of:
         tables.append(rows)
-        partitions.append(pa.repeat(pa.scalar(_partition_name(info.partition)), rows.num_rows))
-        file_ids.append(pa.repeat(pa.scalar(file_id), rows.num_rows))
-        instants.extend(c.cast(pa.string()) for c in rows.column(ROW_INSTANT).chunks)
-    return tables, _dictionary(partitions), _dictionary(file_ids), _dictionary(instants)
+        partitions.repeat(_partition_name(info.partition), rows.num_rows)
+        file_ids.repeat(file_id, rows.num_rows)
+        for chunk in rows.column(ROW_INSTANT).chunks:
+            instants.add(chunk.cast(pa.string()))
+    return tables, partitions.array(), file_ids.array(), instants.array()
 
 
 def record_index_records(infos: Iterable[DataFileInfo]) -> pa.Table:

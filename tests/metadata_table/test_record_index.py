@@ -318,6 +318,26 @@ def test_rows_sharing_a_hash_are_ordered_by_key() -> None:
     assert got == sorted(zip(top.tolist(), keys.to_pylist(), strict=True))
 
 
+@pytest.mark.parametrize("shape", ["random", "ties", "sorted runs", "one value"])
+def test_hash_order_is_a_stable_sort_of_the_hashes_whatever_their_shape(shape: str) -> None:
+    """Rows in no order are sorted by radix, rows in a few sorted runs by merging them: both
+    are numpy's stable sort of the 32-bit hashes, and ties stay ordered by key."""
+    rng = np.random.default_rng(7)
+    count = 50_000
+    if shape == "random":
+        top = rng.integers(0, 2**32, count, dtype=np.int64)
+    elif shape == "ties":
+        top = rng.integers(0, 300, count, dtype=np.int64) * 16_777_259
+    elif shape == "sorted runs":
+        top = np.concatenate([np.sort(rng.integers(0, 2**32, count // 2)) for _ in range(2)])
+    else:
+        top = np.full(count, 2**32 - 1, np.int64)
+    keys = pa.array([f"k{i % 977:04d}-{i}" for i in range(count)])
+    order = hash_order(top, keys)
+    got = list(zip(top[order].tolist(), keys.take(pa.array(order)).to_pylist(), strict=True))
+    assert got == sorted(zip(top.tolist(), keys.to_pylist(), strict=True))
+
+
 def test_files_are_sorted_by_hash_and_a_lookup_decodes_one_row_group(tmp_path: Path) -> None:
     table = make_table(tmp_path / "t")
     client = WriteClient(table)
