@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -375,11 +375,14 @@ def read_columns(
         raise NotParquetError(path, str(e).splitlines()[0]) from e
 
 
-def parquet_file(storage: Storage, path: str) -> pq.ParquetFile:
-    """A Parquet file read into memory, its footer parsed (:class:`NotParquetError` if not one)."""
+def parquet_file(
+    storage: Storage, path: str, read_dictionary: Sequence[str] = ()
+) -> pq.ParquetFile:
+    """A Parquet file read into memory, its footer parsed (:class:`NotParquetError` if not one);
+    the ``read_dictionary`` columns are decoded as dictionary arrays."""
     data = storage.read(path)
     try:
-        return pq.ParquetFile(pa.BufferReader(data))
+        return pq.ParquetFile(pa.BufferReader(data), read_dictionary=list(read_dictionary) or None)
     except (pa.ArrowInvalid, OSError) as e:
         raise NotParquetError(path, str(e).splitlines()[0]) from e
 
