@@ -681,11 +681,20 @@ class AsyncIndexer:
 
     def drop(self, index_types: Sequence[str]) -> list[str]:
         """Remove indexes while writers run: pending plans for them are aborted; writers that
-        commit afterwards do not write to them. Returns the partitions dropped."""
+        commit afterwards do not write to them. ``record_index`` is dropped only with the
+        secondary indexes that need it. Returns the partitions dropped."""
         self.migrate()
         state = self.table.reload_index_state()
         types = expand_index_types(index_types, existing=state.partitions)
         present = [p for p in types if p in state.partitions]
+        orphans = [p for p in state.partitions if is_secondary_index(p) and p not in types]
+        if RECORD_INDEX in types and orphans:
+            raise ConfigError(
+                "--index-types",
+                f"{', '.join(orphans)} find records through {RECORD_INDEX} and would be left "
+                f"unable to answer: drop them with it (--index-types {RECORD_INDEX},"
+                f"{','.join(orphans)}), or keep {RECORD_INDEX}",
+            )
         for pending in self.pending():
             plan = self._readable_plan(pending)
             if plan is None or set(plan.names) & set(types):

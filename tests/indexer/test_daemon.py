@@ -19,7 +19,13 @@ import urllib3
 
 from indexer.requests_store import RequestStore
 from indexer.service_config import load_service_config, parse_service_config
-from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES
+from metadata_table.layout import (
+    BLOOM_FILTERS,
+    COLUMN_STATS,
+    FILES,
+    RECORD_INDEX,
+    secondary_index_partition,
+)
 from timeline import Action, Table
 from timeline.config import LOCK_URL
 from timeline.errors import ConfigError
@@ -119,7 +125,12 @@ def test_desired_and_requested_indexes_are_built(tmp_path: Path, daemons: list[D
     daemons.append(daemon)
     _wait(_completed(table, [COLUMN_STATS]), 90, "the desired column_stats")
     status, created = daemon.post(
-        "/requests", {"table": table.base_uri, "index_types": [BLOOM_FILTERS, FILES]}
+        "/requests",
+        {
+            "table": table.base_uri,
+            "index_types": [BLOOM_FILTERS, FILES, RECORD_INDEX, "secondary_index"],
+            "columns": ["fare"],
+        },
     )
     assert status == 201 and created["state"] == "pending"
     _wait(
@@ -127,11 +138,20 @@ def test_desired_and_requested_indexes_are_built(tmp_path: Path, daemons: list[D
     )
     done = daemon.get(f"/requests/{created['id']}")
     assert done["attempts"] == 1 and done["instant"]
-    assert_exact(table, [COLUMN_STATS, BLOOM_FILTERS, FILES])
+    fare = secondary_index_partition("fare")
+    assert_exact(table, [COLUMN_STATS, BLOOM_FILTERS, FILES, RECORD_INDEX, fare])
     metrics = HTTP.request("GET", daemon.url + "/metrics").data.decode()
     assert "async_indexer_builds_completed_total 2" in metrics
+    for partition in (RECORD_INDEX, fare):  # a gauge of each partition's size and lag
+        sized = rf'async_indexer_partition_bytes{{table="[^"]+",partition="{partition}"}} (\d+)'
+        assert int(re.findall(sized, metrics)[0]) > 0, partition
+        assert (
+            f'async_indexer_partition_unapplied_instants{{table="{table.base_uri}",partition="{partition}"}} 0'
+            in metrics
+        )
     status_body = daemon.get("/status")["tables"][table.base_uri]
     assert status_body["leader"] is True and status_body["partitions"][FILES] == "completed"
+    assert status_body["partitions"][fare] == "completed"
     assert daemon.stop() == 0
 
 
@@ -414,10 +434,10 @@ def test_the_status_page_renders_in_a_real_browser(tmp_path: Path, daemons: list
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "Chromium is missing: scripts/ensure-system-deps.sh installs it"
-    table, config = _setup(tmp_path, [FILES, COLUMN_STATS])
+    table, config = _setup(tmp_path, [FILES, COLUMN_STATS, RECORD_INDEX])
     daemon = Daemon(config)
     daemons.append(daemon)
-    _wait(_completed(table, [FILES, COLUMN_STATS]), 90, "the desired indexes")
+    _wait(_completed(table, [FILES, COLUMN_STATS, RECORD_INDEX]), 90, "the desired indexes")
     _wait(lambda: bool(daemon.get("/status")["builds"]), 30, "the build's record")
 
     page = HTTP.request("GET", daemon.url + "/")
@@ -441,6 +461,7 @@ def test_the_status_page_renders_in_a_real_browser(tmp_path: Path, daemons: list
         table.base_uri,
         "files",
         "column_stats",
+        "record_index",
         "completed",
         "Last builds",
         "No build running",

@@ -19,6 +19,7 @@ from indexer.indexer import AsyncIndexer, IndexerOptions
 from metadata_table.layout import (
     RECORD_INDEX,
     ROW_GROUP_ROWS,
+    SECONDARY_INDEX,
     hash_order,
     secondary_index_partition,
 )
@@ -32,6 +33,7 @@ from timeline import Table
 from timeline.commit_metadata import CommitMetadata
 from timeline.config import Config
 from timeline.errors import (
+    ConfigError,
     DuplicateRecordKeyError,
     IndexBuildAbortedError,
     RecordKeyConflictError,
@@ -276,6 +278,18 @@ def test_a_rollback_of_what_the_base_files_hold_rebuilds_them(table: Table) -> N
     result = AsyncIndexer(table, IndexerOptions(engine="local")).sync()
     assert not result.resynced
     assert_exact(table)
+
+
+def test_record_index_is_dropped_only_with_the_secondary_indexes_that_need_it(
+    table: Table,
+) -> None:
+    indexer = AsyncIndexer(table, IndexerOptions(engine="local"))
+    indexer.run([RECORD_INDEX, SECONDARY_INDEX], ["fare"])
+    with pytest.raises(ConfigError, match="secondary_index_fare find records through"):
+        indexer.drop([RECORD_INDEX])
+    assert table.reload_index_state().completed == (RECORD_INDEX, FARE)
+    assert indexer.drop([RECORD_INDEX, SECONDARY_INDEX]) == [RECORD_INDEX, FARE]
+    assert table.reload_index_state().partitions == ()
 
 
 def test_a_key_in_two_file_groups_is_refused_by_name(tmp_path: Path) -> None:
