@@ -46,7 +46,6 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, PARTITION_STATS
@@ -470,6 +469,8 @@ class TableScan:
         schema = self.output_schema
         if not plan.files or self.limit == 0:
             return
+        import pyarrow.dataset as ds  # here: with pandas, a quarter second of every CLI start
+
         fs, root = self.table.storage.arrow_filesystem()
         paths = [posixpath.join(root, f.path) for f in plan.files]
         row_filter = self._arrow_filter()

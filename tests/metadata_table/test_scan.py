@@ -299,7 +299,7 @@ def test_a_scan_reads_the_files_a_few_at_a_time(
         return made(paths, **kwargs)
 
     monkeypatch.setattr(scan_module, "FILES_PER_DATASET", 2)
-    monkeypatch.setattr(scan_module.ds, "dataset", spy)
+    monkeypatch.setattr(ds, "dataset", spy)
     progress: list[tuple[int, int]] = []
     got = list(trips.scan("fare >= 0").batches(lambda *p: progress.append(p)))
     assert sum(b.num_rows for b in got) == len(full_read(table, col("fare") >= 0))
