@@ -21,9 +21,11 @@ both engines write the same files.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from metadata_table.partition_writer import (
@@ -37,6 +39,9 @@ from timeline.failpoints import current, task_failpoint
 from timeline.storage import Storage
 
 logger = logging.getLogger(__name__)
+
+#: threads of a build in this process: one per core, at most four
+LOCAL_THREADS = min(4, os.cpu_count() or 1)
 
 Progress = Callable[[int, int], None]  # (tasks done, tasks total)
 
@@ -167,29 +172,43 @@ def run_build_local(
     marker_instant: str,
     progress: Progress | None = None,
 ) -> dict[str, dict[str, int]]:
-    """:func:`run_build` in this process: no Spark session, so no JVM to start. Progress counts
-    chunks of data files read, then file groups written."""
-    chunks = [files[i : i + RECORDS_CHUNK] for i in range(0, len(files), RECORDS_CHUNK)]
+    """:func:`run_build` in this process: no Spark session, so no JVM to start. The chunks of
+    data files, then the file groups, are worked on by :data:`LOCAL_THREADS` threads (Parquet
+    reads and writes, hashing and sorting run outside the GIL), their results taken in order.
+    Progress counts chunks of data files read, then file groups written."""
+    threads = max(1, min(LOCAL_THREADS, len(files)))
+    size = max(1, min(RECORDS_CHUNK, -(-len(files) // threads)))
+    chunks = [files[i : i + size] for i in range(0, len(files), size)]
     groups = [(n, build, g) for n, build in enumerate(builds) for g in range(build.groups)]
     total = len(chunks) + len(groups)
     logger.info(
-        "building %s over %d data files in this process",
+        "building %s over %d data files in this process (%d threads)",
         ",".join(b.partition for b in builds),
         len(files),
+        threads,
     )
+
+    def read(chunk: list[DataFile]) -> list[tuple[int, int, RecordsPart]]:
+        return list(file_records(storage, iter(chunk), builds, shuffled=False))
+
     parts: dict[tuple[int, int], list[RecordsPart]] = defaultdict(list)
-    for done, chunk in enumerate(chunks, start=1):
-        for number, group, part in file_records(storage, iter(chunk), builds, shuffled=False):
-            parts[(number, group)].append(part)
-        if progress is not None:
-            progress(done, total)
     sizes: dict[str, dict[str, int]] = {b.partition: {} for b in builds}
-    for done, (number, build, group) in enumerate(groups, start=len(chunks) + 1):
-        records = parts.pop((number, group), [])
-        partition, fg, size = build.write_group(storage, group, records, marker_instant)
-        sizes[partition][fg] = size
-        if progress is not None:
-            progress(done, total)
+    with ThreadPoolExecutor(threads, thread_name_prefix="build") as pool:
+        for done, made in enumerate(pool.map(read, chunks), start=1):
+            for number, group, part in made:
+                parts[(number, group)].append(part)
+            if progress is not None:
+                progress(done, total)
+
+        def write(job: tuple[int, PartitionBuild, int]) -> tuple[str, str, int]:
+            number, build, group = job
+            return build.write_group(storage, group, parts[(number, group)], marker_instant)
+
+        written = pool.map(write, groups)
+        for done, (partition, fg, bytes_) in enumerate(written, start=len(chunks) + 1):
+            sizes[partition][fg] = bytes_
+            if progress is not None:
+                progress(done, total)
     return sizes
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -47,6 +48,7 @@ POINTS = (
 
 _fired: set[str] = set()
 _hits: Counter[str] = Counter()
+_counting = threading.Lock()  # a build in this process hits points from several threads
 
 
 def current() -> str | None:
@@ -85,8 +87,9 @@ def failpoint(name: str, spec: str | None = None, detail: str = "") -> None:
     matching = [(nth, mode) for n, nth, mode in _specs(spec) if n == name]
     if not matching:
         return
-    _hits[name] += 1
-    hit = _hits[name]
+    with _counting:
+        _hits[name] += 1
+        hit = _hits[name]
     for nth, mode in matching:
         if nth is not None and nth != hit:
             continue
