@@ -108,10 +108,15 @@ class KeyedLookup:
                 pieces.append((np.array([rg]), np.array([top])))
         groups = np.concatenate([g for g, _ in pieces])
         wanted_tops = np.concatenate([t for _, t in pieces])
+        # the asked hashes by row group (one sort, not a pass over every hash per row group)
+        by_group = np.argsort(groups, kind="stable")
+        groups, wanted_tops = groups[by_group], wanted_tops[by_group]
+        row_groups, starts_at = np.unique(groups, return_index=True)
+        ends_at = np.append(starts_at[1:], len(groups))
         found = []
-        for rg in np.unique(groups).tolist():
+        for rg, begin, end in zip(row_groups.tolist(), starts_at, ends_at, strict=True):
             hashes, table = self._row_group(path, file, rg)
-            mine = np.unique(wanted_tops[groups == rg])  # keys may share a top: once each
+            mine = np.unique(wanted_tops[begin:end])  # keys may share a top: once each
             left = np.searchsorted(hashes, mine, side="left")
             right = np.searchsorted(hashes, mine, side="right")
             counts = right - left
