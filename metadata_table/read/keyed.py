@@ -108,6 +108,8 @@ class KeyedLookup:
                 pieces.append((np.array([rg]), np.array([top])))
         groups = np.concatenate([g for g, _ in pieces])
         wanted_tops = np.concatenate([t for _, t in pieces])
+        if not len(groups):  # no row group's hash range holds an asked key
+            return self.schema.empty_table()
         # the asked hashes by row group (one sort, not a pass over every hash per row group)
         by_group = np.argsort(groups, kind="stable")
         groups, wanted_tops = groups[by_group], wanted_tops[by_group]

@@ -172,6 +172,19 @@ def test_two_writers_placing_one_new_key_conflict(table: Table) -> None:
     assert_exact(table)
 
 
+def test_a_lookup_of_a_key_beyond_every_row_groups_hashes_finds_nothing(table: Table) -> None:
+    """A key whose stored hash lies outside every row group's key_hash range decodes nothing
+    (it raised ValueError: no row group to pair with the bounds)."""
+    initialize(table, [RECORD_INDEX])
+    stored = (key_hash64(pa.array(keys(0, 80))) >> np.uint64(32)).max()
+    absent = next(
+        k
+        for k in (f"absent-{i}" for i in range(10_000))
+        if key_hash64(pa.array([k]))[0] >> np.uint64(32) > stored
+    )
+    assert IndexedSnapshot(table).record_locations([absent]) == {}
+
+
 def test_a_write_started_before_the_record_index_looks_for_the_keys_it_places(
     table: Table,
 ) -> None:
