@@ -254,21 +254,29 @@ class WriteConflictError(TableError):
 
 
 class RecordKeyConflictError(WriteConflictError):
-    """Two writes placed the same record key (each inserted it, or moved it to a partition) on
-    a table whose record index keeps one location per key; this one was not committed (retry
-    it: it then finds the key where the other put it)."""
+    """Two writes placed the same record key (each inserted it, or moved it to a partition), or
+    one deleted a key it found nowhere while the other placed it, on a table whose record index
+    keeps one location per key; this one was not committed (retry it: it then finds the key
+    where the other put it)."""
 
-    def __init__(self, instant: Instant, other_instant: Instant | None, keys: list[str]) -> None:
+    def __init__(
+        self,
+        instant: Instant,
+        other_instant: Instant | None,
+        keys: list[str],
+        deleted: bool = False,
+    ) -> None:
         shown = ", ".join(repr(k) for k in keys[:5]) + (
             f" and {len(keys) - 5} more" if len(keys) > 5 else ""
         )
+        done = "deleted (found nowhere)" if deleted else "placed"
         TableError.__init__(
             self,
-            f"record key conflict: keys [{shown}] were placed by {instant} and "
+            f"record key conflict: keys [{shown}] were {done} by {instant} and "
             + (
-                f"by {other_instant}"
+                f"placed by {other_instant}"
                 if other_instant is not None
-                else "before the record index was scheduled, while this write ran"
+                else "placed before the record index was scheduled, while this write ran"
             )
             + f": the record index keeps one location per key; {instant} was not committed, "
             "retry it",

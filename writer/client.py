@@ -327,6 +327,10 @@ class WriteTransaction:
         self.global_keys = RECORD_INDEX in self._index_partitions()
         #: how tagging found the keys' file groups: record_index, bloom_filters, files read
         self.tagged_by: list[str] = []
+        #: keys a delete with global keys asked for and found nowhere: a write completed since
+        #: this one started that placed one of them conflicts with it (the delete read the key
+        #: as absent; committed after that write, it would leave the key alive)
+        self.missed_deletes: set[str] = set()
         self._infos: dict[str, DataFileInfo] = {}
         self.markers: MarkerWriter = self._choose_markers(instant_time)
         self.stats: list[WriteStat] = []
@@ -530,6 +534,8 @@ class WriteTransaction:
         for key in keys:
             if key in located:
                 doomed[located[key]].add(key)
+            else:
+                self.missed_deletes.add(key)
         return [
             FileGroupWrite(p, f, IOType.MERGE, latest[(p, f)], delete_keys=ks)
             for (p, f), ks in sorted(doomed.items())
@@ -808,26 +814,31 @@ class WriteTransaction:
         self, state: IndexState, candidates: list[Instant], timeline: Timeline
     ) -> None:
         """With a record index, a key lives in one place: a write that put keys somewhere new
-        (inserted them, or moved them to another partition) conflicts with a write completed
-        since it started that placed one of the same keys; a write that did not look for its
-        keys globally (it started before the record index was scheduled) looks now, in the
-        table as of ``timeline``, and conflicts if one of them is somewhere already."""
+        (inserted them, or moved them to another partition), or deleted keys it found nowhere,
+        conflicts with a write completed since it started that placed one of the same keys; a
+        write that did not look for its keys globally (it started before the record index was
+        scheduled) looks now, in the table as of ``timeline``, and conflicts if one of them is
+        somewhere already."""
         if RECORD_INDEX not in state.partitions:
             return
         placed = placed_keys(self._infos.values())
-        if not placed:
+        if not placed and not self.missed_deletes:
             return
         if not self.global_keys:
-            found = self.locate(placed, IndexedSnapshot(self.table, timeline))
+            found = self.locate(placed, IndexedSnapshot(self.table, timeline)) if placed else {}
             if found:
                 raise RecordKeyConflictError(self.instant, None, sorted(found))
             return
         mdt = MetadataTable(self.table)
         for other in candidates:
             if other.is_completed:
-                clash = placed & mdt.placed_keys(other)
+                theirs = mdt.placed_keys(other)
+                clash = placed & theirs
                 if clash:
                     raise RecordKeyConflictError(self.instant, other, sorted(clash))
+                missed = self.missed_deletes & theirs
+                if missed:
+                    raise RecordKeyConflictError(self.instant, other, sorted(missed), deleted=True)
 
     def _update_metadata_table(self, lock: LockHandle) -> None:
         """Write this commit's metadata deltacommit to every completed and inflight metadata

@@ -231,6 +231,8 @@ class _SparkWrite:
         joined = keyed.join(F.broadcast(where), keyed[RECORD_KEY] == where["_aix_k"], "left")
         found = F.col("_aix_lp").isNotNull()
         if self.deleting:
+            asked = set(incoming.column(RECORD_KEY).to_pylist())
+            self.txn.missed_deletes |= asked - set(located.column("record_key").to_pylist())
             joined = joined.where(found)
             joined = joined.withColumn(PARTITION_PATH, F.col("_aix_lp"))
             joined = joined.withColumn(FILE_ID, F.col("_aix_lf"))

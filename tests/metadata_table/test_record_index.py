@@ -172,6 +172,36 @@ def test_two_writers_placing_one_new_key_conflict(table: Table) -> None:
     assert_exact(table)
 
 
+@pytest.mark.parametrize("engine", ["local", "spark"])
+def test_a_delete_of_a_key_found_nowhere_conflicts_with_a_write_that_placed_it(
+    table: Table, engine: str, request: pytest.FixtureRequest
+) -> None:
+    """The delete read k0600 as absent and wrote nothing for it; committed after the write that
+    inserted k0600 it would have left the key alive (the concurrency suite found it so). It
+    conflicts instead, and its retry deletes the key."""
+    initialize(table, list(KEYED))
+    doomed = rows(["k0600", "k0010"])
+    if engine == "spark":
+        from writer.spark import SparkWriteClient, _SparkWrite
+
+        spark = request.getfixturevalue("spark")
+        client = SparkWriteClient(table, spark)
+        delete = client.start(Operation.DELETE)
+        _SparkWrite(client, delete, spark.createDataFrame(doomed.to_pandas())).run()
+    else:
+        delete = WriteClient(table).start(Operation.DELETE)
+        delete.write(doomed)
+    insert = WriteClient(table).start(Operation.UPSERT)
+    insert.write(rows(["k0600"], city="la"))
+    insert.commit()
+    with pytest.raises(RecordKeyConflictError, match=r"deleted \(found nowhere\)") as raised:
+        delete.commit()
+    assert raised.value.keys == ["k0600"] and raised.value.other_instant == insert.instant
+    WriteClient(table).delete(rows(["k0600", "k0010"]))
+    assert not IndexedSnapshot(table).record_locations(["k0600", "k0010"])
+    assert_exact(table)
+
+
 def test_a_lookup_of_a_key_beyond_every_row_groups_hashes_finds_nothing(table: Table) -> None:
     """A key whose stored hash lies outside every row group's key_hash range decodes nothing
     (it raised ValueError: no row group to pair with the bounds)."""
