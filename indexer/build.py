@@ -202,7 +202,8 @@ def run_build_local(
 
         def write(job: tuple[int, PartitionBuild, int]) -> tuple[str, str, int]:
             number, build, group = job
-            return build.write_group(storage, group, parts[(number, group)], marker_instant)
+            records = parts.pop((number, group), [])  # freed once written
+            return build.write_group(storage, group, records, marker_instant)
 
         written = pool.map(write, groups)
         for done, (partition, fg, bytes_) in enumerate(written, start=len(chunks) + 1):
