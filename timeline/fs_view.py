@@ -319,8 +319,9 @@ def parquet_file_rows(storage: Storage, path: str) -> int:
 
 
 def read_parquet_schema(storage: Storage, path: str) -> pa.Schema:
-    """The schema of a Parquet file; :class:`NotParquetError` names a file that is not one."""
-    return read_parquet_schema_bytes(storage.read(path), path)
+    """The schema of a Parquet file, from its footer alone; :class:`NotParquetError` names a file
+    that is not one."""
+    return read_parquet_schema_bytes(parquet_footer(storage, path), path)
 
 
 def parquet_footer(storage: Storage, path: str, guess: int = 64 * 1024) -> bytes:

@@ -631,7 +631,7 @@ class WriteTransaction:
         before writing."""
         if incoming is not None:
             _check_parquet_types(incoming)
-        newest = max(self.view.latest_base_files(), key=lambda b: b.instant_time, default=None)
+        newest = self.index.newest_base_file
         table_schema = template = stored = None
         if newest is not None:
             footer = parquet_footer(self.table.storage, newest.path)
