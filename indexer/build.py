@@ -171,12 +171,14 @@ def run_build_local(
     builds: Sequence[PartitionBuild],
     marker_instant: str,
     progress: Progress | None = None,
+    threads: int = 0,
 ) -> dict[str, dict[str, int]]:
     """:func:`run_build` in this process: no Spark session, so no JVM to start. The chunks of
-    data files, then the file groups, are worked on by :data:`LOCAL_THREADS` threads (Parquet
-    reads and writes, hashing and sorting run outside the GIL), their results taken in order.
-    Progress counts chunks of data files read, then file groups written."""
-    threads = max(1, min(LOCAL_THREADS, len(files)))
+    data files, then the file groups, are worked on by ``threads`` threads (0:
+    :data:`LOCAL_THREADS`; Parquet reads and writes, hashing and sorting run outside the GIL),
+    their results taken in order. Progress counts chunks of data files read, then file groups
+    written."""
+    threads = max(1, min(threads or LOCAL_THREADS, len(files)))
     size = max(1, min(RECORDS_CHUNK, -(-len(files) // threads)))
     chunks = [files[i : i + size] for i in range(0, len(files), size)]
     groups = [(n, build, g) for n, build in enumerate(builds) for g in range(build.groups)]

@@ -54,7 +54,7 @@ from metadata_table.partition_writer import (
     key_fields_refusal,
     secondary_index_refusal,
 )
-from timeline.config import LOCAL_BUILD_MAX_FILES
+from timeline.config import LOCAL_BUILD_MAX_FILES, LOCAL_BUILD_THREADS
 from timeline.errors import (
     BuildCancelledError,
     CatchUpTimeoutError,
@@ -426,7 +426,8 @@ class AsyncIndexer:
         (:meth:`engine`), behind markers of ``marker_instant``; their sizes per partition."""
         storage, progress = self.table.storage, self._reporter(step)
         if self.engine(len(files)) == "local":
-            return run_build_local(storage, files, builds, marker_instant, progress)
+            threads = self.table.config.get(LOCAL_BUILD_THREADS)
+            return run_build_local(storage, files, builds, marker_instant, progress, threads)
         return run_build(
             storage,
             files,

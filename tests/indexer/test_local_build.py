@@ -103,12 +103,16 @@ def test_the_local_build_writes_what_the_spark_build_writes(tmp_path: Path, spar
 def test_a_kill_between_local_base_files_then_run_converges(tmp_path: Path) -> None:
     """The CLI's default on a small table builds in this process; SIGKILL it right before it
     writes the build's second column_stats base file, with the first one written, then run
-    again."""
+    again. One build thread, so the two runs' storage writes come in the same order (with
+    several, the kill's count named another write in CI)."""
     make_table(tmp_path / "trace" / "t")
     shutil.copytree(tmp_path / "trace", tmp_path / "kill")
-    traced = indexer_cli(tmp_path / "trace" / "t", failpoint="storage.write:trace")
+    one = ("--conf", "indexer.build.local.threads=1")
+    traced = indexer_cli(tmp_path / "trace" / "t", *one, failpoint="storage.write:trace")
     assert traced.returncode == 0, traced.stderr[-3000:]
-    assert re.search(r"over \d+ data files in this process", traced.stderr), traced.stderr[-3000:]
+    assert re.search(r"over \d+ data files in this process \(1 threads\)", traced.stderr), (
+        traced.stderr[-3000:]
+    )
     # the last one: scheduling wrote each file group's empty base file before the build
     second, _ = [
         (int(n), path)
@@ -116,7 +120,7 @@ def test_a_kill_between_local_base_files_then_run_converges(tmp_path: Path) -> N
         if re.fullmatch(r"column_stats/col-stats-0001-0_\d+\.parquet", path)
     ][-1]
     base = tmp_path / "kill" / "t"
-    killed = indexer_cli(base, failpoint=f"storage.write@{second}:kill")
+    killed = indexer_cli(base, *one, failpoint=f"storage.write@{second}:kill")
     assert killed.returncode == -9, killed.stderr[-3000:]
     table = Table.open(str(base), Config.resolve(explicit=lock_config(base)))
     names = [e.name for e in MetadataTable(table).storage.list("column_stats")]
