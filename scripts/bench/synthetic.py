@@ -1,12 +1,18 @@
 """A table of N small data files, fast: Parquet files written directly (in parallel processes)
-plus one valid commit naming them all, for benchmarks at 20,000 and 100,000 files.
+plus valid commits naming them (one, or ``--commits`` of about equal size), for benchmarks from
+2,000 to 1,000,000 files.
 
 The files are what the writer writes (Hudi meta columns first, sorted by record key, a Parquet
 bloom filter on the key), and the commit carries their write stats, so the indexer, prune() and
 Apache Hudi's own readers take the table as any other. What it skips is the writer's per-commit
 machinery (markers, locks, tagging), which is not what these benchmarks measure.
 
-    python -m scripts.bench.synthetic /tmp/t100k --files 100000 --rows 20 --partitions 100
+Keys are sequential (``k-0000000042``: each file holds a narrow range) unless ``random_keys``,
+which spreads each file's keys over the whole key space as UUID-like keys do (so key ranges rule
+no file out and every lookup leans on bloom filters or the record index).
+
+    python -m scripts.bench.synthetic /tmp/t100k --files 100000 --rows 20 --partitions 100 \
+        --commits 50 --random-keys
 """
 
 from __future__ import annotations
@@ -39,13 +45,25 @@ TOKEN = "0-0-0"
 TAGS = 1_000_000
 
 
-def _rows(first: int, rows: int, partition: str, scattered: bool = False) -> pa.Table:
+#: an odd multiplier: i -> i * GOLDEN mod 2**64 is a bijection, so random-looking keys stay unique
+GOLDEN = 0x9E3779B97F4A7C15
+
+
+def _key(i: int, random_keys: bool) -> str:
+    return f"{(i * GOLDEN) % (1 << 64):016x}" if random_keys else f"k-{i:010d}"
+
+
+def _rows(
+    first: int, rows: int, partition: str, scattered: bool = False, random_keys: bool = False
+) -> pa.Table:
     ids = range(first, first + rows)
+    if random_keys:  # a file is sorted by record key, as the writer writes it
+        ids = sorted(ids, key=lambda i: _key(i, True))  # type: ignore[assignment]
     part = {"part": [partition] * rows} if partition else {}
     tag = {"tag": pa.array([(i * 2654435761) % TAGS for i in ids], pa.int64())} if scattered else {}
     return pa.table(
         {
-            "key": [f"k-{i:010d}" for i in ids],
+            "key": [_key(i, random_keys) for i in ids],
             **part,
             "ts": pa.array(ids, pa.int64()),  # clustered by file: range predicates prune
             "value": pa.array([(i % 997) * 0.5 for i in ids], pa.float64()),
@@ -57,7 +75,14 @@ def _rows(first: int, rows: int, partition: str, scattered: bool = False) -> pa.
 
 
 def _write_files(
-    base: str, instant: str, start: int, stop: int, rows: int, parts: int, scattered: bool = False
+    base: str,
+    instant: str,
+    start: int,
+    stop: int,
+    rows: int,
+    parts: int,
+    scattered: bool = False,
+    random_keys: bool = False,
 ) -> list[dict[str, object]]:
     """Files ``start..stop`` of the table; their write stats as JSON."""
     stats = []
@@ -65,7 +90,7 @@ def _write_files(
         partition = f"p{n % parts:04d}" if parts else ""
         file_id = f"{uuid.UUID(int=n + 1)}-0"
         name = f"{file_id}_{TOKEN}_{instant}.parquet"
-        data = _rows(n * rows, rows, partition, scattered)
+        data = _rows(n * rows, rows, partition, scattered, random_keys)
         keys = data.column("key")
         meta = [
             pa.array([instant] * rows, pa.string()),
@@ -109,46 +134,70 @@ def make_table(
     config: Config | None = None,
     table_type: TableType = TableType.COPY_ON_WRITE,
     scattered: bool = False,
+    commits: int = 1,
+    random_keys: bool = False,
 ) -> Table:
-    """Create a local table at ``base`` with ``files`` files of ``rows`` rows in one commit
-    (``partitions`` partitions, 0: unpartitioned; with ``scattered``, a ``tag`` column whose
-    values are scattered over files)."""
+    """Create a local table at ``base`` with ``files`` files of ``rows`` rows in ``commits``
+    commits of about equal size (``partitions`` partitions, 0: unpartitioned; with
+    ``scattered``, a ``tag`` column whose values are scattered over files; with
+    ``random_keys``, keys spread over the key space)."""
     fields = ["part"] if partitions else []
     table = Table.create(
         str(base), "synthetic", ["key"], fields, table_type=table_type, config=config
     )
-    timeline = table.timeline
-    instant = timeline.create_requested(Action.COMMIT)
     partition_names = [f"p{i:04d}" for i in range(partitions)] if partitions else [""]
     for partition in partition_names:
         if partition:
             (base / partition).mkdir(parents=True, exist_ok=True)
-        ensure_partition_metadata(table.storage, partition, instant.timestamp)
     workers = max(1, os.cpu_count() or 1)
-    chunk = max(1, -(-files // (workers * 8)))
-    stats: list[dict[str, object]] = []
+    commits = max(1, min(commits, files))
     with ProcessPoolExecutor(workers) as pool:
-        jobs = [
-            pool.submit(
-                _write_files,
-                str(base),
-                instant.timestamp,
-                s,
-                min(files, s + chunk),
-                rows,
-                partitions,
-                scattered,
-            )
-            for s in range(0, files, chunk)
-        ]
-        for job in jobs:
-            stats.extend(job.result())
+        for c in range(commits):
+            first, last = files * c // commits, files * (c + 1) // commits
+            _commit(table, pool, workers, first, last, rows, partitions, scattered, random_keys)
+    return table
+
+
+def _commit(
+    table: Table,
+    pool: ProcessPoolExecutor,
+    workers: int,
+    first: int,
+    last: int,
+    rows: int,
+    partitions: int,
+    scattered: bool,
+    random_keys: bool,
+) -> None:
+    """One commit of files ``first..last``."""
+    timeline = table.timeline
+    instant = timeline.create_requested(Action.COMMIT)
+    partition_names = [f"p{i:04d}" for i in range(partitions)] if partitions else [""]
+    for partition in partition_names:
+        ensure_partition_metadata(table.storage, partition, instant.timestamp)
+    chunk = max(1, -(-(last - first) // (workers * 8)))
+    jobs = [
+        pool.submit(
+            _write_files,
+            table.storage.uri(),
+            instant.timestamp,
+            s,
+            min(last, s + chunk),
+            rows,
+            partitions,
+            scattered,
+            random_keys,
+        )
+        for s in range(first, last, chunk)
+    ]
+    stats: list[dict[str, object]] = []
+    for job in jobs:
+        stats.extend(job.result())
     metadata = CommitMetadata.of([WriteStat.from_json(s) for s in stats], "INSERT", {})
     inflight = timeline.transition_to_inflight(
         instant, json.dumps(metadata.to_json(), sort_keys=True).encode()
     )
     timeline.complete(inflight, metadata.to_json())
-    return table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,9 +206,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", type=int, required=True)
     parser.add_argument("--rows", type=int, default=20, help="rows per file (default 20)")
     parser.add_argument("--partitions", type=int, default=0, help="0: unpartitioned")
+    parser.add_argument("--commits", type=int, default=1, help="commits (default 1)")
+    parser.add_argument(
+        "--random-keys", action="store_true", help="keys spread over the key space (UUID-like)"
+    )
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    make_table(Path(args.base), args.files, args.rows, args.partitions)
+    make_table(
+        Path(args.base),
+        args.files,
+        args.rows,
+        args.partitions,
+        commits=args.commits,
+        random_keys=args.random_keys,
+    )
     print(f"{args.files} files in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
 
