@@ -23,7 +23,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from timeline.commit_metadata import CommitMetadata
@@ -63,9 +65,23 @@ class BaseFile:
 
 
 #: BaseFile's own order (its fields in turn), as a key: much cheaper than the dataclass's __lt__
-_order = operator.attrgetter(
-    "partition_path", "file_id", "instant_time", "write_token", "file_name", "size"
-)
+_ORDER_COLUMNS = ("partition_path", "file_id", "instant_time", "write_token", "file_name", "size")
+_order = operator.attrgetter(*_ORDER_COLUMNS)
+
+#: the columns of a listing given as an Arrow table (a partition path is "" at the base path)
+_LISTED = ("partition_path", "file_name", "path", "size")
+
+
+def _base_files(table: pa.Table) -> list[BaseFile]:
+    """BaseFile objects of the rows of a base-file table (see ``FileSystemView._base_table``)."""
+    columns = [table.column(c).to_pylist() for c in _ORDER_COLUMNS]
+    partitions, file_ids, instants, tokens, names, sizes = columns
+    return [
+        BaseFile(p, f, i, t, n, z)
+        for p, f, i, t, n, z in zip(
+            partitions, file_ids, instants, tokens, names, sizes, strict=True
+        )
+    ]
 
 
 @dataclass(frozen=True)
@@ -136,10 +152,11 @@ class FileSystemView:
         active: ActiveTimeline,
         timeline: Timeline,
         as_of: str | None = None,
-        listing: Callable[[], Iterable[FileInfo]] | None = None,
+        listing: Callable[[], Iterable[FileInfo] | pa.Table] | None = None,
     ) -> None:
         """``listing`` replaces the storage listing of data files (e.g. the metadata table's
-        ``files`` partition); it returns FileInfo with paths relative to the base path."""
+        ``files`` partition): FileInfo with paths relative to the base path, or an Arrow table
+        of the columns :data:`_LISTED` (no Python object per file)."""
         self.active = active
         self.storage: Storage = active.storage
         self.timeline = timeline
@@ -169,21 +186,64 @@ class FileSystemView:
         return replaced
 
     @cached_property
+    def _listed(self) -> pa.Table:
+        """One listing of the data folders: ``partition_path``, ``file_name``, ``path`` and
+        ``size`` of every file."""
+        entries = self._listing() if self._listing is not None else _list_data_files(self.storage)
+        if isinstance(entries, pa.Table):
+            return entries.select(list(_LISTED))
+        partitions, names, paths, sizes = [], [], [], []
+        for e in entries:
+            partition, _, name = e.path.rpartition("/")
+            partitions.append(partition)
+            names.append(name)
+            paths.append(e.path)
+            sizes.append(e.size)
+        columns = [pa.array(c, pa.string()) for c in (partitions, names, paths)]
+        return pa.table([*columns, pa.array(sizes, pa.int64())], names=_LISTED)
+
+    @cached_property
+    def _base_table(self) -> pa.Table:
+        """The listing's base files, one row each, in :data:`_order`: their ``path`` and the
+        fields of their names, worked out on Arrow arrays (a regex match and a split: RE2's
+        group extraction costs several times more)."""
+        listed = self._listed
+        listed = listed.filter(
+            pc.match_substring_regex(listed.column("file_name"), _BASE_FILE.pattern)
+        )
+        name = listed.column("file_name")
+        parts = pc.split_pattern(name, "_", max_splits=2)  # a file id holds no "_"
+        table = pa.table(
+            {
+                "partition_path": listed.column("partition_path"),
+                "file_id": pc.list_element(parts, 0),
+                "instant_time": pc.utf8_slice_codeunits(
+                    pc.list_element(parts, 2), 0, -len(".parquet")
+                ),
+                "write_token": pc.list_element(parts, 1),
+                "file_name": name,
+                "size": listed.column("size"),
+                "path": listed.column("path"),
+            }
+        )
+        return table.sort_by([(c, "ascending") for c in _ORDER_COLUMNS])
+
+    @cached_property
     def _all_files(self) -> tuple[list[BaseFile], list[LogFile]]:
         """One listing of the data folders: its base files and log files."""
-        bases: list[BaseFile] = []
         logs: list[LogFile] = []
-        entries = self._listing() if self._listing is not None else _list_data_files(self.storage)
-        for entry in entries:
-            partition, _, name = entry.path.rpartition("/")
-            base = BaseFile.parse(partition, name, entry.size)
-            if base is not None:
-                bases.append(base)
-            elif name.startswith("."):
-                log = LogFile.parse(partition, name, entry.size)
-                if log is not None:
-                    logs.append(log)
-        return sorted(bases, key=_order), logs
+        listed = self._listed
+        dotted = listed.filter(pc.starts_with(listed.column("file_name"), "."))
+        for partition, name, size in zip(
+            dotted.column("partition_path").to_pylist(),
+            dotted.column("file_name").to_pylist(),
+            dotted.column("size").to_pylist(),
+            strict=True,
+        ):
+            log = LogFile.parse(partition, name, size)
+            if log is not None:
+                logs.append(log)
+        return _base_files(self._base_table), logs
 
     @property
     def all_base_files(self) -> list[BaseFile]:
@@ -276,21 +336,45 @@ class FileSystemView:
         return [b for b in self._latest if b.partition_path in wanted]
 
     @cached_property
+    def latest_base_table(self) -> pa.Table:
+        """:meth:`latest_base_files` as an Arrow table (the columns of :meth:`_base_table`), in
+        the same order: worked out on Arrow arrays, no Python object per file."""
+        bases = self._base_table
+        instants = bases.column("instant_time")
+        committed = [t for t in pc.unique(instants).to_pylist() if t in self._committed]
+        keep = pc.is_in(instants, value_set=pa.array(committed, pa.string()))
+        if self._replaced:
+            group = pc.binary_join_element_wise(
+                bases.column("partition_path"), bases.column("file_id"), "/"
+            )
+            replaced = pa.array([f"{p}/{f}" for p, f in self._replaced], pa.string())
+            keep = pc.and_(keep, pc.invert(pc.is_in(group, value_set=replaced)))
+        live = bases.filter(keep)
+        if not live.num_rows:
+            return live
+        # the newest instant of each group; on a tie, the first in _order (as a stable sort)
+        newest = live.append_column(
+            "sort_time", pc.utf8_rpad(live.column("instant_time"), 17, "9")
+        ).sort_by(
+            [
+                ("partition_path", "ascending"),
+                ("file_id", "ascending"),
+                ("sort_time", "descending"),
+                *[(c, "ascending") for c in _ORDER_COLUMNS[3:]],
+            ]
+        )
+        first = np.ones(newest.num_rows, dtype=bool)
+        first[1:] = False
+        for column in ("partition_path", "file_id"):  # a row whose group differs from the last's
+            values = newest.column(column)
+            changed = pc.not_equal(values.slice(1), values.slice(0, len(values) - 1))
+            first[1:] |= np.asarray(changed.to_numpy(zero_copy_only=False), dtype=bool)
+        return newest.filter(pa.array(first)).drop_columns(["sort_time"])
+
+    @cached_property
     def _latest(self) -> list[BaseFile]:
         """Worked out once per view: the view is of one timeline snapshot and one listing."""
-        latest: dict[tuple[str, str], BaseFile] = {}
-        for base in self.all_base_files:
-            if base.instant_time not in self._committed:
-                continue
-            key = (base.partition_path, base.file_id)
-            if key in self._replaced:
-                continue
-            current = latest.get(key)
-            if current is None or normalize_timestamp(base.instant_time) > normalize_timestamp(
-                current.instant_time
-            ):
-                latest[key] = base
-        return sorted(latest.values(), key=_order)
+        return _base_files(self.latest_base_table)
 
     def partitions(self) -> list[str]:
         """Partitions that hold at least one live file group (of log files alone, too)."""

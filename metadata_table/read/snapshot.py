@@ -71,7 +71,6 @@ from timeline.errors import FilterTypeError, IndexStateError, TableConfigError, 
 from timeline.fs_view import BaseFile, FileSlice, FileSystemView, LogFile, read_parquet_schema
 from timeline.instant import Instant
 from timeline.removals import REMOVAL_ACTIONS
-from timeline.storage import FileInfo
 from timeline.table import Table
 from timeline.table_config import PROPERTIES_FILE, TYPE, TableType
 from timeline.timeline import Timeline
@@ -170,15 +169,20 @@ class IndexedSnapshot:
 
     # --- listings --------------------------------------------------------------------------------
 
-    def indexed_files(self) -> list[FileInfo]:
-        """Every data file the ``files`` partition lists."""
+    def indexed_files(self) -> pa.Table:
+        """Every data file the ``files`` partition lists: its ``partition_path`` (empty at the
+        base path), ``file_name``, ``path`` and ``size``."""
         rows = _with_paths(self.reader.read(FILES, columns=["partition", "file_name", "size"]))
-        return [
-            FileInfo(path, size, False)
-            for path, size in zip(
-                rows.column("path").to_pylist(), rows.column("size").to_pylist(), strict=True
-            )
-        ]
+        partition = rows.column("partition")
+        data = pc.if_else(pc.equal(partition, NON_PARTITIONED), "", partition)
+        return pa.table(
+            {
+                "partition_path": data,
+                "file_name": rows.column("file_name"),
+                "path": rows.column("path"),
+                "size": rows.column("size"),
+            }
+        )
 
     @property
     def view(self) -> FileSystemView:
@@ -509,6 +513,9 @@ class IndexedSnapshot:
         """The latest file slices (of some partitions) and their files."""
         if self.merge_on_read:
             return _Listing.of_slices(self.view.latest_file_slices(partitions))
+        if partitions is None:
+            paths = self.view.latest_base_table.column("path")
+            return _Listing.of_base_files(self.view.latest_base_files(), paths)
         return _Listing.of_base_files(self.view.latest_base_files(partitions))
 
     @cached_property
@@ -785,15 +792,21 @@ class _Listing:
         files: Sequence[BaseFile | LogFile],
         slices: list[FileSlice] | None = None,
         slice_of: np.ndarray | None = None,
+        paths: pa.Array | pa.ChunkedArray | None = None,
     ) -> None:
         self.files = list(files)
-        self.paths = pa.array([f.path for f in self.files], pa.string())
+        if paths is None:
+            paths = pa.array([f.path for f in self.files], pa.string())
+        self.paths = paths
         self._slices = slices  # None: one per base file
         self.slice_of = slice_of if slice_of is not None else np.arange(len(self.files))
 
     @classmethod
-    def of_base_files(cls, files: Sequence[BaseFile]) -> _Listing:
-        return cls(files)
+    def of_base_files(
+        cls, files: Sequence[BaseFile], paths: pa.Array | pa.ChunkedArray | None = None
+    ) -> _Listing:
+        """``paths``: the files' paths, when the caller has them."""
+        return cls(files, paths=paths)
 
     @classmethod
     def of_slices(cls, slices: list[FileSlice]) -> _Listing:

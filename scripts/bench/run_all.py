@@ -703,7 +703,7 @@ def section_listing(report: Report, root: Path, files: int) -> None:
             initialize(table, [FILES])
             timeline = table.timeline.load()
             listed = len(FileSystemView(table.timeline, timeline).all_base_files)
-            indexed = len(IndexedSnapshot(table, timeline).indexed_files())
+            indexed = IndexedSnapshot(table, timeline).indexed_files().num_rows
             assert listed == indexed == files
             storage_s, index_s = _listing_seconds(table, timeline)
             rows.append((backend, files, storage_s, index_s))

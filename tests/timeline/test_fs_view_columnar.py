@@ -1,0 +1,88 @@
+"""The file-system view works out the latest base files on Arrow arrays; this holds it to the
+rule it replaced, written out file by file: a committed file of a group that no completed
+replacecommit replaced, the newest by instant time (a legacy 14-digit time sorts after every
+millisecond of its second), and on a tie the first in BaseFile's order."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from timeline.fs_view import BaseFile, FileSystemView, _order
+from timeline.instant import normalize_timestamp
+from timeline.storage import FileInfo
+
+INSTANTS = ["20240101000000000", "20240101000000500", "20240101000000", "20240101000001000"]
+PARTITIONS = ["", "a", "a/b", "b"]
+IDS = ["f1-0", "f2-0", "f3-0"]
+TOKENS = ["0-1-2", "1-10-3"]
+
+
+def _by_rule(files: list[BaseFile], committed: set[str], replaced: set[Any]) -> list[BaseFile]:
+    latest: dict[tuple[str, str], BaseFile] = {}
+    for base in sorted(files, key=_order):
+        if base.instant_time not in committed or (base.partition_path, base.file_id) in replaced:
+            continue
+        key = (base.partition_path, base.file_id)
+        current = latest.get(key)
+        if current is None or normalize_timestamp(base.instant_time) > normalize_timestamp(
+            current.instant_time
+        ):
+            latest[key] = base
+    return sorted(latest.values(), key=_order)
+
+
+def _view(listing: list[FileInfo], committed: set[str], replaced: set[Any]) -> FileSystemView:
+    view = FileSystemView(SimpleNamespace(storage=None), None, listing=lambda: listing)  # type: ignore[arg-type]
+    view.__dict__["_committed"] = committed  # what a timeline would say, set directly
+    view.__dict__["_replaced"] = replaced
+    return view
+
+
+files = st.lists(
+    st.tuples(
+        st.sampled_from(PARTITIONS),
+        st.sampled_from(IDS),
+        st.sampled_from(TOKENS),
+        st.sampled_from(INSTANTS),
+        st.integers(0, 3),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    files,
+    st.sets(st.sampled_from(INSTANTS)),
+    st.sets(st.tuples(st.sampled_from(PARTITIONS), st.sampled_from(IDS)), max_size=3),
+    st.booleans(),
+)
+def test_the_latest_base_files_follow_the_rule(
+    listed: list[tuple[str, str, str, str, int]],
+    committed: set[str],
+    replaced: set[tuple[str, str]],
+    noise: bool,
+) -> None:
+    listing = []
+    bases = []
+    for partition, file_id, token, instant, size in listed:
+        name = f"{file_id}_{token}_{instant}.parquet"
+        path = f"{partition}/{name}" if partition else name
+        listing.append(FileInfo(path, size, False))
+        bases.append(BaseFile(partition, file_id, instant, token, name, size))
+    if noise:  # files that are no base files are left out
+        listing += [
+            FileInfo("a/.hoodie_partition_metadata", 9, False),
+            FileInfo("a/.f1-0_20240101000000000.log.1_0-1-2", 5, False),
+            FileInfo("notes.txt", 1, False),
+        ]
+    view = _view(listing, committed, replaced)
+    want = _by_rule(bases, committed, replaced)
+    assert view.latest_base_files() == want
+    assert view.latest_base_table.column("path").to_pylist() == [b.path for b in want]
+    assert view.all_base_files == sorted(bases, key=_order)
+    assert view.latest_base_files(["a"]) == [b for b in want if b.partition_path == "a"]
