@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 # setuptools warns on every editable install of a flat layout: not the user's concern
 PIP    := PYTHONWARNINGS=ignore $(PY) -m pip
 
-.PHONY: demo test test-fast test-hudi hudi-peer soak lint bench bench-markers bench-scan bench-mor bench-record-index system-deps clean
+.PHONY: demo test test-fast test-hudi hudi-peer soak lint bench bench-markers bench-scan bench-mor bench-record-index bench-scale system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,11 @@ bench-mor: $(VENV)/.installed-test
 # query (also in `make bench`; about 10 minutes).
 bench-record-index: $(VENV)/.installed-test system-deps hudi-peer
 	$(PY) scripts/bench/record_index.py
+
+# Tables of 100,000 small files in 50 commits with random keys: build, validate, fresh reads,
+# each a new process (SIZES=100000,1000000 for more; about 10 minutes a 100,000).
+bench-scale: $(VENV)/.installed-test
+	$(PY) scripts/bench/scale.py --sizes $(or $(SIZES),100000)
 
 # The full suite: writes docs/benchmarks.md and docs/bench-*.png (about 20 minutes on 2 cores).
 bench: $(VENV)/.installed-bench system-deps hudi-peer

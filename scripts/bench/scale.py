@@ -1,0 +1,174 @@
+"""`make bench-scale`: a table of many small files written in many commits with random keys, each
+command a user would run in a new process, start-up included.
+
+For each size (default 100,000 files; ``--sizes 100000,1000000``), on a table that
+scripts/bench/synthetic.py makes (20 rows a file, 100 partitions, 50 commits, random keys):
+
+- the footer-read bound: every data file's footer read once, in this process (what any build
+  must at least do);
+- ``indexer run --index-types files,column_stats,bloom_filters`` in a new process with its
+  defaults: seconds, ratio to the bound, peak resident memory of everything it starts;
+- prune() on an equality one file holds, and a one-key lookup, in a new process (milliseconds
+  inside it, interpreter start-up not included): the first call of each (cold: the process's
+  lazy imports included), then on another fresh snapshot (its listing and index reads
+  included), then on a kept snapshot;
+- ``indexer validate`` in a new process: seconds, ratio to the bound, peak memory.
+
+Ratios are measured in one run (the machine is shared and noisy); the markdown table is printed
+and, with ``--out``, written to a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from scripts.bench.run_all import _tree_rss_mb, lower_bound  # noqa: E402
+from scripts.bench.synthetic import _key, make_table  # noqa: E402
+from timeline.config import Config  # noqa: E402
+
+ROWS, PARTITIONS, COMMITS = 20, 100, 50
+INDEXES = "files,column_stats,bloom_filters"
+
+#: run in a new process: fresh and kept prune() and lookup, timed inside it
+_READS = """
+import json, sys, time
+from metadata_table.read.snapshot import IndexedSnapshot
+from timeline import Table
+from timeline.config import Config
+base, lock, expr, key = sys.argv[1:5]
+table = Table.open(base, Config.resolve(explicit={"indexer.lock.url": lock}))
+def ms(call):
+    started = time.perf_counter()
+    out = call()
+    return (time.perf_counter() - started) * 1000, out
+prune_cold, kept = ms(lambda: IndexedSnapshot(table).prune(expr).candidates)
+lookup_cold, holders = ms(lambda: IndexedSnapshot(table).lookup_keys([key])[key])
+prune_fresh = ms(lambda: IndexedSnapshot(table).prune(expr))[0]
+lookup_fresh = ms(lambda: IndexedSnapshot(table).lookup_keys([key]))[0]
+snapshot = IndexedSnapshot(table)
+snapshot.prune(expr), snapshot.lookup_keys([key])
+prune_kept = min(ms(lambda: snapshot.prune(expr))[0] for _ in range(5))
+lookup_kept = min(ms(lambda: snapshot.lookup_keys([key]))[0] for _ in range(5))
+print(json.dumps({"prune_cold": prune_cold, "lookup_cold": lookup_cold,
+                  "prune_fresh": prune_fresh, "prune_kept": prune_kept,
+                  "lookup_fresh": lookup_fresh, "lookup_kept": lookup_kept,
+                  "kept": len(kept), "holders": len(holders)}))
+"""
+
+
+def _run(command: list[str]) -> tuple[float, float, str]:
+    """Seconds and peak resident MB of ``command`` and everything it starts; its stdout."""
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    peak = 0.0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.wait(0.05):
+            peak = max(peak, _tree_rss_mb(process.pid))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = process.communicate()
+    seconds = time.perf_counter() - started
+    done.set()
+    sampler.join()
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(command[:4])} failed:\n{err[-3000:]}")
+    return seconds, peak, out
+
+
+def measure(root: Path, files: int) -> dict[str, float]:
+    base = root / f"t{files}"
+    lock = f"sqlite:///{root / f'locks-{files}.sqlite'}"
+    config = Config.resolve(explicit={"indexer.lock.url": lock})
+    began = time.perf_counter()
+    table = make_table(
+        base, files, ROWS, PARTITIONS, config=config, commits=COMMITS, random_keys=True
+    )
+    made = time.perf_counter() - began
+    print(f"  {files:,} files made in {made:.0f} s", file=sys.stderr, flush=True)
+    bound = lower_bound(table)
+    cli = [sys.executable, "-m", "indexer"]
+    conf = ["--conf", f"indexer.lock.url={lock}"]
+    build, build_peak, _ = _run([*cli, "run", str(base), "--index-types", INDEXES, *conf])
+    print(f"  build {build:.1f} s (bound {bound:.1f} s)", file=sys.stderr, flush=True)
+    row = files // 2 * ROWS + 7  # ts = row id; that row's key
+    reads = json.loads(
+        _run([sys.executable, "-c", _READS, str(base), lock, f"ts = {row}", _key(row, True)])[2]
+    )
+    validate, validate_peak, _ = _run([*cli, "validate", str(base), *conf])
+    shutil.rmtree(base, ignore_errors=True)
+    return {
+        "files": files,
+        "made": made,
+        "bound": bound,
+        "build": build,
+        "build_peak": build_peak,
+        "validate": validate,
+        "validate_peak": validate_peak,
+        **reads,
+    }
+
+
+def table(results: list[dict[str, float]]) -> str:
+    lines = [
+        "| data files | bound s | build s | build / bound | build peak MB | validate s "
+        "| validate / bound | validate peak MB | prune() ms cold / fresh / kept | lookup ms cold / "
+        "fresh / kept | files kept by prune / lookup |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['files']:,} | {r['bound']:.1f} | {r['build']:.1f} | "
+            f"**{r['build'] / r['bound']:.2f}x** | {r['build_peak']:.0f} | {r['validate']:.1f} | "
+            f"**{r['validate'] / r['bound']:.2f}x** | {r['validate_peak']:.0f} | "
+            f"{r['prune_cold']:.0f} / {r['prune_fresh']:.0f} / {r['prune_kept']:.1f} | "
+            f"{r['lookup_cold']:.0f} / {r['lookup_fresh']:.0f} / {r['lookup_kept']:.1f} | "
+            f"{r['kept']} / {r['holders']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--sizes", default="100000", help="comma-separated file counts (default 100000)"
+    )
+    parser.add_argument("--root", help="a folder for the tables (default: a temporary one)")
+    parser.add_argument("--out", help="also write the markdown table to this file")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    root = Path(args.root or tempfile.mkdtemp(prefix="bench-scale-"))
+    root.mkdir(parents=True, exist_ok=True)
+    results = []
+    for files in sizes:
+        results.append(measure(root, files))
+        print(f"  {results[-1]}", file=sys.stderr, flush=True)
+    text = (
+        f"Tables of {ROWS} rows a file, {PARTITIONS} partitions, {COMMITS} commits, random "
+        f"keys (scripts/bench/synthetic.py); indexes {INDEXES}; each command in a new "
+        "process.\n\n" + table(results)
+    )
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
