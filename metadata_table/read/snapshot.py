@@ -670,14 +670,17 @@ class IndexedSnapshot:
         with ``record_index`` used; instants it does not reflect are not looked at (see
         :meth:`record_index_touched`). :meth:`locate_keys` answers the same on Arrow."""
         found = self.locate_keys(keys)
-        slices = self._slices_by_group
+        rows = list(
+            zip(
+                found.column("record_key").to_pylist(),
+                found.column("partition_path").to_pylist(),
+                found.column("file_id").to_pylist(),
+                strict=True,
+            )
+        )
+        slices = self._listing.slices_of({(data, file_id) for _, data, file_id in rows})
         out = {}
-        for key, data, file_id in zip(
-            found.column("record_key").to_pylist(),
-            found.column("partition_path").to_pylist(),
-            found.column("file_id").to_pylist(),
-            strict=True,
-        ):
+        for key, data, file_id in rows:
             held = slices.get((data, file_id))
             paths = tuple(held.paths) if held is not None else ()
             instant = held.base_instant if held is not None else None
@@ -735,10 +738,6 @@ class IndexedSnapshot:
             except TableError:  # unreadable: every partition may hold anything
                 return set(self._partitions[0]) | {""}
         return touched
-
-    @cached_property
-    def _slices_by_group(self) -> dict[tuple[str, str], FileSlice]:
-        return {(s.partition_path, s.file_id): s for s in self._listing.slices}
 
     def _may_hold(
         self, wanted: list[str], listing: _Listing, only: np.ndarray | None = None
@@ -875,6 +874,29 @@ class _Listing:
 
     def _base_slices(self, indices: Iterable[int]) -> list[FileSlice]:
         return _as_slices([f for f in self.files_at(indices) if isinstance(f, BaseFile)])
+
+    @cached_property
+    def _by_group(self) -> dict[tuple[str, str], FileSlice]:
+        return {(s.partition_path, s.file_id): s for s in self.slices}
+
+    @cached_property
+    def _groups(self) -> pa.ChunkedArray | pa.Array:
+        """Per file of a listing that holds a table: ``<partition>/<file id>``."""
+        assert self._table is not None
+        table = self._table
+        return pc.binary_join_element_wise(
+            table.column("partition_path"), table.column("file_id"), "/"
+        )
+
+    def slices_of(self, groups: set[tuple[str, str]]) -> dict[tuple[str, str], FileSlice]:
+        """The latest slices of the file groups ``(partition, file id)`` among ``groups`` that
+        the listing holds: on a listing that holds a table, one scan of its arrays and objects
+        for those slices alone (a kept snapshot's lookups stay that cheap at any size)."""
+        if self._table is None:
+            return {g: self._by_group[g] for g in groups if g in self._by_group}
+        wanted = pa.array(sorted(f"{p}/{f}" for p, f in groups), pa.string())
+        at = np.flatnonzero(pc.is_in(self._groups, value_set=wanted).to_numpy(zero_copy_only=False))
+        return {(s.partition_path, s.file_id): s for s in self._base_slices(at)}
 
     def in_partitions(self, partitions: set[str]) -> np.ndarray:
         """Per file, whether its partition is one of ``partitions``."""
