@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 import pyarrow as pa
@@ -47,6 +47,18 @@ def committed_data_files(
     only the files of the latest file slices), optionally only of instants up to ``upto``, and
     the committed blocks of every log file of a committed slice (those of instants up to
     ``upto``; a log file without any is left out); with ``rows``, each file's rows too."""
+    return list(iter_committed_data_files(table, timeline, upto, rows, latest))
+
+
+def iter_committed_data_files(
+    table: Table,
+    timeline: Timeline,
+    upto: str | None = None,
+    rows: Sequence[str] | None = None,
+    latest: bool = False,
+) -> Iterator[DataFileInfo]:
+    """:func:`committed_data_files` one file at a time (a caller that keeps only what it
+    makes of each holds one file's footer at a time)."""
     view = FileSystemView(table.timeline, timeline, as_of=upto)
     keygen = virtual_keys(table)
     bases = view.all_base_files
@@ -55,19 +67,17 @@ def committed_data_files(
         slices = view.latest_file_slices()
         bases = [s.base_file for s in slices if s.base_file is not None]
         logs = [log for s in slices for log in s.log_files]
-    infos = [
-        info_from_storage(
-            table.storage,
-            b.partition_path,
-            b.file_name,
-            b.size,
-            b.instant_time,
-            rows=rows,
-            keygen=keygen,
-        )
-        for b in bases
-        if view.is_committed(b.instant_time)
-    ]
+    for b in bases:
+        if view.is_committed(b.instant_time):
+            yield info_from_storage(
+                table.storage,
+                b.partition_path,
+                b.file_name,
+                b.size,
+                b.instant_time,
+                rows=rows,
+                keygen=keygen,
+            )
     counted = view.committed.__contains__
     for log in logs:
         info = info_from_log(
@@ -80,8 +90,7 @@ def committed_data_files(
             keygen=keygen,
         )
         if info is not None:
-            infos.append(info)
-    return infos
+            yield info
 
 
 def build_records(
@@ -107,6 +116,11 @@ def _base_records(
     """The records of ``partition`` over the committed data files up to ``upto`` (``infos``,
     when the caller has read them): the latest ones for a recomputed type."""
     kind = index_type(partition)
+    if infos is None and not (kind.recomputed or kind.keyed_by_record):
+        # records of one file each: made a chunk of files at a time, footers not all held
+        files = iter_committed_data_files(table, timeline, upto, kind.row_columns)
+        parts = [kind.records(chunk, columns or (), upto or "") for chunk in _chunks(files)]
+        return pa.concat_tables(parts) if parts else kind.records([], columns or (), upto or "")
     if infos is None:
         latest = kind.keyed_by_record  # what the latest slices hold: older versions not read
         infos = committed_data_files(table, timeline, upto, kind.row_columns, latest)
@@ -115,6 +129,21 @@ def _base_records(
         infos = [i for i in infos if i.path not in older]
     records = kind.records(infos, columns or (), upto or "")
     return kind.combine(records, upto or "") if kind.keyed_by_record else records
+
+
+#: data files whose records a from-scratch build makes at once
+CHUNK_FILES = 2_000
+
+
+def _chunks(files: Iterator[DataFileInfo]) -> Iterator[list[DataFileInfo]]:
+    chunk: list[DataFileInfo] = []
+    for info in files:
+        chunk.append(info)
+        if len(chunk) == CHUNK_FILES:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 def initialize(

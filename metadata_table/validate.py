@@ -1,12 +1,20 @@
 """Validation of the index against the data, in the spirit of Hudi's HoodieMetadataTableValidator:
 every completed partition, as readers see it, compared record for record with a rebuild from the
-data files at the same snapshot. Read-only."""
+data files at the same snapshot. Read-only.
+
+The records are compared on Arrow arrays, aligned by key, column by column (struct columns field
+by field, and their own nulls): a Python object is made only for the keys that differ, so memory
+stays near the two tables' Arrow size (at 100,000 files, Python dicts of both sides took 7 GB)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from metadata_table.index_types import index_type
 from metadata_table.maintenance import build_records
@@ -55,10 +63,10 @@ def validate(
             progress(len(reports), len(state.completed))
         kind = index_type(partition)
         columns = list(state.column_stats_columns) or None if kind.takes_columns else None
-        ours = {r["key"]: r for r in kind.comparable(reader.read(partition))}
-        rebuilt = {
-            r["key"]: r for r in kind.comparable(build_records(table, timeline, partition, columns))
-        }
+        volatile = list(kind.volatile)
+        ours = reader.read(partition).drop_columns(volatile)
+        rebuilt = build_records(table, timeline, partition, columns).drop_columns(volatile)
+        missing, stale, wrong = differences(ours, rebuilt)
         lost = reader.lost(partition)
         behind = [] if lost else reader.unapplied(partition)
         reports.append(
@@ -66,11 +74,58 @@ def validate(
                 partition,
                 lost=lost,
                 unapplied=[f"{i.timestamp}.{i.action}" for i in behind],
-                missing=sorted(rebuilt.keys() - ours.keys()),
-                stale=sorted(ours.keys() - rebuilt.keys()),
-                wrong=sorted(k for k in ours.keys() & rebuilt.keys() if ours[k] != rebuilt[k]),
+                missing=missing,
+                stale=stale,
+                wrong=wrong,
             )
         )
     if progress is not None:
         progress(len(reports), len(state.completed))
     return reports
+
+
+def differences(ours: pa.Table, rebuilt: pa.Table) -> tuple[list[str], list[str], list[str]]:
+    """Keys (sorted) of the records only ``rebuilt`` holds (missing), only ``ours`` holds
+    (stale), and both hold with other values (wrong); both tables keyed by a unique ``key``,
+    their columns compared by name (dictionary-encoded columns as their values)."""
+    ours, rebuilt = _decoded(ours), _decoded(rebuilt)
+    mine, theirs = ours.column("key"), rebuilt.column("key")
+    missing = _keys(theirs, pc.invert(pc.is_in(theirs, value_set=mine)))
+    stale = _keys(mine, pc.invert(pc.is_in(mine, value_set=theirs)))
+    at = pc.index_in(theirs, value_set=mine)  # each rebuilt record's row in ours
+    both = pc.is_valid(at)
+    rebuilt, ours = rebuilt.filter(both), ours.take(at.filter(both))
+    differ = np.zeros(rebuilt.num_rows, dtype=bool)
+    for name in rebuilt.column_names:
+        differ |= ~_same(rebuilt.column(name), ours.column(name))
+    wrong = _keys(rebuilt.column("key"), pa.array(differ))
+    return missing, stale, wrong
+
+
+def _decoded(table: pa.Table) -> pa.Table:
+    columns = [
+        c.cast(c.type.value_type) if pa.types.is_dictionary(c.type) else c for c in table.columns
+    ]
+    return pa.table(columns, names=table.column_names)
+
+
+def _keys(keys: pa.ChunkedArray | pa.Array, where: pa.ChunkedArray | pa.Array) -> list[str]:
+    found: list[str] = keys.filter(where).to_pylist()
+    return sorted(found)
+
+
+def _same(a: pa.ChunkedArray | pa.Array, b: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Per row, whether ``a`` and ``b`` hold the same value (two nulls are the same; a struct
+    is the same when both are null, or neither is and every field is the same)."""
+    a_null = np.asarray(pc.is_null(a).to_numpy(zero_copy_only=False), dtype=bool)
+    b_null = np.asarray(pc.is_null(b).to_numpy(zero_copy_only=False), dtype=bool)
+    if pa.types.is_struct(a.type):
+        fields = np.ones(len(a_null), dtype=bool)
+        for i in range(a.type.num_fields):
+            name = a.type.field(i).name
+            fields &= _same(pc.struct_field(a, name), pc.struct_field(b, name))
+        same: np.ndarray = (a_null & b_null) | (~a_null & ~b_null & fields)
+        return same
+    equal = np.asarray(pc.fill_null(pc.equal(a, b), False).to_numpy(zero_copy_only=False))
+    same_rows: np.ndarray = (a_null & b_null) | equal.astype(bool)
+    return same_rows
