@@ -135,9 +135,13 @@ class IndexType:
         per_group = config.get(RECORD_INDEX_KEYS_PER_FILE_GROUP)
         return max(1, -(-(records or 0) // per_group))
 
+    def comparable_table(self, records: pa.Table) -> pa.Table:
+        """Records to compare with a rebuild's: volatile fields left out."""
+        return records.drop_columns(list(self.volatile))
+
     def comparable(self, records: pa.Table) -> list[dict[str, Any]]:
-        """Records as rows to compare with a rebuild's (volatile fields left out)."""
-        rows: list[dict[str, Any]] = records.drop_columns(list(self.volatile)).to_pylist()
+        """:meth:`comparable_table` as rows."""
+        rows: list[dict[str, Any]] = self.comparable_table(records).to_pylist()
         return rows
 
 

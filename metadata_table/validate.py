@@ -63,9 +63,8 @@ def validate(
             progress(len(reports), len(state.completed))
         kind = index_type(partition)
         columns = list(state.column_stats_columns) or None if kind.takes_columns else None
-        volatile = list(kind.volatile)
-        ours = reader.read(partition).drop_columns(volatile)
-        rebuilt = build_records(table, timeline, partition, columns).drop_columns(volatile)
+        ours = kind.comparable_table(reader.read(partition))
+        rebuilt = kind.comparable_table(build_records(table, timeline, partition, columns))
         missing, stale, wrong = differences(ours, rebuilt)
         lost = reader.lost(partition)
         behind = [] if lost else reader.unapplied(partition)

@@ -214,7 +214,7 @@ class FileSystemView:
         )
         name = listed.column("file_name")
         parts = pc.split_pattern(name, "_", max_splits=2)  # a file id holds no "_"
-        table = pa.table(
+        return pa.table(
             {
                 "partition_path": listed.column("partition_path"),
                 "file_id": pc.list_element(parts, 0),
@@ -227,7 +227,6 @@ class FileSystemView:
                 "path": listed.column("path"),
             }
         )
-        return table
 
     @cached_property
     def _all_files(self) -> tuple[list[BaseFile], list[LogFile]]:
@@ -365,8 +364,8 @@ class FileSystemView:
                 *[(c, "ascending") for c in _ORDER_COLUMNS[3:]],
             ]
         )
-        first = np.ones(newest.num_rows, dtype=bool)
-        first[1:] = False
+        first = np.zeros(newest.num_rows, dtype=bool)
+        first[0] = True
         for column in ("partition_path", "file_id"):  # a row whose group differs from the last's
             values = newest.column(column)
             changed = pc.not_equal(values.slice(1), values.slice(0, len(values) - 1))

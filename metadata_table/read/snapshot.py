@@ -744,7 +744,7 @@ class IndexedSnapshot:
     ) -> dict[str, list[str]]:
         """The bloom filter and key range answer of :meth:`lookup_keys` (of the files ``only``
         marks, when given)."""
-        paths, written_at = listing.paths, listing.written_at
+        paths = listing.paths
         out: dict[str, list[str]] = {k: [] for k in wanted}
         blooms = None
         if self.uses(BLOOM_FILTERS):
@@ -753,17 +753,14 @@ class IndexedSnapshot:
             blooms = pc.take(records.column("bloom_filter"), at)  # null: no filter, read it
             behind = self._unapplied_times(BLOOM_FILTERS)
             if behind:
-                stale = pc.fill_null(pc.is_in(written_at, pa.array(sorted(behind))), False)
+                stale = pa.array(listing.written_by(behind))
                 blooms = pc.if_else(stale, pa.scalar(None, blooms.type), blooms)
         ranges = None
         if self.uses(COLUMN_STATS):
             arrays = self._arrow_stats({RECORD_KEY}, paths).get(RECORD_KEY)
             if arrays is not None and arrays.kind == "string":
-                stats_behind = pa.array(sorted(self._unapplied_times(COLUMN_STATS)), pa.string())
-                unknown = pc.or_(
-                    pc.invert(arrays.present),
-                    pc.fill_null(pc.is_in(written_at, stats_behind), False),
-                )
+                stale = listing.written_by(self._unapplied_times(COLUMN_STATS))
+                unknown = pc.or_(pc.invert(arrays.present), pa.array(stale))
                 ranges = (arrays, unknown)
         for key in wanted:
             keep = np.ones(listing.size, dtype=bool) if only is None else only.copy()
