@@ -14,18 +14,21 @@ This module only orchestrates Spark: it never names or writes a metadata-table f
 pyspark is imported here only, lazily, so the kernel needs no JVM.
 
 :func:`run_build_local` runs the same two steps (records from each footer, then one base file per
-file group behind its marker) in this process, with the same functions the Spark tasks call, so
-both engines write the same files.
+file group behind its marker) without Spark, with the same functions the Spark tasks call, so
+both engines write the same files: a large build reads its data files in worker processes (the
+footers' statistics are Python objects, so threads would share one core), a small one in threads.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import multiprocessing
 import os
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
 from metadata_table.partition_writer import (
@@ -40,8 +43,13 @@ from timeline.storage import Storage
 
 logger = logging.getLogger(__name__)
 
-#: threads of a build in this process: one per core, at most four
-LOCAL_THREADS = min(4, os.cpu_count() or 1)
+#: workers of a build without Spark: one per core, at most four
+LOCAL_WORKERS = min(4, os.cpu_count() or 1)
+
+#: a build without Spark over at least this many data files reads them in worker processes: a
+#: process starts (spawned, so no lock or thread of this one is copied) in about a second, which
+#: a read of this many footers on a second core pays back; a smaller build reads in threads
+PROCESS_MIN_FILES = 2_000
 
 Progress = Callable[[int, int], None]  # (tasks done, tasks total)
 
@@ -171,48 +179,86 @@ def run_build_local(
     builds: Sequence[PartitionBuild],
     marker_instant: str,
     progress: Progress | None = None,
-    threads: int = 0,
+    workers: int = 0,
+    processes: bool | None = None,
 ) -> dict[str, dict[str, int]]:
-    """:func:`run_build` in this process: no Spark session, so no JVM to start. The chunks of
-    data files, then the file groups, are worked on by ``threads`` threads (0:
-    :data:`LOCAL_THREADS`; Parquet reads and writes, hashing and sorting run outside the GIL),
-    their results taken in order. Progress counts chunks of data files read, then file groups
-    written."""
-    threads = max(1, min(threads or LOCAL_THREADS, len(files)))
-    size = max(1, min(RECORDS_CHUNK, -(-len(files) // threads)))
+    """:func:`run_build` without Spark, so no JVM to start. The chunks of data files are read by
+    ``workers`` workers (0: :data:`LOCAL_WORKERS`): processes when ``processes`` (None: from
+    :data:`PROCESS_MIN_FILES` data files on), else threads; their records come back to this
+    process as Arrow tables, in chunk order. The file groups are then written by as many threads
+    (Parquet writes, hashing and sorting run outside the GIL). Progress counts chunks of data
+    files read, then file groups written."""
+    workers = max(1, min(workers or LOCAL_WORKERS, len(files)))
+    if processes is None:
+        processes = workers > 1 and len(files) >= PROCESS_MIN_FILES
+    size = max(1, min(RECORDS_CHUNK, -(-len(files) // workers)))
     chunks = [files[i : i + size] for i in range(0, len(files), size)]
     groups = [(n, build, g) for n, build in enumerate(builds) for g in range(build.groups)]
     total = len(chunks) + len(groups)
     logger.info(
-        "building %s over %d data files in this process (%d threads)",
+        "building %s over %d data files without Spark (%d %s)",
         ",".join(b.partition for b in builds),
         len(files),
-        threads,
+        workers,
+        "processes" if processes else "threads",
     )
-
-    def read(chunk: list[DataFile]) -> list[tuple[int, int, RecordsPart]]:
-        return list(file_records(storage, iter(chunk), builds, shuffled=False))
-
     parts: dict[tuple[int, int], list[RecordsPart]] = defaultdict(list)
-    sizes: dict[str, dict[str, int]] = {b.partition: {} for b in builds}
-    with ThreadPoolExecutor(threads, thread_name_prefix="build") as pool:
+    pool, read = _readers(storage, builds, workers, processes)
+    with pool:
         for done, made in enumerate(pool.map(read, chunks), start=1):
             for number, group, part in made:
                 parts[(number, group)].append(part)
             if progress is not None:
                 progress(done, total)
 
-        def write(job: tuple[int, PartitionBuild, int]) -> tuple[str, str, int]:
-            number, build, group = job
-            records = parts.pop((number, group), [])  # freed once written
-            return build.write_group(storage, group, records, marker_instant)
+    def write(job: tuple[int, PartitionBuild, int]) -> tuple[str, str, int]:
+        number, build, group = job
+        records = parts.pop((number, group), [])  # freed once written
+        return build.write_group(storage, group, records, marker_instant)
 
-        written = pool.map(write, groups)
+    sizes: dict[str, dict[str, int]] = {b.partition: {} for b in builds}
+    with ThreadPoolExecutor(workers, thread_name_prefix="build") as threads:
+        written = threads.map(write, groups)
         for done, (partition, fg, bytes_) in enumerate(written, start=len(chunks) + 1):
             sizes[partition][fg] = bytes_
             if progress is not None:
                 progress(done, total)
     return sizes
+
+
+def _read(
+    storage: Storage, builds: Sequence[PartitionBuild], chunk: list[DataFile]
+) -> list[tuple[int, int, RecordsPart]]:
+    return list(file_records(storage, iter(chunk), builds, shuffled=False))
+
+
+#: a worker process's storage and builds, set once when it starts so no chunk ships them again
+_reading: tuple[Storage, Sequence[PartitionBuild]] | None = None
+
+
+def _start_reader(storage: Storage, builds: Sequence[PartitionBuild]) -> None:
+    global _reading
+    _reading = (storage, builds)
+
+
+def _read_in_worker(chunk: list[DataFile]) -> list[tuple[int, int, RecordsPart]]:
+    assert _reading is not None, "not a reader process"
+    return _read(*_reading, chunk)
+
+
+def _readers(
+    storage: Storage, builds: Sequence[PartitionBuild], workers: int, processes: bool
+) -> tuple[Executor, Callable[[list[DataFile]], list[tuple[int, int, RecordsPart]]]]:
+    """A pool for the reads and the function it runs on each chunk of data files."""
+    if processes:
+        pool = ProcessPoolExecutor(
+            workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_start_reader,
+            initargs=(storage, builds),
+        )
+        return pool, _read_in_worker
+    return ThreadPoolExecutor(workers, "build-read"), functools.partial(_read, storage, builds)
 
 
 def _watch(sc: Any, progress: Progress, stop: threading.Event, total: int) -> threading.Thread:

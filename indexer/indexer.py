@@ -54,7 +54,7 @@ from metadata_table.partition_writer import (
     key_fields_refusal,
     secondary_index_refusal,
 )
-from timeline.config import LOCAL_BUILD_MAX_FILES, LOCAL_BUILD_THREADS
+from timeline.config import LOCAL_BUILD_MAX_FILES, LOCAL_BUILD_WORKERS
 from timeline.errors import (
     BuildCancelledError,
     CatchUpTimeoutError,
@@ -426,8 +426,8 @@ class AsyncIndexer:
         (:meth:`engine`), behind markers of ``marker_instant``; their sizes per partition."""
         storage, progress = self.table.storage, self._reporter(step)
         if self.engine(len(files)) == "local":
-            threads = self.table.config.get(LOCAL_BUILD_THREADS)
-            return run_build_local(storage, files, builds, marker_instant, progress, threads)
+            workers = self.table.config.get(LOCAL_BUILD_WORKERS)
+            return run_build_local(storage, files, builds, marker_instant, progress, workers)
         return run_build(
             storage,
             files,

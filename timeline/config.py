@@ -380,14 +380,15 @@ LOCAL_BUILD_MAX_FILES: ConfigKey[int] = _key(
     )
 )
 
-LOCAL_BUILD_THREADS: ConfigKey[int] = _key(
+LOCAL_BUILD_WORKERS: ConfigKey[int] = _key(
     ConfigKey(
-        "indexer.build.local.threads",
+        "indexer.build.local.workers",
         int,
         0,
-        "Threads of an index build in the indexer's own process (reading data files, then "
-        "writing file groups). 0: one per core, at most 4. Lower it to leave cores to "
-        "ingestion on a shared host; 1 also makes the build's storage writes come in one order.",
+        "Workers of an index build without Spark: processes reading the data files (threads "
+        "below 2,000 files), then threads writing the file groups. 0: one per core, at most 4. "
+        "Lower it to leave cores to ingestion on a shared host; 1 also makes the build's "
+        "storage writes come in one order.",
         lambda v: v >= 0,
         "must be 0 or positive",
     )

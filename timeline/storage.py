@@ -153,7 +153,11 @@ class _LocalBackend(_Backend):
         return os.path.join(root, *rel.split("/")) if rel else root
 
     def relative(self, root: str, full: str) -> str:
-        return os.path.relpath(full, root).replace(os.sep, "/")
+        prefix = root.rstrip(os.sep) + os.sep
+        # a listing's entries all start with the root they were listed from: cut it off
+        # instead of normalizing both paths (relpath), which was most of a large listing's time
+        rel = full[len(prefix) :] if full.startswith(prefix) else os.path.relpath(full, root)
+        return rel.replace(os.sep, "/")
 
     def _write_temp(self, path: str, data: bytes) -> str:
         folder = os.path.dirname(path)

@@ -76,7 +76,7 @@ from timeline.fs_view import (
     base_files_of,
     read_parquet_schema,
 )
-from timeline.instant import Instant
+from timeline.instant import Action, Instant
 from timeline.removals import REMOVAL_ACTIONS
 from timeline.table import Table
 from timeline.table_config import PROPERTIES_FILE, TYPE, TableType
@@ -336,7 +336,27 @@ class IndexedSnapshot:
 
     @cached_property
     def newest_base_file(self) -> BaseFile | None:
-        """The latest base file written last (None: the table holds none)."""
+        """The latest base file written last (None: the table holds none). The newest completed
+        write that wrote a base file names it in its commit metadata, so a table's whole
+        listing is read only when no active instant settles it: that write's base files were
+        replaced since (a newer replacecommit), are gone, or archived with it."""
+        writes = self.timeline.write_timeline().completed()
+        for instant in reversed(list(writes)):
+            if not self.view.is_committed(instant.timestamp):
+                continue
+            metadata = self.reader.commit_metadata(instant)
+            written = [
+                BaseFile.parse(s.partition_path, s.path.rpartition("/")[2], s.file_size_in_bytes)
+                for s in metadata.write_stats
+            ]
+            bases = [b for b in written if b is not None and b.instant_time == instant.timestamp]
+            if not bases:
+                continue
+            newest = max(bases, key=lambda b: b.path)
+            replaced_since = writes.with_actions(Action.REPLACE_COMMIT).after(instant.timestamp)
+            if not list(replaced_since) and self.table.storage.exists(newest.path):
+                return newest
+            break
         files = self.view.latest_base_files()
         return max(files, key=lambda b: (b.instant_time, b.path), default=None)
 

@@ -19,7 +19,7 @@ from metadata_table.layout import PARTITIONS
 from metadata_table.table import MetadataTable
 from timeline import Table
 from timeline.config import Config
-from timeline.errors import ConfigError
+from timeline.errors import ConfigError, IndexBuildAbortedError
 
 from .test_indexer import ALL, assert_exact, make_table
 
@@ -107,10 +107,10 @@ def test_a_kill_between_local_base_files_then_run_converges(tmp_path: Path) -> N
     several, the kill's count named another write in CI)."""
     make_table(tmp_path / "trace" / "t")
     shutil.copytree(tmp_path / "trace", tmp_path / "kill")
-    one = ("--conf", "indexer.build.local.threads=1")
+    one = ("--conf", "indexer.build.local.workers=1")
     traced = indexer_cli(tmp_path / "trace" / "t", *one, failpoint="storage.write:trace")
     assert traced.returncode == 0, traced.stderr[-3000:]
-    assert re.search(r"over \d+ data files in this process \(1 threads\)", traced.stderr), (
+    assert re.search(r"over \d+ data files without Spark \(1 threads\)", traced.stderr), (
         traced.stderr[-3000:]
     )
     # the last one: scheduling wrote each file group's empty base file before the build
@@ -131,3 +131,41 @@ def test_a_kill_between_local_base_files_then_run_converges(tmp_path: Path) -> N
     again = indexer_cli(base)
     assert again.returncode == 0, again.stderr[-3000:]
     assert_exact(table)
+
+
+def read_partitions(table: Table) -> dict[str, list[dict[str, Any]]]:
+    reader = MetadataTable(table).reader(table.timeline.load())
+    return {p: sorted(reader.read(p).to_pylist(), key=lambda r: r["key"]) for p in ALL}
+
+
+def test_worker_processes_write_what_threads_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A large build reads its data files in worker processes (spawned): the same records as a
+    build that reads them in threads; a data file that is not Parquet fails the build with its
+    path, raised from the worker as the same error a thread raises."""
+    make_table(tmp_path / "threads" / "t")
+    shutil.copytree(tmp_path / "threads", tmp_path / "processes")
+    shutil.copytree(tmp_path / "threads", tmp_path / "broken")
+    two = {"indexer.build.local.workers": "2"}
+
+    def opened(name: str) -> Table:
+        base = tmp_path / name / "t"
+        return Table.open(str(base), Config.resolve(explicit={**lock_config(base), **two}))
+
+    caplog.set_level("INFO", logger="indexer.build")
+    AsyncIndexer(opened("threads"), IndexerOptions(engine="local")).run(ALL)
+    assert "without Spark (2 threads)" in caplog.text
+    monkeypatch.setattr("indexer.build.PROCESS_MIN_FILES", 1)
+    processes = opened("processes")
+    AsyncIndexer(processes, IndexerOptions(engine="local")).run(ALL)
+    assert "without Spark (2 processes)" in caplog.text
+    assert_exact(processes)
+    assert read_partitions(processes) == read_partitions(opened("threads"))
+
+    broken = opened("broken")
+    victim = next(f for f in broken.storage.list("", recursive=True) if f.path.endswith(".parquet"))
+    broken.storage.overwrite(victim.path, b"not parquet at all")
+    indexer = AsyncIndexer(broken, IndexerOptions(engine="local"))
+    with pytest.raises(IndexBuildAbortedError, match=f"NotParquetError: {re.escape(victim.path)}"):
+        indexer.run(["column_stats"])

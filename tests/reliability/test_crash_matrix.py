@@ -166,7 +166,7 @@ def indexer_args(folder: Path) -> list[str]:
         *conf_args(folder),
         # one build thread: the traced run and each killed run make their writes in one order,
         # so a point's number names the state it kills
-        "--conf=indexer.build.local.threads=1",
+        "--conf=indexer.build.local.workers=1",
     ]
 
 
