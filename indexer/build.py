@@ -1,5 +1,5 @@
 """The index build: base files for every data file visible at t, as a PySpark job or, for a
-table small enough that starting Spark would cost more than the build, in this process.
+table whose records one process holds well, without Spark (no JVM to start).
 
 The driver lists the data files committed up to t and starts, through the metadata table's
 :class:`~metadata_table.partition_writer.PartitionWriter`, one metadata compaction instant per

@@ -355,7 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "--engine",
                 choices=ENGINES,
                 default="auto",
-                help="where the build runs: spark; local (this process, no JVM); auto: spark when "
+                help="where the build runs: spark; local (this process and its worker processes, no JVM); auto: spark when "
                 "a master is named (--spark-master, the config file, spark-submit), else local "
                 f"up to {LOCAL_BUILD_MAX_FILES.key} data files ({LOCAL_BUILD_MAX_FILES.default}) "
                 "and spark beyond (default auto)",

@@ -371,7 +371,7 @@ LOCAL_BUILD_MAX_FILES: ConfigKey[int] = _key(
     ConfigKey(
         "indexer.build.local.max.files",
         int,
-        10_000,
+        100_000,
         "With --engine auto (the default) and no Spark master named, an index build over at most "
         "this many data files runs in the indexer's own process instead of starting Spark. "
         "0: always Spark.",
