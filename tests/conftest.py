@@ -3,6 +3,8 @@
 * ``s3_endpoint``: moto's S3 server over HTTP on 127.0.0.1 (a free port), with a bucket.
 * ``postgres_url``: a throwaway PostgreSQL server (initdb + pg_ctl) on a free loopback port.
 * ``storage``: a fresh :class:`Storage` on each backend (local, memory, s3).
+* Tests marked ``soak`` are exhaustive variants of a test that CI runs in one form: they are
+  skipped unless ``AIX_SOAK=1`` (``make soak``), which keeps ``make test`` within CI's budget.
 * ``hudi``: Apache Hudi 0.15 itself (its Spark writer, readers, table services and async indexer),
   driven in its own environment as a subprocess (tests/hudi_peer/). Tests that use it are marked
   ``hudi``; if the environment cannot be built, they fail with the reason, never skip.
@@ -33,6 +35,9 @@ logging.getLogger("werkzeug").setLevel(logging.WARNING)
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+
+SOAK = os.environ.get("AIX_SOAK") == "1"
 
 
 def free_port() -> int:
@@ -155,9 +160,13 @@ SLOW_FOLDERS = ("tests/reliability/", "tests/spark/")
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Markers from what a test uses, so they cannot drift from the code: ``hudi`` (Apache Hudi
     itself; ``make test-hudi``), ``s3`` (moto's server), ``postgres`` (a throwaway server) and
-    ``slow`` (a JVM, a cluster, the reliability suites; ``make test-fast`` leaves them out)."""
+    ``slow`` (a JVM, a cluster, the reliability suites; ``make test-fast`` leaves them out). And
+    the variants marked ``soak`` are skipped unless ``AIX_SOAK=1``."""
     root = Path(__file__).resolve().parent.parent
+    soak_only = pytest.mark.skip(reason="an exhaustive variant: make soak (AIX_SOAK=1) runs it")
     for item in items:
+        if not SOAK and item.get_closest_marker("soak") is not None:
+            item.add_marker(soak_only)
         fixtures = set(getattr(item, "fixturenames", ()))
         params = {str(v) for v in getattr(getattr(item, "callspec", None), "params", {}).values()}
         if "hudi" in fixtures:

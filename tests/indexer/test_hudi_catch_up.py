@@ -112,7 +112,7 @@ def _valid(table: Table) -> bool:
     return all(r.ok for r in validate(table))
 
 
-@pytest.mark.parametrize("closer", ["daemon", "sync"])
+@pytest.mark.parametrize("closer", ["daemon", pytest.param("sync", marks=pytest.mark.soak)])
 def test_the_index_catches_up_after_an_outage_and_stays_caught_up(
     hudi: HudiPeer, tmp_path: Path, closer: str
 ) -> None:

@@ -22,13 +22,15 @@ from writer.client import Operation, WriteClient
 from ..metadata_table.test_metadata_table import keys, rows
 from .test_indexer import assert_exact, make_table
 
+#: CI kills mid-build and mid-catch-up here, and make soak at every point; the crash matrix
+#: (tests/reliability) kills the indexer at each of its failpoints and storage writes in CI
 KILL_POINTS = [
-    "schedule.after_plan",
-    "execute.after_inflight",
+    pytest.param("schedule.after_plan", marks=pytest.mark.soak),
+    pytest.param("execute.after_inflight", marks=pytest.mark.soak),
     "build.mid",
-    "execute.after_build",
+    pytest.param("execute.after_build", marks=pytest.mark.soak),
     "catchup.mid",
-    "complete.after_partitions",
+    pytest.param("complete.after_partitions", marks=pytest.mark.soak),
 ]
 
 

@@ -180,7 +180,7 @@ def test_writes_run_on_the_cluster(tmp_path: Path, spark_cluster: SparkCluster) 
     assert_table(base, want)
 
 
-@pytest.mark.parametrize("mode", ["kill", "raise"])
+@pytest.mark.parametrize("mode", ["kill", pytest.param("raise", marks=pytest.mark.soak)])
 def test_a_retried_task_leaves_no_partial_file(
     tmp_path: Path, spark_cluster: SparkCluster, mode: str
 ) -> None:
