@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 
 import pyarrow as pa
@@ -105,6 +105,54 @@ def build_records(
     return in_file_order(partition, _base_records(table, timeline, partition, columns, upto))
 
 
+def build_records_each(
+    table: Table,
+    timeline: Timeline,
+    partitions: Mapping[str, Sequence[str] | None],
+    upto: str | None = None,
+) -> Iterator[tuple[str, pa.Table]]:
+    """(partition, :func:`build_records`) of each of ``partitions`` (partition -> its columns)
+    over one snapshot. Those of one record per data file come first, all from a single read of
+    each file, so a caller that checks them all (validate) reads the table once for them, not
+    once each; then the others, one at a time as iterated."""
+    per_file = [p for p in partitions if _per_file(p)]
+    made = _per_file_records(table, timeline, per_file, partitions, upto)
+    for partition in per_file:
+        yield partition, in_file_order(partition, made.pop(partition))
+    for partition, columns in partitions.items():
+        if partition not in per_file:
+            yield partition, build_records(table, timeline, partition, columns, upto)
+
+
+def _per_file(partition: str) -> bool:
+    """Whether each data file's records of ``partition`` come from that file alone."""
+    kind = index_type(partition)
+    return not (kind.recomputed or kind.keyed_by_record)
+
+
+def _per_file_records(
+    table: Table,
+    timeline: Timeline,
+    partitions: Sequence[str],
+    columns: Mapping[str, Sequence[str] | None],
+    upto: str | None,
+) -> dict[str, pa.Table]:
+    """Records of per-file ``partitions``, a chunk of committed data files at a time, each file
+    read once for all of them (footers not all held)."""
+    if not partitions:
+        return {}
+    parts: dict[str, list[pa.Table]] = {p: [] for p in partitions}
+    for chunk in _chunks(iter_committed_data_files(table, timeline, upto)):
+        for p in partitions:
+            parts[p].append(index_type(p).records(chunk, columns.get(p) or (), upto or ""))
+    return {
+        p: pa.concat_tables(tables)
+        if tables
+        else index_type(p).records([], columns.get(p) or (), upto or "")
+        for p, tables in parts.items()
+    }
+
+
 def _base_records(
     table: Table,
     timeline: Timeline,
@@ -116,11 +164,10 @@ def _base_records(
     """The records of ``partition`` over the committed data files up to ``upto`` (``infos``,
     when the caller has read them): the latest ones for a recomputed type."""
     kind = index_type(partition)
-    if infos is None and not (kind.recomputed or kind.keyed_by_record):
-        # records of one file each: made a chunk of files at a time, footers not all held
-        files = iter_committed_data_files(table, timeline, upto, kind.row_columns)
-        parts = [kind.records(chunk, columns or (), upto or "") for chunk in _chunks(files)]
-        return pa.concat_tables(parts) if parts else kind.records([], columns or (), upto or "")
+    if infos is None and _per_file(partition):
+        return _per_file_records(table, timeline, [partition], {partition: columns}, upto)[
+            partition
+        ]
     if infos is None:
         latest = kind.keyed_by_record  # what the latest slices hold: older versions not read
         infos = committed_data_files(table, timeline, upto, kind.row_columns, latest)

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from metadata_table.index_types import index_type
-from metadata_table.maintenance import build_records
+from metadata_table.maintenance import build_records_each
 from metadata_table.table import MetadataTable
 from timeline.table import Table
 
@@ -58,13 +58,16 @@ def validate(
     timeline = table.timeline.load()
     reader = MetadataTable(table).reader(timeline)
     reports: list[PartitionReport] = []
-    for partition in state.completed:
+    wanted = {
+        p: (list(state.column_stats_columns) or None if index_type(p).takes_columns else None)
+        for p in state.completed
+    }
+    for partition, records in build_records_each(table, timeline, wanted):
         if progress is not None:
             progress(len(reports), len(state.completed))
         kind = index_type(partition)
-        columns = list(state.column_stats_columns) or None if kind.takes_columns else None
         ours = kind.comparable_table(reader.read(partition))
-        rebuilt = kind.comparable_table(build_records(table, timeline, partition, columns))
+        rebuilt = kind.comparable_table(records)
         missing, stale, wrong = differences(ours, rebuilt)
         lost = reader.lost(partition)
         behind = [] if lost else reader.unapplied(partition)
@@ -80,7 +83,8 @@ def validate(
         )
     if progress is not None:
         progress(len(reports), len(state.completed))
-    return reports
+    order = {p: n for n, p in enumerate(state.completed)}
+    return sorted(reports, key=lambda r: order[r.partition])
 
 
 def differences(ours: pa.Table, rebuilt: pa.Table) -> tuple[list[str], list[str], list[str]]:

@@ -67,3 +67,36 @@ def test_a_null_struct_differs_from_a_struct_of_nulls() -> None:
     ours = _table({"k": {"value": None, **row}}, False)
     rebuilt = _table({"k": {"value": empty, **row}}, False)
     assert differences(ours, rebuilt) == ([], [], ["k"])
+
+
+def test_validate_reads_each_data_file_once_for_the_per_file_partitions(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    """files, column_stats and bloom_filters hold one record per data file: validate rebuilds
+    all three from one read of each file's footer (it read the table once per partition)."""
+    from collections import Counter
+
+    import metadata_table.maintenance as maintenance
+    from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES
+    from metadata_table.validate import validate
+    from writer.client import WriteClient
+
+    from .test_metadata_table import keys, make_table, rows
+
+    table = make_table(tmp_path / "t")
+    with WriteClient(table) as client:
+        for n in range(3):
+            client.insert(rows(keys(n * 20, n * 20 + 20)))
+    maintenance.initialize(table, [FILES, COLUMN_STATS, BLOOM_FILTERS])
+    reads: Counter[str] = Counter()
+    read_footer = maintenance.info_from_storage
+
+    def counted(storage: Any, partition: str, name: str, *args: Any, **kwargs: Any) -> Any:
+        reads[f"{partition}/{name}"] += 1
+        return read_footer(storage, partition, name, *args, **kwargs)
+
+    monkeypatch.setattr(maintenance, "info_from_storage", counted)
+    reports = validate(table)
+    assert [r.partition for r in reports] == list(table.reload_index_state().completed)
+    assert all(r.ok for r in reports), [r.to_json() for r in reports]
+    assert reads and set(reads.values()) == {1}, reads
