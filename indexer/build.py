@@ -21,14 +21,11 @@ footers' statistics are Python objects, so threads would share one core), a smal
 
 from __future__ import annotations
 
-import functools
 import logging
-import multiprocessing
-import os
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from metadata_table.partition_writer import (
@@ -38,18 +35,12 @@ from metadata_table.partition_writer import (
     RecordsPart,
     file_records,
 )
+from metadata_table.workers import map_chunks, workers_for
 from timeline.failpoints import current, task_failpoint
 from timeline.storage import Storage
 
 logger = logging.getLogger(__name__)
 
-#: workers of a build without Spark: one per core, at most four
-LOCAL_WORKERS = min(4, os.cpu_count() or 1)
-
-#: a build without Spark over at least this many data files reads them in worker processes: a
-#: process starts (spawned, so no lock or thread of this one is copied) in about a second, which
-#: a read of this many footers on a second core pays back; a smaller build reads in threads
-PROCESS_MIN_FILES = 2_000
 
 Progress = Callable[[int, int], None]  # (tasks done, tasks total)
 
@@ -180,17 +171,14 @@ def run_build_local(
     marker_instant: str,
     progress: Progress | None = None,
     workers: int = 0,
-    processes: bool | None = None,
 ) -> dict[str, dict[str, int]]:
     """:func:`run_build` without Spark, so no JVM to start. The chunks of data files are read by
-    ``workers`` workers (0: :data:`LOCAL_WORKERS`): processes when ``processes`` (None: from
-    :data:`PROCESS_MIN_FILES` data files on), else threads; their records come back to this
-    process as Arrow tables, in chunk order. The file groups are then written by as many threads
-    (Parquet writes, hashing and sorting run outside the GIL). Progress counts chunks of data
-    files read, then file groups written."""
-    workers = max(1, min(workers or LOCAL_WORKERS, len(files)))
-    if processes is None:
-        processes = workers > 1 and len(files) >= PROCESS_MIN_FILES
+    ``workers`` workers (0: one per core, at most four; processes from
+    :data:`~metadata_table.workers.PROCESS_MIN_FILES` data files on, else threads), their
+    records coming back to this process as Arrow tables, in chunk order. The file groups are
+    then written by as many threads (Parquet writes, hashing and sorting run outside the GIL).
+    Progress counts chunks of data files read, then file groups written."""
+    workers, processes = workers_for(len(files), workers)
     size = max(1, min(RECORDS_CHUNK, -(-len(files) // workers)))
     chunks = [files[i : i + size] for i in range(0, len(files), size)]
     groups = [(n, build, g) for n, build in enumerate(builds) for g in range(build.groups)]
@@ -203,13 +191,12 @@ def run_build_local(
         "processes" if processes else "threads",
     )
     parts: dict[tuple[int, int], list[RecordsPart]] = defaultdict(list)
-    pool, read = _readers(storage, builds, workers, processes)
-    with pool:
-        for done, made in enumerate(pool.map(read, chunks), start=1):
-            for number, group, part in made:
-                parts[(number, group)].append(part)
-            if progress is not None:
-                progress(done, total)
+    read = map_chunks(_read, (storage, builds), chunks, workers, processes)
+    for done, made in enumerate(read, start=1):
+        for number, group, part in made:
+            parts[(number, group)].append(part)
+        if progress is not None:
+            progress(done, total)
 
     def write(job: tuple[int, PartitionBuild, int]) -> tuple[str, str, int]:
         number, build, group = job
@@ -227,38 +214,10 @@ def run_build_local(
 
 
 def _read(
-    storage: Storage, builds: Sequence[PartitionBuild], chunk: list[DataFile]
+    context: tuple[Storage, Sequence[PartitionBuild]], chunk: list[DataFile]
 ) -> list[tuple[int, int, RecordsPart]]:
+    storage, builds = context
     return list(file_records(storage, iter(chunk), builds, shuffled=False))
-
-
-#: a worker process's storage and builds, set once when it starts so no chunk ships them again
-_reading: tuple[Storage, Sequence[PartitionBuild]] | None = None
-
-
-def _start_reader(storage: Storage, builds: Sequence[PartitionBuild]) -> None:
-    global _reading
-    _reading = (storage, builds)
-
-
-def _read_in_worker(chunk: list[DataFile]) -> list[tuple[int, int, RecordsPart]]:
-    assert _reading is not None, "not a reader process"
-    return _read(*_reading, chunk)
-
-
-def _readers(
-    storage: Storage, builds: Sequence[PartitionBuild], workers: int, processes: bool
-) -> tuple[Executor, Callable[[list[DataFile]], list[tuple[int, int, RecordsPart]]]]:
-    """A pool for the reads and the function it runs on each chunk of data files."""
-    if processes:
-        pool = ProcessPoolExecutor(
-            workers,
-            mp_context=multiprocessing.get_context("spawn"),
-            initializer=_start_reader,
-            initargs=(storage, builds),
-        )
-        return pool, _read_in_worker
-    return ThreadPoolExecutor(workers, "build-read"), functools.partial(_read, storage, builds)
 
 
 def _watch(sc: Any, progress: Progress, stop: threading.Event, total: int) -> threading.Thread:

@@ -13,6 +13,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 import pyarrow as pa
 
@@ -26,8 +27,17 @@ from metadata_table.layout import (
 )
 from metadata_table.partition_stats import superseded
 from metadata_table.reader import MetadataReader
-from metadata_table.records import DataFileInfo, info_from_log, info_from_storage, virtual_keys
+from metadata_table.records import (
+    DataFile,
+    DataFileInfo,
+    info_from_log,
+    info_from_storage,
+    info_of,
+    virtual_keys,
+)
 from metadata_table.table import MetadataTable
+from metadata_table.workers import map_chunks, workers_for
+from timeline.config import LOCAL_BUILD_WORKERS
 from timeline.fs_view import FileSystemView
 from timeline.instant import Instant, is_after
 from timeline.table import Table
@@ -111,17 +121,18 @@ def build_records_each(
     partitions: Mapping[str, Sequence[str] | None],
     upto: str | None = None,
 ) -> Iterator[tuple[str, pa.Table]]:
-    """(partition, :func:`build_records`) of each of ``partitions`` (partition -> its columns)
-    over one snapshot. Those of one record per data file come first, all from a single read of
-    each file, so a caller that checks them all (validate) reads the table once for them, not
-    once each; then the others, one at a time as iterated."""
+    """(partition, the records of :func:`build_records`, in no particular order) of each of
+    ``partitions`` (partition -> its columns) over one snapshot. Those of one record per data
+    file come first, all from a single read of each file, so a caller that checks them all
+    (validate) reads the table once for them, not once each; then the others, one at a time as
+    iterated."""
     per_file = [p for p in partitions if _per_file(p)]
     made = _per_file_records(table, timeline, per_file, partitions, upto)
     for partition in per_file:
-        yield partition, in_file_order(partition, made.pop(partition))
+        yield partition, made.pop(partition)
     for partition, columns in partitions.items():
         if partition not in per_file:
-            yield partition, build_records(table, timeline, partition, columns, upto)
+            yield partition, _base_records(table, timeline, partition, columns, upto)
 
 
 def _per_file(partition: str) -> bool:
@@ -137,20 +148,57 @@ def _per_file_records(
     columns: Mapping[str, Sequence[str] | None],
     upto: str | None,
 ) -> dict[str, pa.Table]:
-    """Records of per-file ``partitions``, a chunk of committed data files at a time, each file
-    read once for all of them (footers not all held)."""
+    """Records of per-file ``partitions`` over the committed data files (up to ``upto``), each
+    file read once for all of them, a chunk of files at a time (footers not all held), on
+    ``indexer.build.local.workers`` workers (:mod:`metadata_table.workers`)."""
     if not partitions:
         return {}
+    view = FileSystemView(table.timeline, timeline, as_of=upto)
+    files: list[DataFile] = [
+        (b.partition_path, b.file_name, b.size, b.instant_time)
+        for b in view.all_base_files
+        if view.is_committed(b.instant_time)
+    ]
+    files += [(log.partition_path, log.file_name, log.size, "") for log in view.committed_log_files]
+    workers, processes = workers_for(len(files), table.config.get(LOCAL_BUILD_WORKERS))
+    size = max(1, min(CHUNK_FILES, -(-len(files) // workers)))
+    logger.info(
+        "rebuilding %s over %d data files (%d %s)",
+        ",".join(partitions),
+        len(files),
+        workers,
+        "processes" if processes else "threads",
+    )
+    chunks = [files[i : i + size] for i in range(0, len(files), size)]
+    context = (
+        table.storage,
+        list(partitions),
+        dict(columns),
+        upto,
+        view.committed,
+        virtual_keys(table),
+    )
     parts: dict[str, list[pa.Table]] = {p: [] for p in partitions}
-    for chunk in _chunks(iter_committed_data_files(table, timeline, upto)):
-        for p in partitions:
-            parts[p].append(index_type(p).records(chunk, columns.get(p) or (), upto or ""))
+    for made in map_chunks(_records_of_files, context, chunks, workers, processes):
+        for p, records in made.items():
+            parts[p].append(records)
     return {
         p: pa.concat_tables(tables)
         if tables
         else index_type(p).records([], columns.get(p) or (), upto or "")
         for p, tables in parts.items()
     }
+
+
+def _records_of_files(context: tuple[Any, ...], chunk: list[DataFile]) -> dict[str, pa.Table]:
+    """A worker's part of :func:`_per_file_records`: one chunk's records of each partition."""
+    storage, partitions, columns, upto, counted, keygen = context
+    infos = []
+    for partition, name, size, instant in chunk:
+        info = info_of(storage, partition, name, size, instant, counted.__contains__, keygen=keygen)
+        if info is not None:  # a log file without counted blocks
+            infos.append(info)
+    return {p: index_type(p).records(infos, columns.get(p) or (), upto or "") for p in partitions}
 
 
 def _base_records(

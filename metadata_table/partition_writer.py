@@ -48,7 +48,7 @@ from metadata_table.maintenance import compact
 from metadata_table.migrate import MigrationResult, has_legacy_index, migrate
 from metadata_table.partition_stats import superseded
 from metadata_table.reader import MetadataReader
-from metadata_table.records import DataFileInfo, info_of, virtual_keys
+from metadata_table.records import DataFile, DataFileInfo, info_of, virtual_keys
 from metadata_table.records import key_fields_refusal as key_fields_refusal
 from metadata_table.records import secondary_index_refusal as secondary_index_refusal
 from metadata_table.table import MetadataTable, split_by_group, write_base_file
@@ -67,10 +67,6 @@ from timeline.table import Table
 from timeline.timeline import CommittedWrites, Timeline
 
 logger = logging.getLogger(__name__)
-
-#: (partition path, file name, size, instant) of a committed data file; a log file's instant is
-#: "" (its blocks name theirs, and a build counts those of :attr:`PartitionBuild.counted`)
-DataFile = tuple[str, str, int, str]
 
 #: a file group's records from one task: Arrow IPC bytes (from Spark tasks) or a table (in process)
 RecordsPart: TypeAlias = bytes | pa.Table

@@ -410,6 +410,11 @@ def info_from_log(
     )
 
 
+#: (partition path, file name, size, instant) of a committed data file; a log file's instant is
+#: "" (its blocks name theirs: the reader says which count)
+DataFile = tuple[str, str, int, str]
+
+
 def info_of(
     storage: Storage,
     partition: str,

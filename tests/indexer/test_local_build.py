@@ -156,7 +156,7 @@ def test_worker_processes_write_what_threads_write(
     caplog.set_level("INFO", logger="indexer.build")
     AsyncIndexer(opened("threads"), IndexerOptions(engine="local")).run(ALL)
     assert "without Spark (2 threads)" in caplog.text
-    monkeypatch.setattr("indexer.build.PROCESS_MIN_FILES", 1)
+    monkeypatch.setattr("metadata_table.workers.PROCESS_MIN_FILES", 1)
     processes = opened("processes")
     AsyncIndexer(processes, IndexerOptions(engine="local")).run(ALL)
     assert "without Spark (2 processes)" in caplog.text

@@ -3,9 +3,11 @@ the record-for-record rule it replaced (Python dicts of both sides, keyed by ``k
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -70,14 +72,17 @@ def test_a_null_struct_differs_from_a_struct_of_nulls() -> None:
 
 
 def test_validate_reads_each_data_file_once_for_the_per_file_partitions(
-    tmp_path: Any, monkeypatch: Any
+    tmp_path: Any, monkeypatch: Any, caplog: Any
 ) -> None:
     """files, column_stats and bloom_filters hold one record per data file: validate rebuilds
-    all three from one read of each file's footer (it read the table once per partition)."""
+    all three from one read of each file's footer (it read the table once per partition), in
+    threads for a small table and in worker processes for a large one (forced here), with the
+    same reports."""
     from collections import Counter
 
-    import metadata_table.maintenance as maintenance
+    import metadata_table.records as records
     from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES
+    from metadata_table.maintenance import initialize
     from metadata_table.validate import validate
     from writer.client import WriteClient
 
@@ -87,16 +92,33 @@ def test_validate_reads_each_data_file_once_for_the_per_file_partitions(
     with WriteClient(table) as client:
         for n in range(3):
             client.insert(rows(keys(n * 20, n * 20 + 20)))
-    maintenance.initialize(table, [FILES, COLUMN_STATS, BLOOM_FILTERS])
+    initialize(table, [FILES, COLUMN_STATS, BLOOM_FILTERS])
     reads: Counter[str] = Counter()
-    read_footer = maintenance.info_from_storage
+    read_footer = records.info_from_storage
 
     def counted(storage: Any, partition: str, name: str, *args: Any, **kwargs: Any) -> Any:
         reads[f"{partition}/{name}"] += 1
         return read_footer(storage, partition, name, *args, **kwargs)
 
-    monkeypatch.setattr(maintenance, "info_from_storage", counted)
-    reports = validate(table)
+    with monkeypatch.context() as patched:
+        patched.setattr(records, "info_from_storage", counted)
+        reports = validate(table)
     assert [r.partition for r in reports] == list(table.reload_index_state().completed)
     assert all(r.ok for r in reports), [r.to_json() for r in reports]
     assert reads and set(reads.values()) == {1}, reads
+
+    # a data file rewritten behind the index's back: its column stats are now wrong
+    victim = sorted(reads)[0]
+    data = pq.read_table(io.BytesIO(table.storage.read(victim)))
+    fares = pa.array([f + 1000.0 for f in data.column("fare").to_pylist()])
+    out = io.BytesIO()
+    pq.write_table(data.set_column(data.schema.get_field_index("fare"), "fare", fares), out)
+    table.storage.overwrite(victim, out.getvalue())
+    in_threads = [r.to_json() for r in validate(table)]
+    assert any(r["wrong"] for r in in_threads), in_threads
+    monkeypatch.setattr("metadata_table.workers.PROCESS_MIN_FILES", 1)
+    monkeypatch.setattr("metadata_table.workers.DEFAULT_WORKERS", 2)
+    caplog.set_level("INFO", logger="metadata_table.maintenance")
+    in_processes = [r.to_json() for r in validate(table)]
+    assert "(2 processes)" in caplog.text
+    assert in_processes == in_threads
