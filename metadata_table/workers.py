@@ -3,16 +3,24 @@ processes or threads, results taken in chunk order.
 
 A footer's statistics become Python objects (pyarrow's ``FileMetaData`` and the aggregates made
 of it), so threads reading footers share one core through the GIL; from
-:data:`PROCESS_MIN_FILES` data files on, the chunks go to worker processes. They are spawned, not
-forked, so no lock or thread of the caller (a heartbeat, a lock client) is copied into them, and
-each gets the work's shared context once, when it starts, not with every chunk.
+:data:`PROCESS_MIN_FILES` data files on, the chunks go to worker processes. They are forked from
+multiprocessing's fork server, a clean process started once, with the work's module (pyarrow and
+this project) imported before it forks: so no lock or thread of the caller (a heartbeat, a lock
+client) is copied into them and a worker starts in milliseconds. multiprocessing would also run
+the caller's main script again in each worker, which breaks a script without a ``__main__``
+guard (a user's script calling the API): workers are started while ``__main__`` is hidden, since
+the work runs functions of this project's modules only. Each gets the work's shared context
+once, when it starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
 import os
+import sys
+import types
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -20,8 +28,8 @@ from typing import Any, TypeVar
 #: workers when none are configured: one per core, at most four
 DEFAULT_WORKERS = min(4, os.cpu_count() or 1)
 
-#: from this many data files on, worker processes: one starts in about a second (imports), which
-#: reading this many footers on another core pays back; fewer files are read in threads
+#: from this many data files on, worker processes (the fork server starts in about a second, once
+#: per process, which reading this many footers on another core pays back); fewer: threads
 PROCESS_MIN_FILES = 2_000
 
 Chunk = TypeVar("Chunk")
@@ -50,9 +58,13 @@ def map_chunks(
     the results picklable (Arrow tables are); an error raised by ``work`` is raised here."""
     pool: Executor
     if processes:
+        mp_context = multiprocessing.get_context("forkserver")
+        # what the server imports before forking workers (only the first call's list counts:
+        # the server starts once); not the default, the caller's main script
+        mp_context.set_forkserver_preload([work.__module__])
         pool = ProcessPoolExecutor(
             workers,
-            mp_context=multiprocessing.get_context("spawn"),
+            mp_context=mp_context,
             initializer=_start,
             initargs=(context,),
         )
@@ -61,7 +73,21 @@ def map_chunks(
         pool = ThreadPoolExecutor(workers, "read")
         call = functools.partial(work, context)
     with pool:
-        yield from pool.map(call, chunks)
+        with _main_hidden() if processes else contextlib.nullcontext():
+            results = pool.map(call, chunks)  # submits every chunk: every worker starts here
+        yield from results
+
+
+@contextlib.contextmanager
+def _main_hidden() -> Iterator[None]:
+    """``__main__`` as an empty module, so a worker started meanwhile does not import the
+    caller's main script again."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
 
 
 def _start(context: Any) -> None:

@@ -169,3 +169,33 @@ def test_worker_processes_write_what_threads_write(
     indexer = AsyncIndexer(broken, IndexerOptions(engine="local"))
     with pytest.raises(IndexBuildAbortedError, match=f"NotParquetError: {re.escape(victim.path)}"):
         indexer.run(["column_stats"])
+
+
+def test_worker_processes_never_run_the_callers_script_again(tmp_path: Path) -> None:
+    """A user's script without a ``__main__`` guard builds through worker processes: they must
+    not run it again (multiprocessing's default, which would build again in every worker and
+    then fail)."""
+    base = tmp_path / "t"
+    make_table(base)
+    script = tmp_path / "build.py"
+    script.write_text(
+        "import logging\n"
+        "import metadata_table.workers as workers\n"
+        "from indexer.indexer import AsyncIndexer, IndexerOptions\n"
+        "from timeline import Table\n"
+        "from timeline.config import Config\n"
+        "logging.basicConfig(level=logging.INFO)\n"
+        "workers.PROCESS_MIN_FILES, workers.DEFAULT_WORKERS = 1, 2\n"
+        f"table = Table.open({str(base)!r}, Config.resolve(explicit={lock_config(base)!r}))\n"
+        "AsyncIndexer(table, IndexerOptions(engine='local')).run(['column_stats'])\n"
+        "print('built')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "without Spark (2 processes)" in done.stderr, done.stderr[-3000:]
+    assert done.stdout.split() == ["built"]
+    assert_exact(
+        Table.open(str(base), Config.resolve(explicit=lock_config(base))), ["column_stats"]
+    )
