@@ -98,11 +98,11 @@ def differences(ours: pa.Table, rebuilt: pa.Table) -> tuple[list[str], list[str]
     stale = _keys(mine, pc.invert(pc.is_in(mine, value_set=theirs)))
     at = pc.index_in(theirs, value_set=mine)  # each rebuilt record's row in ours
     both = pc.is_valid(at)
-    rebuilt, ours = rebuilt.filter(both), ours.take(at.filter(both))
-    differ = np.zeros(rebuilt.num_rows, dtype=bool)
-    for name in rebuilt.column_names:
-        differ |= ~_same(rebuilt.column(name), ours.column(name))
-    wrong = _keys(rebuilt.column("key"), pa.array(differ))
+    rows = at.filter(both)
+    differ = np.zeros(len(rows), dtype=bool)
+    for name in rebuilt.column_names:  # one column aligned at a time: no copy of whole tables
+        differ |= ~_same(rebuilt.column(name).filter(both), ours.column(name).take(rows))
+    wrong = _keys(theirs.filter(both), pa.array(differ))
     return missing, stale, wrong
 
 
