@@ -385,8 +385,9 @@ LOCAL_BUILD_WORKERS: ConfigKey[int] = _key(
         "indexer.build.local.workers",
         int,
         0,
-        "Workers of an index build without Spark: processes reading the data files (threads "
-        "below 2,000 files), then threads writing the file groups. 0: one per core, at most 4. "
+        "Workers of an index build without Spark and of validate's rebuild: processes reading "
+        "the data files (threads below 2,000 files), then, for a build, threads writing the file "
+        "groups. 0: one per core, at most 4. "
         "Lower it to leave cores to ingestion on a shared host; 1 also makes the build's "
         "storage writes come in one order.",
         lambda v: v >= 0,
