@@ -76,10 +76,11 @@ bench-mor: $(VENV)/.installed-test
 bench-record-index: $(VENV)/.installed-test system-deps hudi-peer
 	$(PY) scripts/bench/record_index.py
 
-# Tables of 100,000 small files in 50 commits with random keys: build, validate, fresh reads,
-# each a new process (SIZES=100000,1000000 for more; about 10 minutes a 100,000).
-bench-scale: $(VENV)/.installed-test
-	$(PY) scripts/bench/scale.py --sizes $(or $(SIZES),100000)
+# Tables of 2,000, 20,000 and 100,000 small files in 50 commits with random keys: build, validate,
+# fresh reads, each a new process, and Apache Hudi's HoodieIndexer on a copy of each
+# (SIZES=100000,1000000 for others; about 10 minutes a 100,000).
+bench-scale: $(VENV)/.installed-test system-deps hudi-peer
+	$(PY) scripts/bench/scale.py --sizes $(or $(SIZES),2000,20000,100000) --hudi
 
 # The full suite: writes docs/benchmarks.md and docs/bench-*.png (about 20 minutes on 2 cores).
 bench: $(VENV)/.installed-bench system-deps hudi-peer

@@ -12,7 +12,11 @@ scripts/bench/synthetic.py makes (20 rows a file, 100 partitions, 50 commits, ra
   inside it, interpreter start-up not included): the first call of each (cold: the process's
   lazy imports included), then on another fresh snapshot (its listing and index reads
   included), then on a kept snapshot;
-- ``indexer validate`` in a new process: seconds, ratio to the bound, peak memory.
+- ``indexer validate`` in a new process: seconds, ratio to the bound, peak memory;
+- with ``--hudi``, Apache Hudi 0.15's HoodieIndexer (column_stats and bloom_filters; it builds
+  its ``files`` partition first, as ours builds ``files`` too) on a copy of the same table, made
+  before our build, through the test harness's peer in a JVM of its own: its seconds, JVM start
+  included, and Hudi / ours.
 
 Ratios are measured in one run (the machine is shared and noisy); the markdown table is printed
 and, with ``--out``, written to a file.
@@ -29,6 +33,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -92,7 +97,22 @@ def _run(command: list[str]) -> tuple[float, float, str]:
     return seconds, peak, out
 
 
-def measure(root: Path, files: int) -> dict[str, float]:
+def hudi_index_seconds(peer: Any, base: Path) -> float:
+    """HoodieIndexer's column_stats and bloom_filters on ``base``, JVM start included."""
+    from tests.hudi_peer.peer import HudiTable
+
+    table = HudiTable(
+        str(base),
+        name="synthetic",
+        record_key=("key",),
+        partition_fields=("part",),
+        precombine=None,
+    )
+    seconds: float = peer.index(table, ["column_stats", "bloom_filters"])["wall_seconds"]
+    return seconds
+
+
+def measure(root: Path, files: int, peer: Any = None) -> dict[str, float]:
     base = root / f"t{files}"
     lock = f"sqlite:///{root / f'locks-{files}.sqlite'}"
     config = Config.resolve(explicit={"indexer.lock.url": lock})
@@ -103,6 +123,13 @@ def measure(root: Path, files: int) -> dict[str, float]:
     made = time.perf_counter() - began
     print(f"  {files:,} files made in {made:.0f} s", file=sys.stderr, flush=True)
     bound = lower_bound(table)
+    hudi = None
+    if peer is not None:
+        copy = root / f"t{files}-hudi"
+        shutil.copytree(base, copy)
+        hudi = hudi_index_seconds(peer, copy)
+        shutil.rmtree(copy, ignore_errors=True)
+        print(f"  HoodieIndexer {hudi:.1f} s", file=sys.stderr, flush=True)
     cli = [sys.executable, "-m", "indexer"]
     conf = ["--conf", f"indexer.lock.url={lock}"]
     build, build_peak, _ = _run([*cli, "run", str(base), "--index-types", INDEXES, *conf])
@@ -122,6 +149,7 @@ def measure(root: Path, files: int) -> dict[str, float]:
         "validate": validate,
         "validate_peak": validate_peak,
         **reads,
+        **({"hudi": hudi} if hudi is not None else {}),
     }
 
 
@@ -141,6 +169,18 @@ def table(results: list[dict[str, float]]) -> str:
             f"{r['lookup_cold']:.0f} / {r['lookup_fresh']:.0f} / {r['lookup_kept']:.1f} | "
             f"{r['kept']} / {r['holders']} |"
         )
+    peer = [r for r in results if "hudi" in r]
+    if peer:
+        lines += [
+            "",
+            "| data files | ours: `indexer run` s | Hudi 0.15 HoodieIndexer s | Hudi / ours |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['files']:,} | {r['build']:.1f} | {r['hudi']:.1f} | "
+            f"**{r['hudi'] / r['build']:.2f}x** |"
+            for r in peer
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -151,14 +191,31 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--root", help="a folder for the tables (default: a temporary one)")
     parser.add_argument("--out", help="also write the markdown table to this file")
+    parser.add_argument(
+        "--hudi",
+        action="store_true",
+        help="also run Apache Hudi 0.15's HoodieIndexer on a copy of each table (needs the "
+        "peer environment: make hudi-peer)",
+    )
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     root = Path(args.root or tempfile.mkdtemp(prefix="bench-scale-"))
     root.mkdir(parents=True, exist_ok=True)
+    peer = None
+    if args.hudi:
+        from tests.hudi_peer.peer import start_peer
+
+        scratch = root / "peer-scratch"
+        scratch.mkdir(exist_ok=True)
+        peer = start_peer(scratch)
     results = []
-    for files in sizes:
-        results.append(measure(root, files))
-        print(f"  {results[-1]}", file=sys.stderr, flush=True)
+    try:
+        for files in sizes:
+            results.append(measure(root, files, peer))
+            print(f"  {results[-1]}", file=sys.stderr, flush=True)
+    finally:
+        if peer is not None:
+            peer.close()
     text = (
         f"Tables of {ROWS} rows a file, {PARTITIONS} partitions, {COMMITS} commits, random "
         f"keys (scripts/bench/synthetic.py); indexes {INDEXES}; each command in a new "
