@@ -34,8 +34,9 @@ from metadata_table.partition_writer import (
     PartitionBuild,
     RecordsPart,
     file_records,
+    map_chunks,
+    workers_for,
 )
-from metadata_table.workers import map_chunks, workers_for
 from timeline.failpoints import current, task_failpoint
 from timeline.storage import Storage
 
