@@ -98,7 +98,8 @@ def _bytes(folder: Path) -> int:
 
 def _hudi_build(source: Path, root: Path) -> tuple[float, int] | None:
     """HoodieIndexer --index-types RECORD_INDEX on a copy: (wall seconds, index bytes)."""
-    from tests.hudi_peer.peer import HudiTable, start_peer
+    from scripts.bench.synthetic import hudi_index_seconds
+    from tests.hudi_peer.peer import start_peer
 
     copy = root / "hudi-copy"
     shutil.copytree(source, copy)
@@ -106,14 +107,7 @@ def _hudi_build(source: Path, root: Path) -> tuple[float, int] | None:
     scratch.mkdir(parents=True, exist_ok=True)
     peer = start_peer(scratch)
     try:
-        hudi_table = HudiTable(
-            str(copy),
-            name="synthetic",
-            record_key=("key",),
-            partition_fields=("part",),
-            precombine=None,
-        )
-        seconds = peer.index(hudi_table, ["record_index"])["wall_seconds"]
+        seconds = hudi_index_seconds(peer, copy, ["record_index"])
     finally:
         peer.close()
     size = _bytes(copy / ".hoodie" / "metadata" / "record_index")

@@ -724,8 +724,8 @@ def section_listing(report: Report, root: Path, files: int) -> None:
 def section_peer(report: Report, root: Path, counts: list[int]) -> None:
     """Apache Hudi's own HoodieIndexer (through the test harness's peer, in a JVM of its own)
     and ours on copies of one table, both timed with their JVM start."""
-    from scripts.bench.synthetic import make_table
-    from tests.hudi_peer.peer import HudiTable, start_peer
+    from scripts.bench.synthetic import hudi_index_seconds, make_table
+    from tests.hudi_peer.peer import start_peer
 
     scratch = root / "peer-scratch"
     scratch.mkdir(parents=True, exist_ok=True)
@@ -742,14 +742,7 @@ def section_peer(report: Report, root: Path, counts: list[int]) -> None:
                 shutil.copytree(source, copy)
             ours = _indexer_run_seconds(ours_copy)
             ours_spark = _indexer_run_seconds(spark_copy, *SPARK_ENGINE)
-            hudi_table = HudiTable(
-                str(hudi_copy),
-                name="synthetic",
-                record_key=("key",),
-                partition_fields=("part",),
-                precombine=None,
-            )
-            theirs = peer.index(hudi_table, ["column_stats", "bloom_filters"])["wall_seconds"]
+            theirs = hudi_index_seconds(peer, hudi_copy, ["column_stats", "bloom_filters"])
             rows.append((files, ours, ours_spark, theirs))
             for folder in (source, ours_copy, spark_copy, hudi_copy):
                 shutil.rmtree(folder, ignore_errors=True)

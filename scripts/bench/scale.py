@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from scripts.bench.run_all import _tree_rss_mb, lower_bound  # noqa: E402
-from scripts.bench.synthetic import _key, make_table  # noqa: E402
+from scripts.bench.synthetic import _key, hudi_index_seconds, make_table  # noqa: E402
 from timeline.config import Config  # noqa: E402
 
 ROWS, PARTITIONS, COMMITS = 20, 100, 50
@@ -97,21 +97,6 @@ def _run(command: list[str]) -> tuple[float, float, str]:
     return seconds, peak, out
 
 
-def hudi_index_seconds(peer: Any, base: Path) -> float:
-    """HoodieIndexer's column_stats and bloom_filters on ``base``, JVM start included."""
-    from tests.hudi_peer.peer import HudiTable
-
-    table = HudiTable(
-        str(base),
-        name="synthetic",
-        record_key=("key",),
-        partition_fields=("part",),
-        precombine=None,
-    )
-    seconds: float = peer.index(table, ["column_stats", "bloom_filters"])["wall_seconds"]
-    return seconds
-
-
 def measure(root: Path, files: int, peer: Any = None) -> dict[str, float]:
     base = root / f"t{files}"
     lock = f"sqlite:///{root / f'locks-{files}.sqlite'}"
@@ -127,7 +112,7 @@ def measure(root: Path, files: int, peer: Any = None) -> dict[str, float]:
     if peer is not None:
         copy = root / f"t{files}-hudi"
         shutil.copytree(base, copy)
-        hudi = hudi_index_seconds(peer, copy)
+        hudi = hudi_index_seconds(peer, copy, ["column_stats", "bloom_filters"])
         shutil.rmtree(copy, ignore_errors=True)
         print(f"  HoodieIndexer {hudi:.1f} s", file=sys.stderr, flush=True)
     cli = [sys.executable, "-m", "indexer"]

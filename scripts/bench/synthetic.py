@@ -23,8 +23,10 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -198,6 +200,22 @@ def _commit(
         instant, json.dumps(metadata.to_json(), sort_keys=True).encode()
     )
     timeline.complete(inflight, metadata.to_json())
+
+
+def hudi_index_seconds(peer: Any, base: Path, index_types: Sequence[str]) -> float:
+    """Apache Hudi's HoodieIndexer building ``index_types`` on a table :func:`make_table` made,
+    through the test harness's peer (a JVM of its own): seconds, JVM start included."""
+    from tests.hudi_peer.peer import HudiTable
+
+    table = HudiTable(
+        str(base),
+        name="synthetic",
+        record_key=("key",),
+        partition_fields=("part",),
+        precombine=None,
+    )
+    seconds: float = peer.index(table, list(index_types))["wall_seconds"]
+    return seconds
 
 
 def main(argv: list[str] | None = None) -> int:
