@@ -33,6 +33,7 @@ from metadata_table.partition_writer import (
     DataFile,
     PartitionBuild,
     RecordsPart,
+    chunked,
     file_records,
     map_chunks,
     workers_for,
@@ -180,8 +181,7 @@ def run_build_local(
     then written by as many threads (Parquet writes, hashing and sorting run outside the GIL).
     Progress counts chunks of data files read, then file groups written."""
     workers, processes = workers_for(len(files), workers)
-    size = max(1, min(RECORDS_CHUNK, -(-len(files) // workers)))
-    chunks = [files[i : i + size] for i in range(0, len(files), size)]
+    chunks = chunked(files, workers, RECORDS_CHUNK)
     groups = [(n, build, g) for n, build in enumerate(builds) for g in range(build.groups)]
     total = len(chunks) + len(groups)
     logger.info(

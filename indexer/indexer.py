@@ -423,7 +423,7 @@ class AsyncIndexer:
     def _run_builds(
         self, files: list[DataFile], builds: list[PartitionBuild], marker_instant: str, step: str
     ) -> dict[str, dict[str, int]]:
-        """Base files of ``builds`` over ``files``, in this process or on Spark
+        """Base files of ``builds`` over ``files``, without Spark or on Spark
         (:meth:`engine`), behind markers of ``marker_instant``; their sizes per partition."""
         storage, progress = self.table.storage, self._reporter(step)
         if self.engine(len(files)) == "local":
@@ -596,7 +596,7 @@ class AsyncIndexer:
     def resync(self, partitions: Mapping[str, str]) -> dict[str, str]:
         """Rebuild completed ``partitions`` (partition -> why) in place, from storage, at one
         snapshot: t = the last settled write, under the lock for milliseconds; the base files of
-        every data file committed up to t built without the lock (in this process or on Spark,
+        every data file committed up to t built without the lock (without Spark or on Spark,
         as a build); completed under the lock. A lost partition gets its file groups again
         first, so writers keep writing to it meanwhile; readers keep using the old base files
         (or, for a lost one, the data) until the new ones complete, and the instants after t

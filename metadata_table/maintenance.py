@@ -36,7 +36,7 @@ from metadata_table.records import (
     virtual_keys,
 )
 from metadata_table.table import MetadataTable
-from metadata_table.workers import map_chunks, workers_for
+from metadata_table.workers import chunked, map_chunks, workers_for
 from timeline.config import LOCAL_BUILD_WORKERS
 from timeline.fs_view import FileSystemView
 from timeline.instant import Instant, is_after
@@ -161,7 +161,6 @@ def _per_file_records(
     ]
     files += [(log.partition_path, log.file_name, log.size, "") for log in view.committed_log_files]
     workers, processes = workers_for(len(files), table.config.get(LOCAL_BUILD_WORKERS))
-    size = max(1, min(CHUNK_FILES, -(-len(files) // workers)))
     logger.info(
         "rebuilding %s over %d data files (%d %s)",
         ",".join(partitions),
@@ -169,7 +168,7 @@ def _per_file_records(
         workers,
         "processes" if processes else "threads",
     )
-    chunks = [files[i : i + size] for i in range(0, len(files), size)]
+    chunks = chunked(files, workers, CHUNK_FILES)
     context = (
         table.storage,
         list(partitions),
@@ -228,17 +227,6 @@ def _base_records(
 
 #: data files whose records a from-scratch build makes at once
 CHUNK_FILES = 2_000
-
-
-def _chunks(files: Iterator[DataFileInfo]) -> Iterator[list[DataFileInfo]]:
-    chunk: list[DataFileInfo] = []
-    for info in files:
-        chunk.append(info)
-        if len(chunk) == CHUNK_FILES:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 def initialize(

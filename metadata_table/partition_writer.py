@@ -53,7 +53,8 @@ from metadata_table.records import key_fields_refusal as key_fields_refusal
 from metadata_table.records import secondary_index_refusal as secondary_index_refusal
 from metadata_table.table import MetadataTable, split_by_group, write_base_file
 from metadata_table.validate import PartitionReport, validate
-from metadata_table.workers import map_chunks as map_chunks  # the build's readers
+from metadata_table.workers import chunked as chunked  # the build's readers
+from metadata_table.workers import map_chunks as map_chunks
 from metadata_table.workers import workers_for as workers_for
 from timeline.commit_metadata import CommitMetadata
 from timeline.errors import MarkerAlreadyExistsError, StorageFileNotFoundError

@@ -32,6 +32,7 @@ DEFAULT_WORKERS = min(4, os.cpu_count() or 1)
 #: per process, which reading this many footers on another core pays back); fewer: threads
 PROCESS_MIN_FILES = 2_000
 
+Item = TypeVar("Item")
 Chunk = TypeVar("Chunk")
 Result = TypeVar("Result")
 
@@ -44,6 +45,12 @@ def workers_for(files: int, configured: int = 0) -> tuple[int, bool]:
     0 is :data:`DEFAULT_WORKERS`."""
     workers = max(1, min(configured or DEFAULT_WORKERS, files))
     return workers, workers > 1 and files >= PROCESS_MIN_FILES
+
+
+def chunked(items: list[Item], workers: int, most: int) -> list[list[Item]]:
+    """``items`` in chunks of at most ``most``, at least one per worker when there are enough."""
+    size = max(1, min(most, -(-len(items) // workers)))
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def map_chunks(
@@ -99,4 +106,4 @@ def _in_worker(work: Callable[[Any, Chunk], Result], chunk: Chunk) -> Result:
     return work(_context, chunk)
 
 
-__all__ = ["DEFAULT_WORKERS", "PROCESS_MIN_FILES", "map_chunks", "workers_for"]
+__all__ = ["DEFAULT_WORKERS", "PROCESS_MIN_FILES", "chunked", "map_chunks", "workers_for"]

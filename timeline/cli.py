@@ -29,7 +29,7 @@ EXIT_ERROR = 1
 
 class Progress:
     """Progress bars (tqdm) on stderr for long steps, one bar per step, called as
-    ``progress(step, done, total)`` ("build" in tasks: Spark's, or in this process chunks of data
+    ``progress(step, done, total)`` ("build" in tasks: Spark's, or without Spark chunks of data
     files read and file groups written; "catch-up", "sync", "compact" and "validate" in
     instants, file groups or partitions; "resync" as a build; "scan" in data files); nothing
     when stderr is not a terminal or the output is JSON."""
