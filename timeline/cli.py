@@ -20,6 +20,7 @@ from timeline import spark
 from timeline.config import STORAGE_PREFIX, Config, describe, parse_assignments
 from timeline.config_file import ConfigFile
 from timeline.errors import TableError
+from timeline.memory_pool import use_project_pool
 from timeline.table import Table
 from timeline.table_config import TableType
 
@@ -194,6 +195,7 @@ def run(
     )
     if getattr(args, "verbose", False):
         os.environ[spark.VERBOSE_ENV] = "1"  # Spark's own log on stderr too
+    use_project_pool()
     try:
         return main(args)
     except TableError as e:
