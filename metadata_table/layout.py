@@ -44,7 +44,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -266,6 +267,8 @@ class MetadataFile:
     file_group: str
     instant: str  # MDT instant of a base file, data instant of a log file
     is_log: bool
+    #: size and modification time as listed (None: not listed): which version of the file
+    stamp: tuple[int, float | None] | None = field(default=None, compare=False)
 
     @property
     def path(self) -> str:
@@ -277,11 +280,13 @@ class MetadataFile:
         return f"{self.partition}/{name}"
 
     @classmethod
-    def parse(cls, partition: str, name: str) -> MetadataFile | None:
+    def parse(
+        cls, partition: str, name: str, stamp: tuple[int, float | None] | None = None
+    ) -> MetadataFile | None:
         if match := _BASE.match(name):
-            return cls(partition, match["fg"], match["t"], False)
+            return cls(partition, match["fg"], match["t"], False, stamp)
         if match := _LOG.match(name):
-            return cls(partition, match["fg"], match["d"], True)
+            return cls(partition, match["fg"], match["d"], True, stamp)
         return None
 
 
@@ -480,6 +485,18 @@ def _write_options(partition: str) -> dict[str, Any]:
     }
 
 
+def _by_column(partition: str, records: pa.Table) -> list[pa.Table]:
+    """The records of a stats partition cut where the column they describe changes (each
+    column's in row groups of their own: a read of one column opens no other's, and the
+    groups' ``value_type`` statistics tell its value kind); other partitions' whole."""
+    if partition not in (COLUMN_STATS, PARTITION_STATS) or records.num_rows < 2:
+        return [records]
+    column = pc.list_element(pc.split_pattern(records.column("key"), "|", max_splits=1), 0)
+    changed = pc.not_equal(column.slice(1), column.slice(0, len(column) - 1))
+    starts = [0, *(np.flatnonzero(changed.to_numpy(zero_copy_only=False)) + 1), len(column)]
+    return [records.slice(a, b - a) for a, b in pairwise(starts)]
+
+
 def write_records(
     storage: Storage,
     path: str,
@@ -508,7 +525,9 @@ def write_records(
     else:
         if covers_upto is not None:
             records = records.replace_schema_metadata({COVERS_UPTO: covers_upto.encode()})
-        pq.write_table(records, sink, compression="zstd", row_group_size=ROW_GROUP_ROWS)
+        with pq.ParquetWriter(sink, records.schema, compression="zstd") as writer:
+            for part in _by_column(partition, records):
+                writer.write_table(part, row_group_size=ROW_GROUP_ROWS)
     data = sink.getvalue().to_pybytes()
     storage.create(path, data)
     return len(data)
@@ -528,6 +547,25 @@ def read_records(
     if prefix and table.num_rows:
         table = table.filter(pc.starts_with(table.column("key"), prefix))
     return table, covers.decode() if covers else None
+
+
+def column_values(storage: Storage, path: str, column: str, prefix: str) -> set[Any] | None:
+    """The values ``column`` takes in the row groups of a file whose keys may start with
+    ``prefix``, from the groups' statistics alone: None when a group has no statistics for it
+    or holds more than one value (or nulls only)."""
+    metadata = parquet_file(storage, path).metadata
+    names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
+    if column not in names:
+        return None
+    at = names.index(column)
+    groups = _row_groups_with(metadata, prefix)
+    values = set()
+    for index in range(metadata.num_row_groups) if groups is None else groups:
+        stats = metadata.row_group(index).column(at).statistics
+        if stats is None or not stats.has_min_max or stats.min != stats.max:
+            return None
+        values.add(stats.min)
+    return values
 
 
 def _row_groups_with(metadata: pq.FileMetaData, prefix: str) -> list[int] | None:

@@ -302,7 +302,7 @@ def compact(
     if last is None:
         return None
     upto = last.timestamp
-    reader = mdt.reader(timeline)
+    reader = mdt.reader(timeline, cache=False)  # whole partitions, once
     behind = reader.unapplied(partition)
     if behind:
         # a base covering W would record these as applied without their records: sync first
@@ -337,4 +337,4 @@ def compact(
 def _restricted_reader(mdt: MetadataTable, timeline: Timeline, upto: str) -> MetadataReader:
     """A reader that applies only logs of data instants up to ``upto``."""
     limited = timeline.filter(lambda i: not is_after(i.timestamp, upto))
-    return MetadataReader(mdt, limited)
+    return MetadataReader(mdt, limited, cache=False)  # compaction's whole read, once

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from metadata_table.file_cache import Entry, process_cache
 from metadata_table.layout import (
     COLUMN_STATS,
     NOTHING,
     PARTITION_STATS,
     MetadataFile,
     check_partition,
+    column_values,
     in_file_order,
     keyed_by_record,
     read_records,
@@ -38,6 +40,7 @@ from metadata_table.layout import (
 from metadata_table.records import python_value
 from timeline.archived import ArchivedInstant, ArchivedTimeline
 from timeline.commit_metadata import CommitMetadata
+from timeline.config import READ_CACHE_MAX_MB
 from timeline.errors import CorruptInstantError, StorageFileNotFoundError, TableError
 from timeline.fs_view import slice_instant
 from timeline.instant import WRITE_ACTIONS, Action, Instant, State, is_after, normalize_timestamp
@@ -64,7 +67,7 @@ logger = logging.getLogger(__name__)
 class MetadataReader:
     """Merged reads of the metadata table as of a data timeline snapshot."""
 
-    def __init__(self, mdt: MetadataTable, data_timeline: Timeline) -> None:
+    def __init__(self, mdt: MetadataTable, data_timeline: Timeline, cache: bool = True) -> None:
         self.mdt = mdt
         self.storage = mdt.storage
         self.data_timeline = data_timeline
@@ -78,6 +81,8 @@ class MetadataReader:
         self._visible_bases = {
             i.timestamp for i in self._mdt_timeline.with_actions(Action.COMPACTION).completed()
         }
+        budget = mdt.table.config.get(READ_CACHE_MAX_MB) * 1024 * 1024 if cache else 0
+        self._cache = process_cache(budget) if budget else None
         self._wrote: dict[str, bool] = {}
         self._removed: dict[str, Removal] = {}
         self._snapshot_times: dict[str, float | None] = {}
@@ -293,7 +298,7 @@ class MetadataReader:
         logs: dict[str, list[MetadataFile]] = defaultdict(list)
         unknown: list[MetadataFile] = []
         for entry in self.storage.list(check_partition(partition)):
-            parsed = MetadataFile.parse(partition, entry.name)
+            parsed = MetadataFile.parse(partition, entry.name, (entry.size, entry.mtime))
             if parsed is None:
                 continue
             if parsed.is_log:
@@ -349,6 +354,49 @@ class MetadataReader:
             out.append(GroupFiles(fg, base.path if base is not None else None, applied))
         return sorted(out, key=lambda g: g.file_group)
 
+    def _records(
+        self,
+        file: MetadataFile,
+        columns: list[str] | None,
+        prefix: str | None,
+        derive: Derive | None,
+    ) -> Entry:
+        """:func:`read_records` of ``file`` (passed through ``derive``), from the process's
+        :mod:`file_cache` when the listing gave the file's version."""
+
+        def read() -> Entry:
+            records, covers = read_records(self.storage, file.path, columns, prefix)
+            return (records if derive is None else derive(records)), covers
+
+        if file.stamp is None or self._cache is None:
+            return read()
+        how = None if derive is None else f"{derive.__module__}.{derive.__qualname__}"
+        key = (self.storage.uri(file.path), file.stamp, tuple(columns or ()), prefix, how)
+        return self._cache.records(key, read)
+
+    def _column_values(self, file: MetadataFile, column: str, prefix: str) -> set[Any] | None:
+        def read() -> set[Any] | None:
+            return column_values(self.storage, file.path, column, prefix)
+
+        if file.stamp is None or self._cache is None:
+            return read()
+        key = (self.storage.uri(file.path), file.stamp, "values", column, prefix)
+        return self._cache.get(key, read, lambda found: 64 * (1 + len(found or ())))
+
+    def column_values(self, partition: str, prefix: str, column: str) -> set[Any] | None:
+        """The values a string ``column`` of the records with keys starting with ``prefix``
+        takes, from the statistics of the files a read would open (see
+        :func:`~metadata_table.layout.column_values`); None when they do not tell."""
+        values: set[Any] = set()
+        for base, logs in self.slices(partition).values():
+            files = ([base] if base is not None else []) + logs  # a superset of what applies
+            for file in files:
+                found = self._column_values(file, column, prefix)
+                if found is None:
+                    return None
+                values |= found
+        return values
+
     def read(
         self,
         partition: str,
@@ -356,36 +404,61 @@ class MetadataReader:
         columns: Sequence[str] | None = None,
         include_deleted: bool = False,
         ordered: bool = True,
+        derive: Derive | None = None,
     ) -> pa.Table:
         """Merged records of a partition (optionally only keys starting with ``prefix``), in the
         order its files keep them; in no set order with ``ordered`` False (a reader that
-        matches records by key saves the sort: half a fresh snapshot's reads at 100,000 files)."""
+        matches records by key saves the sort: half a fresh snapshot's reads at 100,000 files).
+
+        ``columns`` projects (``key``, ``is_deleted``, ``instant`` and what merging needs always
+        come); a dotted name (``min_value.int``) reads one field of a struct column, as a struct
+        of that field.
+        ``derive`` adds columns to each file's records before they are merged (and kept with
+        them in the process's cache, so a new snapshot works them out for new files only)."""
         schema = schema_of(check_partition(partition))
         wanted = None
         if columns is not None:
-            wanted = list(dict.fromkeys(["key", "is_deleted", "instant", *columns]))
-            schema = pa.schema([schema.field(c) for c in wanted])
+            merged_by = ["computed"] if partition == PARTITION_STATS else []  # (see _fold)
+            wanted = list(dict.fromkeys(["key", "is_deleted", "instant", *merged_by, *columns]))
+            schema = pa.schema([_projected_field(schema, c) for c in wanted])
+        empty = schema.empty_table() if derive is None else derive(schema.empty_table())
         parts = []
         for base, logs in self.slices(partition).values():
             watermark = NOTHING
-            base_rows = schema.empty_table()
+            base_rows = empty
             if base is not None:
-                base_rows, covers = read_records(self.storage, base.path, wanted, prefix)
+                base_rows, covers = self._records(base, wanted, prefix, derive)
                 watermark = covers or NOTHING
             log_rows = [
-                read_records(self.storage, log.path, wanted, prefix)[0]
+                self._records(log, wanted, prefix, derive)[0]
                 for log in logs
                 if is_after(log.instant, watermark)
             ]
             parts.append(_merge(partition, base_rows, log_rows))
-        merged = pa.concat_tables(parts) if parts else schema.empty_table()
-        if not include_deleted:
-            merged = merged.filter(pc.invert(merged.column("is_deleted")))
+        merged = pa.concat_tables(parts) if parts else empty
+        deleted = merged.column("is_deleted")
+        if not include_deleted and (deleted.null_count or pc.any(deleted).as_py()):
+            # (only then: a filter copies every column)
+            merged = merged.filter(pc.invert(deleted))
         if not ordered:
             return merged
         if keyed_by_record(partition) and "key_hash" not in merged.column_names:
             return merged.sort_by("key")  # a projection without the hash to order by
         return in_file_order(partition, merged)
+
+
+#: columns worked out from one file's records (see :meth:`MetadataReader.read`)
+Derive = Callable[[pa.Table], pa.Table]
+
+
+def _projected_field(schema: pa.Schema, column: str) -> pa.Field:
+    """The field ``column`` names in ``schema``; ``struct.field`` is the struct with that field
+    alone (as Parquet readers return it)."""
+    name, _, inner = column.partition(".")
+    field = schema.field(name)
+    if not inner:
+        return field
+    return field.with_type(pa.struct([field.type.field(inner)]))
 
 
 def _merge(partition: str, base: pa.Table, logs: list[pa.Table]) -> pa.Table:

@@ -616,8 +616,11 @@ class MetadataTable:
 
     # --- reads -----------------------------------------------------------------------------------
 
-    def reader(self, data_timeline: Timeline) -> MetadataReader:
-        return MetadataReader(self, data_timeline)
+    def reader(self, data_timeline: Timeline, cache: bool = True) -> MetadataReader:
+        """A reader of this metadata table at ``data_timeline``; with ``cache`` False it keeps
+        nothing in the process's cache of decoded files (a one-off read of whole partitions,
+        as validate's and compaction's, would push out what snapshots reuse)."""
+        return MetadataReader(self, data_timeline, cache)
 
 
 def _in_groups(records: pa.Table, groups: set[tuple[str, str]]) -> pa.Table:

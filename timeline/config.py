@@ -395,6 +395,19 @@ LOCAL_BUILD_WORKERS: ConfigKey[int] = _key(
     )
 )
 
+READ_CACHE_MAX_MB: ConfigKey[int] = _key(
+    ConfigKey(
+        "indexer.read.cache.max.mb",
+        int,
+        256,
+        "Megabytes of decoded metadata files (index records) a process keeps between snapshots, "
+        "least recently used out first: a new snapshot after a commit decodes only the files "
+        "written since. 0: keep none.",
+        lambda v: v >= 0,
+        "must be 0 or positive",
+    )
+)
+
 _BOOL: Callable[[str], bool] = _parse_bool
 
 

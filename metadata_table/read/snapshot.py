@@ -75,6 +75,7 @@ from timeline.fs_view import (
     LogFile,
     base_files_of,
     read_parquet_schema,
+    with_base_name_fields,
 )
 from timeline.instant import Action, Instant
 from timeline.removals import REMOVAL_ACTIONS
@@ -178,19 +179,11 @@ class IndexedSnapshot:
 
     def indexed_files(self) -> pa.Table:
         """Every data file the ``files`` partition lists: its ``partition_path`` (empty at the
-        base path), ``file_name``, ``path`` and ``size``."""
+        base path), ``file_name``, ``path`` and ``size``, and the fields of base files' names
+        (worked out once per metadata file in a process: :func:`_listing_of`)."""
         columns = ["partition", "file_name", "size"]
-        rows = _with_paths(self.reader.read(FILES, columns=columns, ordered=False))
-        partition = rows.column("partition")
-        data = pc.if_else(pc.equal(partition, NON_PARTITIONED), "", partition)
-        return pa.table(
-            {
-                "partition_path": data,
-                "file_name": rows.column("file_name"),
-                "path": rows.column("path"),
-                "size": rows.column("size"),
-            }
-        )
+        rows = self.reader.read(FILES, columns=columns, ordered=False, derive=_listing_of)
+        return rows.drop_columns(["key", "is_deleted", "instant", "partition"])
 
     @property
     def view(self) -> FileSystemView:
@@ -240,11 +233,23 @@ class IndexedSnapshot:
         return by_file
 
     def _column_records(self, column: str) -> pa.Table:
-        """One column's live stats records with each file's ``path``; read once per snapshot."""
+        """One column's live stats records with each file's ``path``, read once per snapshot:
+        the fields :func:`_aligned` uses, and of min and max only the field of the value kind
+        the files' statistics say every record has (all fields when they do not say)."""
         if column not in self._column_tables:
             prefix = column_prefix(column)
-            records = self.reader.read(COLUMN_STATS, prefix=prefix, ordered=False)
-            self._column_tables[column] = _with_paths(records)
+            kinds = self.reader.column_values(COLUMN_STATS, prefix, "value_type")
+            if kinds is not None and len(kinds) == 1:
+                kind = kinds.pop()
+                fields = [*_ALIGNED_FIELDS, f"min_value.{kind}", f"max_value.{kind}"]
+                records = self.reader.read(
+                    COLUMN_STATS, prefix, fields, ordered=False, derive=_with_paths
+                )
+            else:
+                records = self.reader.read(
+                    COLUMN_STATS, prefix=prefix, ordered=False, derive=_with_paths
+                )
+            self._column_tables[column] = records
         return self._column_tables[column]
 
     def _arrow_stats(self, columns: set[str], paths: pa.Array) -> dict[str, ColumnArrays | None]:
@@ -629,8 +634,9 @@ class IndexedSnapshot:
         """Every live bloom filter record with its file's ``path``; read once per snapshot."""
         if self._bloom_table is None:
             columns = ["partition", "file_name", "bloom_filter"]
-            records = self.reader.read(BLOOM_FILTERS, columns=columns, ordered=False)
-            self._bloom_table = _with_paths(records)
+            self._bloom_table = self.reader.read(
+                BLOOM_FILTERS, columns=columns, ordered=False, derive=_with_paths
+            )
         return self._bloom_table
 
     def key_indexes(self) -> list[str]:
@@ -775,23 +781,26 @@ class IndexedSnapshot:
             if behind:
                 stale = pa.array(listing.written_by(behind))
                 blooms = pc.if_else(stale, pa.scalar(None, blooms.type), blooms)
-        ranges = None
-        if self.uses(COLUMN_STATS):
-            arrays = self._arrow_stats({RECORD_KEY}, paths).get(RECORD_KEY)
-            if arrays is not None and arrays.kind == "string":
-                stale = listing.written_by(self._unapplied_times(COLUMN_STATS))
-                unknown = pc.or_(pc.invert(arrays.present), pa.array(stale))
-                ranges = (arrays, unknown)
+        keeps = {}
         for key in wanted:
             keep = np.ones(listing.size, dtype=bool) if only is None else only.copy()
             if blooms is not None:
                 keep &= might_contain_each(blooms, hash_value(key))
-            if ranges is not None:
-                arrays, unknown = ranges
-                inside = pc.and_kleene(
-                    pc.less_equal(arrays.minimum, key), pc.greater_equal(arrays.maximum, key)
-                )
-                keep &= pc.or_(pc.fill_null(inside, True), unknown).to_numpy(zero_copy_only=False)
+            keeps[key] = keep
+        if self.uses(COLUMN_STATS) and wanted:
+            # key ranges, of the files some bloom filter kept (all of them without filters)
+            at = np.flatnonzero(np.logical_or.reduce(list(keeps.values())))
+            arrays = self._arrow_stats({RECORD_KEY}, paths.take(pa.array(at))).get(RECORD_KEY)
+            if arrays is not None and arrays.kind == "string":
+                stale = listing.written_by(self._unapplied_times(COLUMN_STATS))[at]
+                unknown = pc.or_(pc.invert(arrays.present), pa.array(stale))
+                for key, keep in keeps.items():
+                    inside = pc.and_kleene(
+                        pc.less_equal(arrays.minimum, key), pc.greater_equal(arrays.maximum, key)
+                    )
+                    either = pc.or_(pc.fill_null(inside, True), unknown)
+                    keep[at] &= np.asarray(either.to_numpy(zero_copy_only=False), dtype=bool)
+        for key, keep in keeps.items():
             out[key] = [p for s in listing.kept_slices(keep) for p in s.paths]
         return out
 
@@ -940,6 +949,10 @@ def _as_slices(files: Sequence[BaseFile]) -> list[FileSlice]:
     return [FileSlice(b.partition_path, b.file_id, b.instant_time, b) for b in files]
 
 
+#: the column_stats fields :func:`_aligned` reads, besides min and max
+_ALIGNED_FIELDS = ("partition", "file_name", "value_type", "null_count", "value_count")
+
+
 def _aligned(records: pa.Table, keys: pa.Array, wanted: pa.Array) -> ColumnArrays | None:
     """One column's stats ``records`` (keyed by ``keys``: files' paths, or partitions) aligned
     with ``wanted``; None when the records do not share one value kind."""
@@ -947,6 +960,9 @@ def _aligned(records: pa.Table, keys: pa.Array, wanted: pa.Array) -> ColumnArray
     if len(kinds) != 1 or kinds[0] is None:
         return None
     kind = kinds[0]
+    if len(wanted) * 8 < len(keys):  # a few files: hash those, not every record's key
+        some = pc.is_in(keys, value_set=wanted)
+        records, keys = records.filter(some), pc.filter(keys, some)
     at = pc.index_in(wanted, value_set=keys)
     return ColumnArrays(
         kind,
@@ -967,6 +983,15 @@ def _column_stats(row: dict[str, Any]) -> ColumnStats:
         row["null_count"],
         row["value_count"],
     )
+
+
+def _listing_of(records: pa.Table) -> pa.Table:
+    """``files`` records with the columns of a listing (:class:`FileSystemView`): the data
+    partition's path, each file's path, and the fields of base files' names."""
+    partition = records.column("partition")
+    data = pc.if_else(pc.equal(partition, NON_PARTITIONED), "", partition)
+    listed = _with_paths(records).append_column("partition_path", data)
+    return with_base_name_fields(listed)
 
 
 def _with_paths(records: pa.Table) -> pa.Table:

@@ -1,7 +1,8 @@
 """The file-system view works out the latest base files on Arrow arrays; this holds it to the
 rule it replaced, written out file by file: a committed file of a group that no completed
 replacecommit replaced, the newest by instant time (a legacy 14-digit time sorts after every
-millisecond of its second), and on a tie the first in BaseFile's order."""
+millisecond of its second), and on a tie the first in BaseFile's order; the latest files of some
+partitions are worked out on theirs alone."""
 
 from __future__ import annotations
 
@@ -80,8 +81,14 @@ def test_the_latest_base_files_follow_the_rule(
             FileInfo("a/.f1-0_20240101000000000.log.1_0-1-2", 5, False),
             FileInfo("notes.txt", 1, False),
         ]
-    view = _view(listing, committed, replaced)
     want = _by_rule(bases, committed, replaced)
+    # one partition's files alone (a writer's plan) come without objects for the others
+    some = _view(listing, committed, replaced)
+    assert some.latest_base_files(["a", "a/b"]) == [
+        b for b in want if b.partition_path in ("a", "a/b")
+    ]
+    assert "_latest" not in some.__dict__ and "latest_base_table" not in some.__dict__
+    view = _view(listing, committed, replaced)
     assert view.latest_base_files() == want
     assert view.latest_base_table.column("path").to_pylist() == [b.path for b in want]
     assert view.all_base_files == sorted(bases, key=_order)

@@ -1,0 +1,206 @@
+"""A process keeps the records it decoded from metadata files (metadata_table/file_cache.py): a
+new snapshot after a commit decodes only the files written since, answers as a reader without
+the cache does, and a file written again under its name is never answered from its old
+content. A column's stats are read with only the min/max field of its value kind."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import metadata_table.reader as reader_module
+from metadata_table.file_cache import DecodedFiles, process_cache
+from metadata_table.layout import (
+    BLOOM_FILTERS,
+    COLUMN_STATS,
+    COVERS_UPTO,
+    FILES,
+    column_prefix,
+    column_values,
+    read_records,
+    write_records,
+)
+from metadata_table.maintenance import initialize
+from metadata_table.read.filters import col
+from metadata_table.read.snapshot import IndexedSnapshot, _aligned
+from metadata_table.table import MetadataTable
+from timeline import Table
+from timeline.config import Config
+from writer.client import WriteClient
+
+from .test_metadata_table import keys, make_table, rows
+
+PARTITIONS = [FILES, COLUMN_STATS, BLOOM_FILTERS]
+
+
+def _answers(table: Table) -> tuple[Any, ...]:
+    snapshot = IndexedSnapshot(table)
+    return (
+        sorted(f.path for f in snapshot.prune(col("fare") >= 1050.0).candidates),
+        sorted(f.path for f in snapshot.prune(col("city") == "ny").candidates),
+        snapshot.lookup_keys(["k0005", "k1099", "k9999"]),
+    )
+
+
+def _without_cache(table: Table) -> Table:
+    config = Config.resolve(
+        explicit={"indexer.lock.url": "inprocess", "indexer.read.cache.max.mb": "0"}
+    )
+    return Table.open(table.base_uri, config)
+
+
+@pytest.fixture
+def decoded(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """The metadata files decoded from now on (path -> times), with an empty process cache."""
+    process_cache(256 * 1024 * 1024).clear()
+    counts: Counter[str] = Counter()
+    read = reader_module.read_records
+
+    def counted(storage: Any, path: str, *args: Any, **kwargs: Any) -> Any:
+        counts[path] += 1
+        return read(storage, path, *args, **kwargs)
+
+    monkeypatch.setattr(reader_module, "read_records", counted)
+    return counts
+
+
+def test_a_new_snapshot_decodes_only_the_files_written_since(
+    tmp_path: Path, decoded: Counter[str]
+) -> None:
+    table = make_table(tmp_path / "t")
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 100), city="sf"))
+    client.insert(rows(keys(1000, 1100), city="la"))
+    initialize(table, PARTITIONS)
+
+    first = _answers(table)
+    assert decoded, "nothing was read"
+    seen = set(decoded)
+    decoded.clear()
+    assert _answers(table) == first
+    assert not decoded, f"decoded again with nothing written: {dict(decoded)}"
+
+    client.insert(rows(keys(2000, 2010), city="ny"))  # reflected through log files
+    decoded.clear()  # (the write's own reads)
+    after = _answers(table)
+    assert decoded and not set(decoded) & seen, dict(decoded)
+    assert all(Path(p).name.startswith(".") for p in decoded)  # log files only
+    assert after == _answers(_without_cache(table))
+    assert after[1] and after != first
+
+
+def test_a_file_written_again_under_its_name_is_read_again(
+    tmp_path: Path, decoded: Counter[str]
+) -> None:
+    table = make_table(tmp_path / "t")
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 100), city="sf"))
+    client.insert(rows(keys(1000, 1100), city="la"))
+    initialize(table, PARTITIONS)
+    before = IndexedSnapshot(table).indexed_files().num_rows
+    assert before == 2
+
+    mdt = MetadataTable(table)
+    (base, _), *_ = mdt.reader(table.timeline.load()).slices(FILES).values()
+    assert base is not None
+    records, covers = read_records(mdt.storage, base.path)
+    mdt.storage.delete(base.path)  # as a rollback would, then the same name again
+    write_records(mdt.storage, base.path, records.slice(0, 1), covers)
+    assert IndexedSnapshot(table).indexed_files().num_rows == 1
+
+
+def test_the_cache_keeps_the_recently_used_within_its_budget() -> None:
+    cache = DecodedFiles(max_bytes=3000)
+    table = pa.table({"x": pa.array(range(125), pa.int64())})  # 1,000 bytes
+
+    def entry(n: int) -> tuple[pa.Table, str | None]:
+        return table, str(n)
+
+    reads: list[int] = []
+
+    def read(n: int) -> Any:
+        return lambda: (reads.append(n), entry(n))[1]
+
+    for n in (1, 2, 3):
+        cache.records(n, read(n))
+    cache.records(1, read(1))  # a hit: 1 is now the most recent
+    cache.records(4, read(4))  # over budget: 2, the least recent, goes
+    assert reads == [1, 2, 3, 4] and len(cache) == 3 and cache.size_bytes == 3000
+    cache.records(2, read(2))
+    assert reads[-1] == 2
+    cache.records(1, read(1))
+    assert reads[-1] == 2, "1 was dropped though used more recently than 3"
+    big = pa.table({"x": pa.array(range(1000), pa.int64())})
+    assert cache.records(9, lambda: (big, None))[0] is big
+    assert 9 not in cache._entries and cache.size_bytes <= 3000
+    cache.resize(0)
+    assert len(cache) == 0 and cache.size_bytes == 0
+
+
+def test_a_columns_stats_are_read_with_one_value_kind(tmp_path: Path) -> None:
+    table = make_table(tmp_path / "t")
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 100), city="sf"))
+    initialize(table, PARTITIONS)
+    client.insert(rows(keys(1000, 1100), city="la"))
+    snapshot = IndexedSnapshot(table)
+    records = snapshot._column_records("fare")
+    assert records.schema.field("min_value").type == pa.struct([("float", pa.float64())])
+    assert records.num_rows == 2
+    full = snapshot.reader.read(COLUMN_STATS, prefix=column_prefix("fare"), ordered=False)
+    assert sorted(records.column("min_value").to_pylist(), key=str) == sorted(
+        ({"float": v["float"]} for v in full.column("min_value").to_pylist()), key=str
+    )
+
+
+def test_a_file_of_mixed_row_groups_is_read_whole(tmp_path: Path) -> None:
+    """A column_stats file whose row groups mix columns (as written before each column got
+    row groups of its own) tells no value kind: its records are read with every field, and
+    answer as before."""
+    table = make_table(tmp_path / "t")
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 10), city="sf"))
+    client.insert(rows(keys(1000, 1010), city="la"))
+    initialize(table, PARTITIONS)
+    mdt = MetadataTable(table)
+    (base, _), *_ = mdt.reader(table.timeline.load()).slices(COLUMN_STATS).values()
+    assert base is not None
+    prefix = column_prefix("fare")
+    assert column_values(mdt.storage, base.path, "value_type", prefix) == {"float"}
+    want = _answers(table)
+
+    records, covers = read_records(mdt.storage, base.path)
+    assert covers is not None
+    sink = pa.BufferOutputStream()
+    watermark = {COVERS_UPTO: covers.encode()}
+    pq.write_table(records.replace_schema_metadata(watermark), sink)  # one row group
+    mdt.storage.delete(base.path)
+    mdt.storage.create(base.path, sink.getvalue().to_pybytes())
+    assert column_values(mdt.storage, base.path, "value_type", prefix) is None
+    whole = IndexedSnapshot(table)._column_records("fare").schema.field("min_value").type
+    assert whole.num_fields == 8
+    assert _answers(table) == want
+
+
+def test_aligning_a_few_files_equals_aligning_all() -> None:
+    paths = pa.array([f"p/f{i}" for i in range(50)])
+    records = pa.table(
+        {
+            "value_type": ["int"] * 50,
+            "min_value": pa.array([{"int": i} for i in range(50)]),
+            "max_value": pa.array([{"int": i + 1} for i in range(50)]),
+            "null_count": pa.array([0] * 50, pa.int64()),
+            "value_count": pa.array([2] * 50, pa.int64()),
+        }
+    )
+    few = pa.array(["p/f7", "p/nope", "p/f3"])
+    small = _aligned(records, paths, few)
+    whole = _aligned(records, paths, pa.concat_arrays([few, paths]))
+    assert small is not None and whole is not None
+    assert small.minimum.to_pylist() == whole.minimum.to_pylist()[:3] == [7, None, 3]
+    assert small.present.to_pylist() == [True, False, True]
