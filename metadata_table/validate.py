@@ -17,7 +17,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from metadata_table.index_types import index_type
+from metadata_table.layout import COLUMN_STATS, PARTITION_STATS
 from metadata_table.maintenance import build_records_each
+from metadata_table.reader import MetadataReader
 from metadata_table.table import MetadataTable
 from timeline.table import Table
 
@@ -56,7 +58,7 @@ def validate(
     ``progress(done, total)`` is called as partitions are compared."""
     state = table.reload_index_state()
     timeline = table.timeline.load()
-    reader = MetadataTable(table).reader(timeline)
+    reader = MetadataTable(table).reader(timeline, cache=False)  # one-off whole reads
     reports: list[PartitionReport] = []
     wanted = {
         p: (list(state.column_stats_columns) or None if index_type(p).takes_columns else None)
@@ -65,11 +67,7 @@ def validate(
     for partition, records in build_records_each(table, timeline, wanted):
         if progress is not None:
             progress(len(reports), len(state.completed))
-        kind = index_type(partition)
-        # compared by key (differences), so neither side is put in file order
-        ours = kind.comparable_table(reader.read(partition, ordered=False))
-        rebuilt = kind.comparable_table(records)
-        missing, stale, wrong = differences(ours, rebuilt)
+        missing, stale, wrong = _compare(reader, partition, records)
         lost = reader.lost(partition)
         behind = [] if lost else reader.unapplied(partition)
         reports.append(
@@ -86,6 +84,35 @@ def validate(
         progress(len(reports), len(state.completed))
     order = {p: n for n, p in enumerate(state.completed)}
     return sorted(reports, key=lambda r: order[r.partition])
+
+
+def _compare(
+    reader: MetadataReader, partition: str, rebuilt: pa.Table
+) -> tuple[list[str], list[str], list[str]]:
+    """:func:`differences` of a partition as the reader merges it and its rebuild (compared by
+    key, so neither side is put in file order). A stats partition is compared one column at a
+    time: its records of one column read by their key prefix, so only one column's records of
+    the index are held at once (at 100,000 files, column_stats' whole merge was 381 MB)."""
+    kind = index_type(partition)
+    rebuilt = kind.comparable_table(rebuilt)
+    if partition not in (COLUMN_STATS, PARTITION_STATS):
+        ours = kind.comparable_table(reader.read(partition, ordered=False))
+        return differences(ours, rebuilt)
+    # keys of columns only the index holds, then each column the rebuild holds
+    keys = reader.read(partition, columns=[], ordered=False).column("key")
+    rebuilt_keys = rebuilt.column("key")
+    missing: list[str] = []
+    stale = _keys(keys, pc.invert(pc.is_in(keys, value_set=rebuilt_keys)))
+    wrong: list[str] = []
+    del keys
+    columns = pc.list_element(pc.split_pattern(rebuilt_keys, "|", max_splits=1), 0)
+    for column in pc.unique(columns).to_pylist():
+        prefix = f"{column}|"
+        ours = kind.comparable_table(reader.read(partition, prefix=prefix, ordered=False))
+        mine = differences(ours, rebuilt.filter(pc.equal(columns, column)))
+        missing += mine[0]
+        wrong += mine[2]  # its stale keys are among those found above
+    return sorted(missing), stale, sorted(wrong)
 
 
 def differences(ours: pa.Table, rebuilt: pa.Table) -> tuple[list[str], list[str], list[str]]:

@@ -7,6 +7,7 @@ import io
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -122,3 +123,50 @@ def test_validate_reads_each_data_file_once_for_the_per_file_partitions(
     in_processes = [r.to_json() for r in validate(table)]
     assert "(2 processes)" in caplog.text
     assert in_processes == in_threads
+
+
+def test_stats_are_compared_one_column_at_a_time(tmp_path: Any, monkeypatch: Any) -> None:
+    """validate reads column_stats one column (key prefix) at a time, never the whole merge,
+    and still finds the records of a column the rebuild does not hold (stale) and a rebuilt
+    record the index lacks (missing)."""
+    import metadata_table.validate as validation
+    from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES, column_prefix
+    from metadata_table.maintenance import initialize
+    from metadata_table.reader import MetadataReader
+    from writer.client import WriteClient
+
+    from .test_metadata_table import keys, make_table, rows
+
+    table = make_table(tmp_path / "t")
+    with WriteClient(table) as client:
+        client.insert(rows(keys(0, 20)))
+    initialize(table, [FILES, COLUMN_STATS, BLOOM_FILTERS])
+    whole: list[Any] = []
+    read = MetadataReader.read
+
+    def watched(
+        self: Any, partition: str, prefix: Any = None, columns: Any = None, **kw: Any
+    ) -> Any:
+        if partition == COLUMN_STATS and prefix is None and columns is None:
+            whole.append(partition)
+        return read(self, partition, prefix, columns, **kw)
+
+    monkeypatch.setattr(MetadataReader, "read", watched)
+    assert all(r.ok for r in validation.validate(table))
+    assert not whole, "column_stats was read whole"
+
+    rebuild = validation.build_records_each
+    fare = column_prefix("fare")
+
+    def tampered(*args: Any) -> Any:
+        for partition, records in rebuild(*args):
+            if partition == COLUMN_STATS:  # fare's stats gone, one made-up record added
+                keep = pc.invert(pc.starts_with(records.column("key"), fare))
+                extra = records.slice(0, 1).set_column(0, "key", pa.array(["zz|made-up"]))
+                records = pa.concat_tables([records.filter(keep), extra])
+            yield partition, records
+
+    monkeypatch.setattr(validation, "build_records_each", tampered)
+    report = {r.partition: r for r in validation.validate(table)}[COLUMN_STATS]
+    assert report.missing == ["zz|made-up"] and not report.wrong
+    assert report.stale and all(k.startswith(fare) for k in report.stale)
