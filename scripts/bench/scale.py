@@ -8,10 +8,15 @@ scripts/bench/synthetic.py makes (20 rows a file, 100 partitions, 50 commits, ra
   must at least do);
 - ``indexer run --index-types files,column_stats,bloom_filters`` in a new process with its
   defaults: seconds, ratio to the bound, peak resident memory of everything it starts;
-- prune() on an equality one file holds, and a one-key lookup, in a new process (milliseconds
-  inside it, interpreter start-up not included): the first call of each (cold: the process's
-  lazy imports included), then on another fresh snapshot (its listing and index reads
-  included), then on a kept snapshot;
+- prune() on an equality one file holds, and a one-key lookup, in a new process on the
+  project's Arrow memory pool (timeline/memory_pool.py; milliseconds inside it, interpreter
+  start-up not included): the first call of each (cold: every index file decoded, the
+  process's lazy imports included); on a new snapshot with nothing written since (its
+  listing worked out again, the decoded index files kept by the process); on a new snapshot
+  after a commit of 1,000 rows into one partition (that commit's time reported too; its log
+  files decoded); on a kept snapshot. The new-snapshot calls are also timed in a process on
+  pyarrow's default pool. Then 20 upserts of 1,000 new rows into one partition, on one warm
+  client: their p95, and its ratio to the smallest table's;
 - ``indexer validate`` in a new process: seconds, ratio to the bound, peak memory;
 - with ``--hudi``, Apache Hudi 0.15's HoodieIndexer (column_stats and bloom_filters; it builds
   its ``files`` partition first, as ours builds ``files`` too) on a copy of the same table, made
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -45,13 +51,20 @@ from timeline.config import Config  # noqa: E402
 ROWS, PARTITIONS, COMMITS = 20, 100, 50
 INDEXES = "files,column_stats,bloom_filters"
 
-#: run in a new process: fresh and kept prune() and lookup, timed inside it
+#: run in a new process: prune() and lookup cold, on a new snapshot, after a commit, and on a kept
+#: snapshot, timed inside it
 _READS = """
-import json, sys, time
+import json, os, sys, time
 from metadata_table.read.snapshot import IndexedSnapshot
+from scripts.bench.synthetic import _rows
 from timeline import Table
 from timeline.config import Config
-base, lock, expr, key = sys.argv[1:5]
+from timeline.memory_pool import use_project_pool
+from writer.client import WriteClient
+base, lock, expr, key, first = sys.argv[1:6]
+UPSERTS = 20
+if os.environ.get("AIX_BENCH_POOL") != "default":
+    use_project_pool()  # as the README tells a process that reads through the index
 table = Table.open(base, Config.resolve(explicit={"indexer.lock.url": lock}))
 def ms(call):
     started = time.perf_counter()
@@ -61,22 +74,40 @@ prune_cold, kept = ms(lambda: IndexedSnapshot(table).prune(expr).candidates)
 lookup_cold, holders = ms(lambda: IndexedSnapshot(table).lookup_keys([key])[key])
 prune_fresh = ms(lambda: IndexedSnapshot(table).prune(expr))[0]
 lookup_fresh = ms(lambda: IndexedSnapshot(table).lookup_keys([key]))[0]
+with WriteClient(table) as client:  # 1,000 new rows into one partition
+    commit = ms(lambda: client.insert(_rows(int(first), 1000, "p0000", random_keys=True)))[0]
+prune_commit = ms(lambda: IndexedSnapshot(table).prune(expr))[0]
+lookup_commit = ms(lambda: IndexedSnapshot(table).lookup_keys([key]))[0]
 snapshot = IndexedSnapshot(table)
 snapshot.prune(expr), snapshot.lookup_keys([key])
 prune_kept = min(ms(lambda: snapshot.prune(expr))[0] for _ in range(5))
 lookup_kept = min(ms(lambda: snapshot.lookup_keys([key]))[0] for _ in range(5))
+upserts = []
+with WriteClient(table) as client:  # upserts of 1,000 rows into one partition, warm
+    for n in range(UPSERTS):
+        rows = _rows(int(first) + 1000 * (n + 1), 1000, "p0001", random_keys=True)
+        upserts.append(ms(lambda: client.upsert(rows))[0])
+upsert_p95 = sorted(upserts)[-(-UPSERTS * 95 // 100) - 1]
 print(json.dumps({"prune_cold": prune_cold, "lookup_cold": lookup_cold,
                   "prune_fresh": prune_fresh, "prune_kept": prune_kept,
                   "lookup_fresh": lookup_fresh, "lookup_kept": lookup_kept,
+                  "prune_commit": prune_commit, "lookup_commit": lookup_commit,
+                  "commit": commit, "upsert_p95": upsert_p95,
                   "kept": len(kept), "holders": len(holders)}))
 """
 
 
-def _run(command: list[str]) -> tuple[float, float, str]:
-    """Seconds and peak resident MB of ``command`` and everything it starts; its stdout."""
+def _run(command: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
+    """Seconds and peak resident MB of ``command`` (with ``env`` added to the environment) and
+    everything it starts; its stdout."""
     started = time.perf_counter()
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
     )
     peak = 0.0
     done = threading.Event()
@@ -120,8 +151,17 @@ def measure(root: Path, files: int, peer: Any = None) -> dict[str, float]:
     build, build_peak, _ = _run([*cli, "run", str(base), "--index-types", INDEXES, *conf])
     print(f"  build {build:.1f} s (bound {bound:.1f} s)", file=sys.stderr, flush=True)
     row = files // 2 * ROWS + 7  # ts = row id; that row's key
-    reads = json.loads(
-        _run([sys.executable, "-c", _READS, str(base), lock, f"ts = {row}", _key(row, True)])[2]
+    reads = [str(base), lock, f"ts = {row}", _key(row, True)]
+    # pyarrow's default pool first (its commit's rows start after the table's), then ours
+    default = json.loads(
+        _run(
+            [sys.executable, "-c", _READS, *reads, str(files * ROWS)], {"AIX_BENCH_POOL": "default"}
+        )[2]
+    )
+    reads = json.loads(_run([sys.executable, "-c", _READS, *reads, str(files * ROWS + 10**6)])[2])
+    reads["prune_default"], reads["lookup_default"] = (
+        default["prune_fresh"],
+        default["lookup_fresh"],
     )
     validate, validate_peak, _ = _run([*cli, "validate", str(base), *conf])
     shutil.rmtree(base, ignore_errors=True)
@@ -141,17 +181,31 @@ def measure(root: Path, files: int, peer: Any = None) -> dict[str, float]:
 def table(results: list[dict[str, float]]) -> str:
     lines = [
         "| data files | bound s | build s | build / bound | build peak MB | validate s "
-        "| validate / bound | validate peak MB | prune() ms cold / fresh / kept | lookup ms cold / "
-        "fresh / kept | files kept by prune / lookup |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| validate / bound | validate peak MB |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
             f"| {r['files']:,} | {r['bound']:.1f} | {r['build']:.1f} | "
             f"**{r['build'] / r['bound']:.2f}x** | {r['build_peak']:.0f} | {r['validate']:.1f} | "
-            f"**{r['validate'] / r['bound']:.2f}x** | {r['validate_peak']:.0f} | "
-            f"{r['prune_cold']:.0f} / {r['prune_fresh']:.0f} / {r['prune_kept']:.1f} | "
-            f"{r['lookup_cold']:.0f} / {r['lookup_fresh']:.0f} / {r['lookup_kept']:.1f} | "
+            f"**{r['validate'] / r['bound']:.2f}x** | {r['validate_peak']:.0f} |"
+        )
+    lines += [
+        "",
+        "| data files | prune() ms: cold / new snapshot / after a commit / kept | lookup ms: cold "
+        "/ new snapshot / after a commit / kept | new snapshot on pyarrow's default pool: prune "
+        "/ lookup ms | first commit (1,000 rows) ms | upserts of 1,000 rows into one "
+        "partition: p95 ms (against the smallest table) | files kept by prune / lookup |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    smallest = min(results, key=lambda r: r["files"])["upsert_p95"]
+    for r in results:
+        lines.append(
+            f"| {r['files']:,} | {r['prune_cold']:.0f} / {r['prune_fresh']:.0f} / "
+            f"{r['prune_commit']:.0f} / {r['prune_kept']:.1f} | {r['lookup_cold']:.0f} / "
+            f"{r['lookup_fresh']:.0f} / {r['lookup_commit']:.0f} / {r['lookup_kept']:.1f} | "
+            f"{r['prune_default']:.0f} / {r['lookup_default']:.0f} | {r['commit']:.0f} | "
+            f"{r['upsert_p95']:.0f} (**{r['upsert_p95'] / smallest:.2f}x**) | "
             f"{r['kept']} / {r['holders']} |"
         )
     peer = [r for r in results if "hudi" in r]
