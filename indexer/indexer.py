@@ -38,6 +38,7 @@ from typing import Any
 from indexer.build import run_build, run_build_local
 from indexer.plan import IndexPlan, PartitionPlan, is_hudi_plan
 from metadata_table.layout import (
+    FILES,
     INDEX_TYPE_NAMES,
     RECORD_INDEX,
     expand_index_types,
@@ -54,7 +55,7 @@ from metadata_table.partition_writer import (
     key_fields_refusal,
     secondary_index_refusal,
 )
-from timeline.config import LOCAL_BUILD_MAX_FILES, LOCAL_BUILD_WORKERS
+from timeline.config import FILES_WITH_OTHERS, LOCAL_BUILD_MAX_FILES, LOCAL_BUILD_WORKERS
 from timeline.errors import (
     BuildCancelledError,
     CatchUpTimeoutError,
@@ -205,7 +206,7 @@ class AsyncIndexer:
             raise ConfigError(
                 "--index-types", "name at least one of " + ", ".join(INDEX_TYPE_NAMES)
             )
-        types = expand_index_types(dict.fromkeys(index_types), columns)
+        types = self._with_files(expand_index_types(dict.fromkeys(index_types), columns))
         secondary = [t for t in types if is_secondary_index(t)]
         schema = self.writer.table_schema()
         refusal = key_fields_refusal(self.table, schema)
@@ -230,6 +231,17 @@ class AsyncIndexer:
                 )
         self.table.lock_provider  # noqa: B018 - a misconfigured lock URL fails here, before anything
         return types
+
+    def _with_files(self, types: list[str]) -> list[str]:
+        """``types`` with ``files`` first when the table has no ``files`` partition (completed or
+        being built) and ``indexer.index.files.with.others`` is on, as Hudi requires it of every
+        metadata partition: a snapshot then lists the table from the index."""
+        if FILES in types or not self.table.config.get(FILES_WITH_OTHERS):
+            return types
+        if FILES in self.table.reload_index_state().partitions:
+            return types
+        logger.info("files is built too (indexer.index.files.with.others)")
+        return [FILES, *types]
 
     def migrate(self) -> MigrationResult:
         """Move an index an earlier version built in ``.hoodie/metadata`` to its own folder (every

@@ -395,6 +395,17 @@ LOCAL_BUILD_WORKERS: ConfigKey[int] = _key(
     )
 )
 
+FILES_WITH_OTHERS: ConfigKey[bool] = _key(
+    ConfigKey(
+        "indexer.index.files.with.others",
+        _parse_bool,
+        True,
+        "A request for any index on a table without the files partition builds files too (as "
+        "Hudi's metadata table requires): listings then come from the index, not from listing "
+        "storage, and fresh snapshots pay no storage listing. false: build only what is asked.",
+    )
+)
+
 READ_CACHE_MAX_MB: ConfigKey[int] = _key(
     ConfigKey(
         "indexer.read.cache.max.mb",

@@ -13,11 +13,11 @@ import pytest
 
 from indexer.indexer import AsyncIndexer, IndexerOptions
 from metadata_table.index_types import index_type
-from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES, PARTITIONS
+from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES, PARTITION_STATS, PARTITIONS
 from metadata_table.maintenance import build_records, initialize
 from metadata_table.table import MetadataTable
 from timeline import Action, Table
-from timeline.config import Config
+from timeline.config import LOCK_URL, Config
 from timeline.errors import ConfigError, IndexBuildAbortedError, InjectedFailure
 from timeline.failpoints import ENV, POINTS
 from writer.client import Operation, WriteClient
@@ -75,6 +75,12 @@ def test_schedule_writes_the_plan_and_marks_partitions_inflight(tmp_path: Path, 
     assert plan == {
         "version": 1,
         "indexPartitionInfos": [
+            {  # files comes along (indexer.index.files.with.others)
+                "metadataPartitionPath": "files",
+                "indexUptoInstant": last.timestamp,
+                "columns": [],
+                "fileGroups": 1,
+            },
             {
                 "metadataPartitionPath": "column_stats",
                 "indexUptoInstant": last.timestamp,
@@ -89,12 +95,13 @@ def test_schedule_writes_the_plan_and_marks_partitions_inflight(tmp_path: Path, 
             },
         ],
     }
-    assert table.reload_index_state().inflight == ("bloom_filters", "column_stats")
+    assert table.reload_index_state().inflight == ("bloom_filters", "column_stats", "files")
     assert MetadataTable(table).file_groups(BLOOM_FILTERS) == [
         f"bloom-filters-{i:04d}-0" for i in range(4)
     ]
-    again = indexer.schedule([COLUMN_STATS, FILES])  # idempotent: inflight ones are skipped
-    assert again.skipped == {COLUMN_STATS: "already being built"} and again.scheduled == [FILES]
+    again = indexer.schedule([COLUMN_STATS, PARTITION_STATS])  # inflight ones are skipped
+    assert again.skipped == {COLUMN_STATS: "already being built"}
+    assert again.scheduled == [PARTITION_STATS]
     with pytest.raises(ConfigError, match="not columns of the table: nope"):
         indexer.schedule([FILES], ["nope"])
     with pytest.raises(Exception, match="unknown metadata partition"):
@@ -287,6 +294,29 @@ def test_drop_aborts_a_pending_plan(tmp_path: Path, spark: Any) -> None:
         "lost": {},
         "unapplied": {},
     }
+
+
+def test_any_index_brings_files_unless_told_not_to(tmp_path: Path) -> None:
+    """As Hudi requires `files` of every metadata partition, a request for another index on a
+    table without it builds it too (listings then come from the index); once there, or with
+    indexer.index.files.with.others=false, only what is asked."""
+    table = make_table(tmp_path / "t")
+    indexer = AsyncIndexer(table, IndexerOptions(engine="local"))
+    assert indexer.schedule([COLUMN_STATS]).scheduled == [FILES, COLUMN_STATS]
+    assert indexer.schedule([BLOOM_FILTERS]).scheduled == [BLOOM_FILTERS]  # files is inflight
+    indexer.execute(), indexer.execute()  # two plans
+    assert table.reload_index_state().completed == (BLOOM_FILTERS, COLUMN_STATS, FILES)
+    assert_exact(table, [FILES, COLUMN_STATS, BLOOM_FILTERS])
+
+    other = make_table(tmp_path / "u")
+    config = Config.resolve(
+        explicit={
+            "indexer.lock.url": other.config.get(LOCK_URL),
+            "indexer.index.files.with.others": "false",
+        }
+    )
+    alone = AsyncIndexer(Table.open(other.base_uri, config), IndexerOptions(engine="local"))
+    assert alone.schedule([COLUMN_STATS]).scheduled == [COLUMN_STATS]
 
 
 def test_status(tmp_path: Path, spark: Any) -> None:

@@ -164,11 +164,16 @@ def test_partition_stats_index_the_columns_column_stats_index(tmp_path: Path) ->
     scheduled = indexer.schedule([PARTITION_STATS])
     assert scheduled.instant is not None
     plan = indexer.plan_of(scheduled.instant)
-    assert [p.columns for p in plan.partitions] == [("fare",)]
+    # files comes along (indexer.index.files.with.others); it takes no columns
+    assert [(p.partition, p.columns) for p in plan.partitions] == [
+        (FILES, ()),
+        (PARTITION_STATS, ("fare",)),
+    ]
     indexer.execute()
     assert set(stats(table, "fare")) == {"sf", "la", "ny"} and not stats(table, "ts")
     assert [(r.partition, r.ok) for r in validate(table)] == [
         (COLUMN_STATS, True),
+        (FILES, True),
         (PARTITION_STATS, True),
     ]
 

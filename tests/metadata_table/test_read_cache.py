@@ -21,7 +21,6 @@ from metadata_table.layout import (
     COVERS_UPTO,
     FILES,
     column_prefix,
-    column_values,
     read_records,
     write_records,
 )
@@ -168,20 +167,22 @@ def test_a_file_of_mixed_row_groups_is_read_whole(tmp_path: Path) -> None:
     client.insert(rows(keys(1000, 1010), city="la"))
     initialize(table, PARTITIONS)
     mdt = MetadataTable(table)
-    (base, _), *_ = mdt.reader(table.timeline.load()).slices(COLUMN_STATS).values()
-    assert base is not None
     prefix = column_prefix("fare")
-    assert column_values(mdt.storage, base.path, "value_type", prefix) == {"float"}
+    reader = mdt.reader(table.timeline.load())
+    assert reader.column_values(COLUMN_STATS, prefix, "value_type") == {"float"}
     want = _answers(table)
 
-    records, covers = read_records(mdt.storage, base.path)
-    assert covers is not None
-    sink = pa.BufferOutputStream()
-    watermark = {COVERS_UPTO: covers.encode()}
-    pq.write_table(records.replace_schema_metadata(watermark), sink)  # one row group
-    mdt.storage.delete(base.path)
-    mdt.storage.create(base.path, sink.getvalue().to_pybytes())
-    assert column_values(mdt.storage, base.path, "value_type", prefix) is None
+    for base, _ in reader.slices(COLUMN_STATS).values():
+        assert base is not None
+        records, covers = read_records(mdt.storage, base.path)
+        assert covers is not None
+        sink = pa.BufferOutputStream()
+        watermark = {COVERS_UPTO: covers.encode()}
+        pq.write_table(records.replace_schema_metadata(watermark), sink)  # one row group
+        mdt.storage.delete(base.path)
+        mdt.storage.create(base.path, sink.getvalue().to_pybytes())
+    reader = mdt.reader(table.timeline.load())
+    assert reader.column_values(COLUMN_STATS, prefix, "value_type") is None
     whole = IndexedSnapshot(table)._column_records("fare").schema.field("min_value").type
     assert whole.num_fields == 8
     assert _answers(table) == want
