@@ -93,11 +93,24 @@ def might_contain_each(bitsets: pa.Array | pa.ChunkedArray, h: int) -> np.ndarra
     """For every filter of ``bitsets`` (binary, one SBBF bitset each), whether it may hold the
     value of hash ``h``: one pass over the bitsets' Arrow buffers, no filter made a Python
     object. A null (no filter known) may hold anything."""
+    return might_contain_any(bitsets, [h])
+
+
+#: (hashes x filters) probed at once by :func:`might_contain_any`, at most (32 bytes each)
+_PROBES_AT_ONCE = 1 << 20
+
+
+def might_contain_any(bitsets: pa.Array | pa.ChunkedArray, hashes: Iterable[int]) -> np.ndarray:
+    """For every filter of ``bitsets`` (binary, one SBBF bitset each), whether it may hold the
+    value of any of ``hashes``: the probes of many values into many filters as array operations
+    on the bitsets' Arrow buffers (an upsert tags 1,000 keys against a partition's thousand
+    files in milliseconds). A null (no filter known) may hold anything."""
     array = bitsets.combine_chunks() if isinstance(bitsets, pa.ChunkedArray) else bitsets
     array = array.cast(pa.large_binary())
     n = len(array)
+    out = np.ones(n, dtype=bool)
     if n == 0:
-        return np.zeros(0, dtype=bool)
+        return out
     _, offsets_buffer, data_buffer = array.buffers()
     offsets = np.frombuffer(offsets_buffer, dtype=np.int64)[array.offset : array.offset + n + 1]
     data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer else np.zeros(0, np.uint8)
@@ -105,15 +118,25 @@ def might_contain_each(bitsets: pa.Array | pa.ChunkedArray, h: int) -> np.ndarra
     valid = array.is_valid().to_numpy(zero_copy_only=False) & (sizes > 0)
     if np.any(sizes[valid] % _BLOCK_BYTES):
         raise BloomFilterFormatError("a bitset is not whole 32-byte blocks")
-    blocks = (sizes // _BLOCK_BYTES).astype(np.uint64)
-    block = ((np.uint64(h >> 32) * blocks) >> np.uint64(32)).astype(np.int64)
-    start = np.where(valid, offsets[:-1] + block * _BLOCK_BYTES, 0)
-    key = h & 0xFFFFFFFF
-    masks = np.array([1 << (((key * s) & 0xFFFFFFFF) >> 27) for s in _SALT], dtype=np.uint32)
-    at = start[valid, None] + np.arange(_BLOCK_BYTES)[None, :]
-    words = np.ascontiguousarray(data[at]).view("<u4")  # (valid files, 8 words)
-    out = np.ones(n, dtype=bool)
-    out[valid] = np.all((words & masks) == masks, axis=1)
+    blocks = (sizes[valid] // _BLOCK_BYTES).astype(np.uint64)
+    starts = offsets[:-1][valid]
+    found = np.zeros(len(starts), dtype=bool)
+    values = np.fromiter(hashes, dtype=np.uint64)
+    salt = np.array(_SALT, dtype=np.uint64)
+    step = max(1, _PROBES_AT_ONCE // max(1, len(starts)))
+    for at in range(0, len(values), step):
+        h = values[at : at + step, None]  # (values, 1)
+        block = ((h >> np.uint64(32)) * blocks[None, :]) >> np.uint64(32)  # (values, filters)
+        first = starts[None, :] + block.astype(np.int64) * _BLOCK_BYTES
+        key = h & np.uint64(0xFFFFFFFF)
+        masks = (
+            np.uint32(1) << (((key * salt[None, :]) & np.uint64(0xFFFFFFFF)) >> np.uint64(27))
+        ).astype(np.uint32)  # (values, 8)
+        where = first[:, :, None] + np.arange(_BLOCK_BYTES)[None, None, :]
+        words = np.ascontiguousarray(data[where]).view("<u4")  # (values, filters, 8)
+        hit = np.all((words & masks[:, None, :]) == masks[:, None, :], axis=2)
+        found |= hit.any(axis=0)
+    out[valid] = found
     return out
 
 

@@ -15,6 +15,7 @@ import pytest
 from metadata_table.bloom import (
     SplitBlockBloomFilter,
     hash_value,
+    might_contain_any,
     might_contain_each,
     parse_bloom_filter,
 )
@@ -208,3 +209,23 @@ def test_a_prefix_read_decodes_only_the_row_groups_that_may_hold_the_prefix(
     assert _row_groups_with(metadata, "") == list(range(10))
     no_stats = _parquet(records, row_group_size=40, write_statistics=False)
     assert _row_groups_with(pq.read_metadata(pa.BufferReader(no_stats)), "a|") is None
+
+
+def test_probing_many_values_into_many_filters_at_once() -> None:
+    """might_contain_any (an upsert's keys against a partition's filters, as arrays) answers
+    what probing each filter object with each value does; a null filter may hold anything."""
+    rng = random.Random(7)
+    blooms = [
+        SplitBlockBloomFilter.build([f"k{rng.randrange(10_000)}" for _ in range(n)], n, 0.2)
+        for n in (1, 5, 40, 300)
+    ]
+    bitsets = pa.array([bytes(b.bitset) for b in blooms] + [None], pa.binary())
+    for count in (0, 1, 3, 200):
+        values = [hash_value(f"k{rng.randrange(10_000)}") for _ in range(count)]
+        want = [any(b.might_contain_hash(h) for h in values) for b in blooms] + [True]
+        assert might_contain_any(bitsets, values).tolist() == want
+        assert might_contain_any(bitsets.slice(1), values).tolist() == want[1:]
+    one = hash_value("k1")
+    assert might_contain_each(bitsets, one).tolist() == [
+        b.might_contain_hash(one) for b in blooms
+    ] + [True]
