@@ -9,9 +9,9 @@ budget (``indexer.read.cache.max.mb``), the way Iceberg keeps decoded manifests
 (``io.manifest.cache-*``).
 
 An entry is keyed by the file's URI, size and modification time as the metadata partition's
-listing reports them, so a file deleted by a rollback and written again under the same name (a
-retried log file) is never answered from its old content. Arrow tables are immutable: readers
-share an entry without copying it.
+listing reports them (nothing is kept when it reports no modification time), so a file deleted
+by a rollback and written again under the same name (a retried log file) is not answered from
+its old content. Arrow tables are immutable: readers share an entry without copying it.
 """
 
 from __future__ import annotations

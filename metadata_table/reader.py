@@ -368,20 +368,28 @@ class MetadataReader:
             records, covers = read_records(self.storage, file.path, columns, prefix)
             return (records if derive is None else derive(records)), covers
 
-        if file.stamp is None or self._cache is None:
-            return read()
         how = None if derive is None else f"{derive.__module__}.{derive.__qualname__}"
-        key = (self.storage.uri(file.path), file.stamp, tuple(columns or ()), prefix, how)
+        projection = None if columns is None else tuple(columns)
+        key = self._cache_key(file, "records", projection, prefix, how)
+        if key is None or self._cache is None:
+            return read()
         return self._cache.records(key, read)
 
     def _column_values(self, file: MetadataFile, column: str, prefix: str) -> set[Any] | None:
         def read() -> set[Any] | None:
             return column_values(self.storage, file.path, column, prefix)
 
-        if file.stamp is None or self._cache is None:
+        key = self._cache_key(file, "values", column, prefix)
+        if key is None or self._cache is None:
             return read()
-        key = (self.storage.uri(file.path), file.stamp, "values", column, prefix)
         return self._cache.get(key, read, lambda found: 64 * (1 + len(found or ())))
+
+    def _cache_key(self, file: MetadataFile, *what: Any) -> tuple[Any, ...] | None:
+        """The cache key of something read from ``file``: its URI and version (size and
+        modification time as listed); None (not kept) when the listing did not give both."""
+        if self._cache is None or file.stamp is None or file.stamp[1] is None:
+            return None
+        return (self.storage.uri(file.path), file.stamp, *what)
 
     def column_values(self, partition: str, prefix: str, column: str) -> set[Any] | None:
         """The values a string ``column`` of the records with keys starting with ``prefix``

@@ -227,7 +227,7 @@ class FileSystemView:
     @cached_property
     def _listed(self) -> pa.Table:
         """One listing of the data folders: ``partition_path``, ``file_name``, ``path`` and
-        ``size`` of every file (and the :func:`base_name_fields` when the listing gave them)."""
+        ``size`` of every file (and :func:`with_base_name_fields`' when the listing has them)."""
         entries = self._listing() if self._listing is not None else _list_data_files(self.storage)
         if isinstance(entries, pa.Table):
             parsed = set(_BASE_NAME_FIELDS) <= set(entries.column_names)
@@ -373,14 +373,13 @@ class FileSystemView:
         wanted = set(partitions)
         if "_latest" in self.__dict__:
             return [b for b in self._latest if b.partition_path in wanted]
+        names = pa.array(sorted(wanted), pa.string())
         if "latest_base_table" in self.__dict__:
             latest = self.latest_base_table
-        else:
-            bases = self._base_table
-            chosen = pc.is_in(bases.column("partition_path"), pa.array(sorted(wanted), pa.string()))
-            latest = self._newest_of(bases.filter(chosen))
-        inside = pc.is_in(latest.column("partition_path"), pa.array(sorted(wanted), pa.string()))
-        return base_files_of(latest.filter(inside))
+            return base_files_of(latest.filter(pc.is_in(latest.column("partition_path"), names)))
+        bases = self._base_table
+        chosen = bases.filter(pc.is_in(bases.column("partition_path"), names))
+        return base_files_of(self._newest_of(chosen))
 
     @cached_property
     def latest_base_table(self) -> pa.Table:

@@ -46,6 +46,17 @@ def _answers(table: Table) -> tuple[Any, ...]:
     )
 
 
+def _indexed(tmp_path: Path) -> tuple[Table, WriteClient]:
+    """A table of two partitions' files (fares 0-99 in sf, 1000-1099 in la), indexed, and its
+    writer."""
+    table = make_table(tmp_path / "t")
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 100), city="sf"))
+    client.insert(rows(keys(1000, 1100), city="la"))
+    initialize(table, PARTITIONS)
+    return table, client
+
+
 def _without_cache(table: Table) -> Table:
     config = Config.resolve(
         explicit={"indexer.lock.url": "inprocess", "indexer.read.cache.max.mb": "0"}
@@ -71,11 +82,7 @@ def decoded(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
 def test_a_new_snapshot_decodes_only_the_files_written_since(
     tmp_path: Path, decoded: Counter[str]
 ) -> None:
-    table = make_table(tmp_path / "t")
-    client = WriteClient(table)
-    client.insert(rows(keys(0, 100), city="sf"))
-    client.insert(rows(keys(1000, 1100), city="la"))
-    initialize(table, PARTITIONS)
+    table, client = _indexed(tmp_path)
 
     first = _answers(table)
     assert decoded, "nothing was read"
@@ -96,11 +103,7 @@ def test_a_new_snapshot_decodes_only_the_files_written_since(
 def test_a_file_written_again_under_its_name_is_read_again(
     tmp_path: Path, decoded: Counter[str]
 ) -> None:
-    table = make_table(tmp_path / "t")
-    client = WriteClient(table)
-    client.insert(rows(keys(0, 100), city="sf"))
-    client.insert(rows(keys(1000, 1100), city="la"))
-    initialize(table, PARTITIONS)
+    table, _ = _indexed(tmp_path)
     before = IndexedSnapshot(table).indexed_files().num_rows
     assert before == 2
 
