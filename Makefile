@@ -80,7 +80,7 @@ bench-record-index: $(VENV)/.installed-test system-deps hudi-peer
 # fresh reads, each a new process, and Apache Hudi's HoodieIndexer on a copy of each
 # (SIZES=100000,1000000 for others; about 10 minutes a 100,000).
 bench-scale: $(VENV)/.installed-test system-deps hudi-peer
-	$(PY) scripts/bench/scale.py --sizes $(or $(SIZES),2000,20000,100000) --hudi
+	$(PY) scripts/bench/scale.py --sizes $(or $(SIZES),1000,2000,20000,100000) --hudi
 
 # The full suite: writes docs/benchmarks.md and docs/bench-*.png (about 20 minutes on 2 cores).
 bench: $(VENV)/.installed-bench system-deps hudi-peer

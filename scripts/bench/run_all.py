@@ -768,7 +768,7 @@ def section_peer(report: Report, root: Path, counts: list[int]) -> None:
         "up to indexer.build.local.max.files data files and starts Spark (local[2]) beyond; the "
         "Spark column forces Spark at every size, its JVM start included. Hudi's run starts its "
         "JVM and first builds its own metadata table's `files` partition, which its indexer "
-        "needs; ours needs none.",
+        "needs; ours builds `files` too (indexer.index.files.with.others).",
     ]
     report.add("\n".join(lines))
 
