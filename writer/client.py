@@ -335,6 +335,7 @@ class WriteTransaction:
         self.markers: MarkerWriter = self._choose_markers(instant_time)
         self.stats: list[WriteStat] = []
         self._schema: pa.Schema | None = None
+        self._commit_schema: pa.Schema | None = None
         self.layout = FileLayout()
         self._written = False
         self._state = _TxnState.OPEN
@@ -641,6 +642,8 @@ class WriteTransaction:
             self._verify_keys(newest, stored)
         schema = evolve(table_schema, incoming) if incoming is not None else None
         self._schema = schema
+        # what the commit names (extraMetadata.schema): a delete keeps the table's, as Hudi's
+        self._commit_schema = schema if schema is not None else table_schema
         meta = stored is None or RECORD_KEY in stored.names
         self.layout = FileLayout(schema, template, meta)
         return self.layout
@@ -774,7 +777,8 @@ class WriteTransaction:
             raise
 
     def _commit(self) -> Instant:
-        schema = avro_schema(self._schema, self.table.table_config.name) if self._schema else ""
+        named = self._commit_schema
+        schema = avro_schema(named, self.table.table_config.name) if named else ""
         metadata = CommitMetadata.of(
             self.stats, self.operation.value.upper(), {"schema": schema} if schema else {}
         )

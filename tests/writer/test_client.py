@@ -301,3 +301,26 @@ def test_a_table_without_indexes_never_reads_metadata(
     monkeypatch.setattr(Storage, "list", recording_list)
     WriteClient(table).insert(rows(("a", "sf", 1, 1.0)))
     assert touched and not [p for p in touched if "/.hoodie/.async-indexer" in p]
+
+
+def test_a_delete_that_matches_nothing_records_the_schema(tmp_path: Path) -> None:
+    """A commit names the table's schema in extraMetadata, as Hudi's do, a delete too: a delete
+    of keys the table does not hold writes no file, and hudi-rs, which takes the schema from
+    the latest commit (its extraMetadata, else its files), could not open the table after one
+    (the concurrency suite's writers met this in CI)."""
+    from .test_failed_writes import hudi_rs
+
+    table = make_table(str(tmp_path / "t"))
+    client = WriteClient(table)
+    inserted = client.insert(rows(("a", "sf", 1, 1.0), ("b", "la", 1, 2.0)))
+    deleted = client.delete(pa.table({"uuid": ["zz"], "city": ["sf"]}))
+
+    def extra(instant: Any) -> dict[str, str]:
+        data = table.timeline.read_content(table.timeline.load().get(instant.timestamp))
+        return dict(CommitMetadata.from_bytes(data, "commit").extra_metadata)
+
+    assert not CommitMetadata.from_bytes(
+        table.timeline.read_content(table.timeline.load().get(deleted.timestamp)), "commit"
+    ).write_stats
+    assert extra(deleted)["schema"] == extra(inserted)["schema"]
+    assert sorted(r["uuid"] for r in hudi_rs(table.base_uri, {})) == ["a", "b"]
