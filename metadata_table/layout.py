@@ -126,6 +126,18 @@ def index_type_name(partition: str) -> str:
     return SECONDARY_INDEX if is_secondary_index(partition) else check_partition(partition)
 
 
+def keyed_by_column(partition: str) -> bool:
+    """Whether a partition's keys start with the column they describe (:func:`column_prefix`):
+    the stats partitions."""
+    return partition in (COLUMN_STATS, PARTITION_STATS)
+
+
+def key_columns(keys: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """The column each key of a :func:`keyed_by_column` partition starts with, as
+    :func:`column_prefix` writes it (without the ``|``)."""
+    return pc.list_element(pc.split_pattern(keys, "|", max_splits=1), 0)
+
+
 def keyed_by_record(partition: str) -> bool:
     """Whether a partition's records are keyed by record key (routed and ordered by its hash)."""
     return partition == RECORD_INDEX or is_secondary_index(partition)
@@ -489,9 +501,9 @@ def _by_column(partition: str, records: pa.Table) -> list[pa.Table]:
     """The records of a stats partition cut where the column they describe changes (each
     column's in row groups of their own: a read of one column opens no other's, and the
     groups' ``value_type`` statistics tell its value kind); other partitions' whole."""
-    if partition not in (COLUMN_STATS, PARTITION_STATS) or records.num_rows < 2:
+    if not keyed_by_column(partition) or records.num_rows < 2:
         return [records]
-    column = pc.list_element(pc.split_pattern(records.column("key"), "|", max_splits=1), 0)
+    column = key_columns(records.column("key"))
     changed = pc.not_equal(column.slice(1), column.slice(0, len(column) - 1))
     starts = [0, *(np.flatnonzero(changed.to_numpy(zero_copy_only=False)) + 1), len(column)]
     return [records.slice(a, b - a) for a, b in pairwise(starts)]

@@ -26,13 +26,13 @@ import pyarrow.compute as pc
 
 from metadata_table.file_cache import Entry, process_cache
 from metadata_table.layout import (
-    COLUMN_STATS,
     NOTHING,
     PARTITION_STATS,
     MetadataFile,
     check_partition,
     column_values,
     in_file_order,
+    keyed_by_column,
     keyed_by_record,
     read_records,
     schema_of,
@@ -473,7 +473,7 @@ def _merge(partition: str, base: pa.Table, logs: list[pa.Table]) -> pa.Table:
     logs = [log for log in logs if log.num_rows]
     if not logs:
         return base
-    if partition not in (COLUMN_STATS, PARTITION_STATS):
+    if not keyed_by_column(partition):
         return newest_records(base, logs)
     log_rows = pa.concat_tables(logs)
     touched = log_rows.column("key").unique()

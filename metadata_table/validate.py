@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from metadata_table.index_types import index_type
-from metadata_table.layout import COLUMN_STATS, PARTITION_STATS
+from metadata_table.layout import key_columns, keyed_by_column
 from metadata_table.maintenance import build_records_each
 from metadata_table.reader import MetadataReader
 from metadata_table.table import MetadataTable
@@ -95,7 +95,7 @@ def _compare(
     the index are held at once (at 100,000 files, column_stats' whole merge was 381 MB)."""
     kind = index_type(partition)
     rebuilt = kind.comparable_table(rebuilt)
-    if partition not in (COLUMN_STATS, PARTITION_STATS):
+    if not keyed_by_column(partition):
         ours = kind.comparable_table(reader.read(partition, ordered=False))
         return differences(ours, rebuilt)
     # keys of columns only the index holds, then each column the rebuild holds
@@ -105,7 +105,7 @@ def _compare(
     stale = _keys(keys, pc.invert(pc.is_in(keys, value_set=rebuilt_keys)))
     wrong: list[str] = []
     del keys
-    columns = pc.list_element(pc.split_pattern(rebuilt_keys, "|", max_splits=1), 0)
+    columns = key_columns(rebuilt_keys)
     for column in pc.unique(columns).to_pylist():
         prefix = f"{column}|"
         ours = kind.comparable_table(reader.read(partition, prefix=prefix, ordered=False))
