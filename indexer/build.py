@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -31,6 +30,7 @@ from typing import Any
 from metadata_table.partition_writer import (
     RECORDS_CHUNK,
     DataFile,
+    GroupRecords,
     PartitionBuild,
     RecordsPart,
     chunked,
@@ -173,13 +173,17 @@ def run_build_local(
     marker_instant: str,
     progress: Progress | None = None,
     workers: int = 0,
+    memory_mb: int = 512,
 ) -> dict[str, dict[str, int]]:
     """:func:`run_build` without Spark, so no JVM to start. The chunks of data files are read by
     ``workers`` workers (0: one per core, at most four; processes from
     :data:`~metadata_table.workers.PROCESS_MIN_FILES` data files on, else threads), their
-    records coming back to this process as Arrow tables, in chunk order. The file groups are
-    then written by as many threads (Parquet writes, hashing and sorting run outside the GIL).
-    Progress counts chunks of data files read, then file groups written."""
+    records coming back to this process as Arrow tables, in chunk order. Past ``memory_mb`` of
+    records held, they are spilled per file group to Arrow files in a temporary folder (as
+    Spark's shuffle spills), so memory does not grow with the table. The file groups are then
+    written by as many threads, each from its group's records alone (Parquet writes, hashing
+    and sorting run outside the GIL). Progress counts chunks of data files read, then file
+    groups written."""
     workers, processes = workers_for(len(files), workers)
     chunks = chunked(files, workers, RECORDS_CHUNK)
     groups = [(n, build, g) for n, build in enumerate(builds) for g in range(build.groups)]
@@ -191,26 +195,28 @@ def run_build_local(
         workers,
         "processes" if processes else "threads",
     )
-    parts: dict[tuple[int, int], list[RecordsPart]] = defaultdict(list)
-    read = map_chunks(_read, (storage, builds), chunks, workers, processes)
-    for done, made in enumerate(read, start=1):
-        for number, group, part in made:
-            parts[(number, group)].append(part)
-        if progress is not None:
-            progress(done, total)
-
-    def write(job: tuple[int, PartitionBuild, int]) -> tuple[str, str, int]:
-        number, build, group = job
-        records = parts.pop((number, group), [])  # freed once written
-        return build.write_group(storage, group, records, marker_instant)
-
     sizes: dict[str, dict[str, int]] = {b.partition: {} for b in builds}
-    with ThreadPoolExecutor(workers, thread_name_prefix="build") as threads:
-        written = threads.map(write, groups)
-        for done, (partition, fg, bytes_) in enumerate(written, start=len(chunks) + 1):
-            sizes[partition][fg] = bytes_
+    with GroupRecords(memory_mb * 1024 * 1024) as held:
+        read = map_chunks(_read, (storage, builds), chunks, workers, processes)
+        for done, made in enumerate(read, start=1):
+            for number, group, part in made:
+                held.add((number, group), builds[number].conformed(part))
             if progress is not None:
                 progress(done, total)
+        if held.spilled:
+            logger.info("spilled %d MB of records to local disk", held.spilled // 2**20)
+
+        def write(job: tuple[int, PartitionBuild, int]) -> tuple[str, str, int]:
+            number, build, group = job
+            records = held.take((number, group))  # freed once written
+            return build.write_group(storage, group, records, marker_instant)
+
+        with ThreadPoolExecutor(workers, thread_name_prefix="build") as threads:
+            written = threads.map(write, groups)
+            for done, (partition, fg, bytes_) in enumerate(written, start=len(chunks) + 1):
+                sizes[partition][fg] = bytes_
+                if progress is not None:
+                    progress(done, total)
     return sizes
 
 

@@ -43,7 +43,6 @@ from metadata_table.layout import (
     RECORD_INDEX,
     expand_index_types,
     is_secondary_index,
-    keyed_by_record,
     secondary_column,
 )
 from metadata_table.partition_writer import (
@@ -55,7 +54,12 @@ from metadata_table.partition_writer import (
     key_fields_refusal,
     secondary_index_refusal,
 )
-from timeline.config import FILES_WITH_OTHERS, LOCAL_BUILD_MAX_FILES, LOCAL_BUILD_WORKERS
+from timeline.config import (
+    FILES_WITH_OTHERS,
+    LOCAL_BUILD_MAX_FILES,
+    LOCAL_BUILD_MEMORY_MB,
+    LOCAL_BUILD_WORKERS,
+)
 from timeline.errors import (
     BuildCancelledError,
     CatchUpTimeoutError,
@@ -251,8 +255,8 @@ class AsyncIndexer:
     def schedule(self, index_types: Sequence[str], columns: Sequence[str] = ()) -> ScheduleResult:
         types = self.validate(index_types, columns)
         self.migrate()
-        # the size a record or secondary index is laid out for, worked out before the lock
-        records = self.writer.estimated_records() if any(map(keyed_by_record, types)) else None
+        # the table's size new partitions are laid out for, worked out before the lock
+        size = self.writer.layout_size(types)
         with self._lock("schedule indexing") as lock:
             started = time.monotonic()
             state = self.table.reload_index_state()
@@ -271,7 +275,7 @@ class AsyncIndexer:
             chosen = self._columns(state, todo, columns)
             plans = []
             for partition in todo:
-                groups = self.writer.configured_groups(partition, records)
+                groups = self.writer.configured_groups(partition, size)
                 self.writer.create_partition(partition, groups, lock)
                 cols = chosen if self.writer.takes_columns(partition) else ()
                 plans.append(PartitionPlan(partition, upto, cols, groups))
@@ -439,8 +443,11 @@ class AsyncIndexer:
         (:meth:`engine`), behind markers of ``marker_instant``; their sizes per partition."""
         storage, progress = self.table.storage, self._reporter(step)
         if self.engine(len(files)) == "local":
-            workers = self.table.config.get(LOCAL_BUILD_WORKERS)
-            return run_build_local(storage, files, builds, marker_instant, progress, workers)
+            config = self.table.config
+            workers, memory_mb = config.get(LOCAL_BUILD_WORKERS), config.get(LOCAL_BUILD_MEMORY_MB)
+            return run_build_local(
+                storage, files, builds, marker_instant, progress, workers, memory_mb
+            )
         return run_build(
             storage,
             files,

@@ -59,6 +59,7 @@ from metadata_table.records import (
 from timeline.config import (
     BLOOM_FILTER_FILE_GROUPS,
     COLUMN_STATS_FILE_GROUPS,
+    DATA_FILES_PER_FILE_GROUP,
     FILES_FILE_GROUPS,
     PARTITION_STATS_FILE_GROUPS,
     RECORD_INDEX_FILE_GROUPS,
@@ -89,6 +90,9 @@ class IndexType:
     #: the columns beside the record key a data file's rows are read for (None: rows are not
     #: read; the records come from footers)
     row_columns: tuple[str, ...] | None = None
+    #: records per data file: the file-group count grows with the table's data files
+    #: (``indexer.metadata.data.files.per.file.group``)
+    keyed_by_data_file: bool = False
 
     @property
     def memory_schema(self) -> pa.Schema:
@@ -125,11 +129,16 @@ class IndexType:
         keys = records.column("key").to_pylist()
         return np.fromiter((file_group_of(k, groups) for k in keys), np.int64, len(keys))
 
-    def configured_groups(self, config: Config, records: int | None = None) -> int:
-        """File groups a new partition of this type gets; for an index keyed by record key with
-        no count configured, one per ``indexer.record.index.keys.per.file.group`` of the
-        table's ``records`` (at least one)."""
+    def configured_groups(
+        self, config: Config, records: int | None = None, data_files: int | None = None
+    ) -> int:
+        """File groups a new partition of this type gets: for an index keyed by data file, at
+        least one per ``indexer.metadata.data.files.per.file.group`` of the table's
+        ``data_files``; for an index keyed by record key with no count configured, one per
+        ``indexer.record.index.keys.per.file.group`` of the table's ``records`` (at least one)."""
         count = config.get(self.file_groups_key)
+        if self.keyed_by_data_file:
+            return max(count, -(-(data_files or 0) // config.get(DATA_FILES_PER_FILE_GROUP)))
         if count or not self.keyed_by_record:
             return count
         per_group = config.get(RECORD_INDEX_KEYS_PER_FILE_GROUP)
@@ -155,6 +164,7 @@ INDEX_TYPES: dict[str, IndexType] = {
         lambda infos, columns, _: column_stats_records(infos, columns),
         COLUMN_STATS_FILE_GROUPS,
         takes_columns=True,
+        keyed_by_data_file=True,
     ),
     BLOOM_FILTERS: IndexType(
         BLOOM_FILTERS,
@@ -162,6 +172,7 @@ INDEX_TYPES: dict[str, IndexType] = {
         lambda infos, _c, _t: bloom_records(infos),
         BLOOM_FILTER_FILE_GROUPS,
         written_where_read=True,
+        keyed_by_data_file=True,
     ),
     PARTITION_STATS: IndexType(
         PARTITION_STATS,

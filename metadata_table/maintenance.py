@@ -264,7 +264,9 @@ def initialize(
         for partition in todo:
             kind = index_type(partition)
             rows = sum(i.metadata.num_rows for i in base_infos if i.metadata is not None)
-            count = (groups or {}).get(partition) or kind.configured_groups(table.config, rows)
+            count = (groups or {}).get(partition) or kind.configured_groups(
+                table.config, rows, len(base_infos)
+            )
             records = _base_records(table, timeline, partition, columns, upto, base_infos)
             mdt.write_base_files(
                 partition, records, upto, table.timeline.generator.next(), count, lock

@@ -32,6 +32,7 @@ from typing import Any, TypeAlias
 
 import pyarrow as pa
 
+from metadata_table.group_records import GroupRecords
 from metadata_table.index_types import index_type
 from metadata_table.layout import (
     BLOOM_FILTERS,
@@ -120,6 +121,12 @@ class PartitionBuild:
         partition, name, _, _ = file
         return file_group_of(file_key(partition, name), self.groups)
 
+    def conformed(self, part: RecordsPart) -> pa.Table:
+        """A part of this partition's records (what :func:`file_records` made) as a table of
+        the partition's schema in memory, as :meth:`write_group` takes them all."""
+        table = _from_ipc(part) if isinstance(part, bytes) else part
+        return table.cast(index_type(self.partition).memory_schema)
+
     def write_group(
         self,
         storage: Storage,
@@ -139,9 +146,8 @@ class PartitionBuild:
                 Marker(f"{METADATA_FOLDER}/{self.partition}", name, IOType.CREATE)
             )
         kind = index_type(self.partition)
-        schema = kind.memory_schema
-        tables = [(_from_ipc(p) if isinstance(p, bytes) else p).cast(schema) for p in parts]
-        records = pa.concat_tables(tables) if tables else schema.empty_table()
+        tables = [self.conformed(p) for p in parts]
+        records = pa.concat_tables(tables) if tables else kind.memory_schema.empty_table()
         # the tasks' partial aggregates, or records of a slice's files in several tasks, as the
         # table was at covers_upto
         records = kind.combine(records, self.covers_upto)
@@ -248,19 +254,32 @@ def file_records(
                 yield number, group, _ipc(table)
 
 
-def estimated_records(table: Table) -> int:
-    """The records of a table's latest base files, estimated without reading them: their bytes
-    times the rows per byte of the newest one (its footer read), as the record and secondary
-    indexes' file-group count needs it."""
+@dataclass(frozen=True)
+class TableSize:
+    """What the file-group counts of new index partitions are laid out for."""
+
+    #: the files of the latest file slices (base and log files)
+    data_files: int
+    #: the records of the latest base files, estimated (None: not worked out)
+    records: int | None = None
+
+
+def table_size(table: Table, records: bool = True) -> TableSize:
+    """The latest file slices' files, and (with ``records``) their base files' records estimated
+    without reading them: their bytes times the rows per byte of the newest one (its footer
+    read), as the record and secondary indexes' file-group count needs it."""
     from metadata_table.read.snapshot import IndexedSnapshot
 
     snapshot = IndexedSnapshot(table)
+    data_files = len(snapshot.view.latest_paths())
+    if not records:
+        return TableSize(data_files)
     newest = snapshot.newest_base_file
     if newest is None:
-        return 0
+        return TableSize(data_files, 0)
     rows = parquet_file_rows(table.storage, newest.path)
     total = sum(b.size for b in snapshot.view.latest_base_files())
-    return int(total * rows / max(1, newest.size))
+    return TableSize(data_files, int(total * rows / max(1, newest.size)))
 
 
 def table_schema(table: Table) -> pa.Schema | None:
@@ -288,16 +307,25 @@ class PartitionWriter:
 
     # --- what can be indexed, and how --------------------------------------------------------------
 
-    def configured_groups(self, partition: str, records: int | None = None) -> int:
-        """File groups a new ``partition`` gets; for an index keyed by record key, by the
-        table's size (``records``, else :func:`estimated_records`) unless configured."""
+    def configured_groups(self, partition: str, size: TableSize | None = None) -> int:
+        """File groups a new ``partition`` gets, by the table's ``size`` (worked out here when
+        not given) where its type's count grows with the table."""
         kind = index_type(partition)
-        if kind.keyed_by_record and records is None:
-            records = estimated_records(self.table)
-        return kind.configured_groups(self.table.config, records)
+        if size is None and (kind.keyed_by_record or kind.keyed_by_data_file):
+            size = self.layout_size([partition])
+        data_files, records = (size.data_files, size.records) if size else (None, None)
+        return kind.configured_groups(self.table.config, records, data_files)
 
-    def estimated_records(self) -> int:
-        return estimated_records(self.table)
+    def table_size(self, records: bool = True) -> TableSize:
+        return table_size(self.table, records)
+
+    def layout_size(self, partitions: Sequence[str]) -> TableSize | None:
+        """The table's size, as new ``partitions`` are laid out for (None: their counts do not
+        grow with the table); the records only when one of them is keyed by record key."""
+        kinds = [index_type(p) for p in partitions]
+        if not any(k.keyed_by_record or k.keyed_by_data_file for k in kinds):
+            return None
+        return table_size(self.table, records=any(k.keyed_by_record for k in kinds))
 
     def table_schema(self) -> pa.Schema | None:
         return table_schema(self.table)
@@ -535,10 +563,12 @@ class PartitionWriter:
 __all__ = [
     "NOTHING",
     "DataFile",
+    "GroupRecords",
     "MigrationResult",
     "PartitionBuild",
     "PartitionReport",
     "PartitionWriter",
     "Survey",
+    "TableSize",
     "file_records",
 ]

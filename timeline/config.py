@@ -395,6 +395,34 @@ LOCAL_BUILD_WORKERS: ConfigKey[int] = _key(
     )
 )
 
+LOCAL_BUILD_MEMORY_MB: ConfigKey[int] = _key(
+    ConfigKey(
+        "indexer.build.local.memory.mb",
+        int,
+        512,
+        "Megabytes of index records an index build without Spark holds in memory before it "
+        "spills them, per file group, to Arrow files in the temporary folder (TMPDIR), so its "
+        "memory does not grow with the table: each file group is then written from its own "
+        "records alone. 0: spill every chunk of data files read.",
+        lambda v: v >= 0,
+        "must be 0 or positive",
+    )
+)
+
+DATA_FILES_PER_FILE_GROUP: ConfigKey[int] = _key(
+    ConfigKey(
+        "indexer.metadata.data.files.per.file.group",
+        int,
+        100_000,
+        "The indexes keyed by data file (column_stats, bloom_filters) get at least one file "
+        "group per this many of the table's latest data files when they are built (more than "
+        "their configured file.group.count on large tables), so no file group outgrows what one "
+        "task writes: at 1,000,000 data files, 10 file groups of each.",
+        _positive,
+        "must be positive",
+    )
+)
+
 FILES_WITH_OTHERS: ConfigKey[bool] = _key(
     ConfigKey(
         "indexer.index.files.with.others",

@@ -15,6 +15,7 @@ from indexer.indexer import AsyncIndexer, IndexerOptions
 from metadata_table.index_types import index_type
 from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES, PARTITION_STATS, PARTITIONS
 from metadata_table.maintenance import build_records, initialize
+from metadata_table.partition_writer import PartitionWriter
 from metadata_table.table import MetadataTable
 from timeline import Action, Table
 from timeline.config import LOCK_URL, Config
@@ -317,6 +318,27 @@ def test_any_index_brings_files_unless_told_not_to(tmp_path: Path) -> None:
     )
     alone = AsyncIndexer(Table.open(other.base_uri, config), IndexerOptions(engine="local"))
     assert alone.schedule([COLUMN_STATS]).scheduled == [COLUMN_STATS]
+
+
+def test_indexes_keyed_by_data_file_get_file_groups_by_the_tables_size(tmp_path: Path) -> None:
+    """column_stats and bloom_filters get at least one file group per
+    indexer.metadata.data.files.per.file.group of the table's latest data files (their configured
+    count on small tables, so no file group outgrows what one task writes); files keeps its own."""
+    table = make_table(tmp_path / "t")
+    files = PartitionWriter(table).table_size(records=False).data_files
+    assert files > 8  # more groups than either configured count
+    config = Config.resolve(
+        explicit={
+            "indexer.lock.url": table.config.get(LOCK_URL),
+            "indexer.metadata.data.files.per.file.group": "2",
+        }
+    )
+    table = Table.open(table.base_uri, config)
+    AsyncIndexer(table, IndexerOptions(engine="local")).run([COLUMN_STATS, BLOOM_FILTERS])
+    mdt = MetadataTable(table)
+    grouped = {p: len(mdt.file_groups(p)) for p in (FILES, COLUMN_STATS, BLOOM_FILTERS)}
+    assert grouped == {FILES: 1, COLUMN_STATS: -(-files // 2), BLOOM_FILTERS: -(-files // 2)}
+    assert_exact(table, [FILES, COLUMN_STATS, BLOOM_FILTERS])
 
 
 def test_status(tmp_path: Path, spark: Any) -> None:

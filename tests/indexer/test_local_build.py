@@ -171,6 +171,34 @@ def test_worker_processes_write_what_threads_write(
         indexer.run(["column_stats"])
 
 
+def test_a_build_past_its_memory_budget_spills_and_writes_the_same_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Past indexer.build.local.memory.mb of records, a local build spills them per file group
+    to the temporary folder and writes each group from its own: the same records as a build
+    that held them all, and nothing left in the temporary folder."""
+    make_table(tmp_path / "held" / "t")
+    shutil.copytree(tmp_path / "held", tmp_path / "spilled")
+
+    def opened(name: str, **conf: str) -> Table:
+        base = tmp_path / name / "t"
+        explicit = {**lock_config(base), "indexer.build.local.workers": "2", **conf}
+        return Table.open(str(base), Config.resolve(explicit=explicit))
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(scratch))
+    caplog.set_level("INFO", logger="indexer.build")
+    AsyncIndexer(opened("held"), IndexerOptions(engine="local")).run(ALL)
+    assert "spilled" not in caplog.text
+    spilled = opened("spilled", **{"indexer.build.local.memory.mb": "0"})
+    AsyncIndexer(spilled, IndexerOptions(engine="local")).run(ALL)
+    assert re.search(r"spilled \d+ MB of records to local disk", caplog.text)
+    assert_exact(spilled)
+    assert read_partitions(spilled) == read_partitions(opened("held"))
+    assert list(scratch.iterdir()) == []
+
+
 def test_worker_processes_never_run_the_callers_script_again(tmp_path: Path) -> None:
     """A user's script without a ``__main__`` guard builds through worker processes: they must
     not run it again (multiprocessing's default, which would build again in every worker and
