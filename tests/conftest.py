@@ -180,3 +180,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         where = item.path.resolve().relative_to(root).as_posix()
         if fixtures & SLOW_FIXTURES or where.startswith(SLOW_FOLDERS):
             item.add_marker(pytest.mark.slow)
+    items[:] = _longest_files_first(items, root)
+
+
+def _longest_files_first(items: list[pytest.Item], root: Path) -> list[pytest.Item]:
+    """Test files in the order of their expected length (the cluster and reliability suites,
+    then files that run Apache Hudi, then those with other slow tests, then the rest), each
+    file's tests in their own order: `make test`'s workers (pytest-xdist, a file at a time) then
+    start the longest files first instead of ending on one of them while the other worker idles."""
+    weight: dict[Path, int] = {}
+    for item in items:
+        where = item.path.resolve().relative_to(root).as_posix()
+        rank = 0 if where.startswith(SLOW_FOLDERS) else 3
+        if item.get_closest_marker("hudi") is not None:
+            rank = min(rank, 1)
+        elif item.get_closest_marker("slow") is not None:
+            rank = min(rank, 2)
+        weight[item.path] = min(weight.get(item.path, rank), rank)
+    return sorted(items, key=lambda item: weight[item.path])  # stable: files stay whole
