@@ -75,6 +75,11 @@ _LISTED = ("partition_path", "file_name", "path", "size")
 #: what :func:`with_base_name_fields` adds to a listing
 _BASE_NAME_FIELDS = ("is_base", "file_id", "instant_time", "write_token")
 
+#: a column a listing table may bring (the 64-bit hash of each path, :func:`key_hash64`), which
+#: the view passes on in its base-file tables: a reader aligns other records with the listing
+#: by it instead of hashing every path again
+PATH_HASH = "path_hash"
+
 
 def with_base_name_fields(listed: pa.Table) -> pa.Table:
     """A listing (a ``file_name`` column) with whether each file is a base file and, for those,
@@ -263,7 +268,9 @@ class FileSystemView:
         entries = self._listing() if self._listing is not None else _list_data_files(self.storage)
         if isinstance(entries, pa.Table):
             parsed = set(_BASE_NAME_FIELDS) <= set(entries.column_names)
-            return entries.select(list(_LISTED) + (list(_BASE_NAME_FIELDS) if parsed else []))
+            carried = [PATH_HASH] if PATH_HASH in entries.column_names else []
+            columns = list(_LISTED) + (list(_BASE_NAME_FIELDS) if parsed else []) + carried
+            return entries.select(columns)
         partitions, names, paths, sizes = [], [], [], []
         for e in entries:
             partition, _, name = e.path.rpartition("/")
@@ -283,17 +290,18 @@ class FileSystemView:
             listed = with_base_name_fields(listed)
         if not pc.all(listed.column("is_base")).as_py():  # (a filter copies every column)
             listed = listed.filter(listed.column("is_base"))
-        return pa.table(
-            {
-                "partition_path": listed.column("partition_path"),
-                "file_id": listed.column("file_id"),
-                "instant_time": listed.column("instant_time"),
-                "write_token": listed.column("write_token"),
-                "file_name": listed.column("file_name"),
-                "size": listed.column("size"),
-                "path": listed.column("path"),
-            }
-        )
+        columns = {
+            "partition_path": listed.column("partition_path"),
+            "file_id": listed.column("file_id"),
+            "instant_time": listed.column("instant_time"),
+            "write_token": listed.column("write_token"),
+            "file_name": listed.column("file_name"),
+            "size": listed.column("size"),
+            "path": listed.column("path"),
+        }
+        if PATH_HASH in listed.column_names:
+            columns[PATH_HASH] = listed.column(PATH_HASH)
+        return pa.table(columns)
 
     @cached_property
     def _all_files(self) -> tuple[list[BaseFile], list[LogFile]]:

@@ -74,6 +74,7 @@ from metadata_table.records import RECORD_KEY, python_value, value_texts
 from metadata_table.table import MetadataTable
 from timeline.errors import FilterTypeError, IndexStateError, TableConfigError, TableError
 from timeline.fs_view import (
+    PATH_HASH,
     BaseFile,
     FileSlice,
     FileSystemView,
@@ -82,6 +83,7 @@ from timeline.fs_view import (
     read_parquet_schema,
     with_base_name_fields,
 )
+from timeline.hashing import key_hash64
 from timeline.instant import Action, Instant
 from timeline.removals import REMOVAL_ACTIONS
 from timeline.table import Table
@@ -253,15 +255,21 @@ class IndexedSnapshot:
             )
         return self._column_tables[column]
 
-    def _arrow_stats(self, columns: set[str], paths: pa.Array) -> dict[str, ColumnArrays | None]:
-        """Each column's stats aligned with ``paths`` (see :class:`ColumnArrays`); a column
-        whose records do not share one value kind maps to None."""
+    def _arrow_stats(
+        self,
+        columns: set[str],
+        paths: pa.Array | pa.ChunkedArray,
+        hashes: pa.Array | pa.ChunkedArray | None = None,
+    ) -> dict[str, ColumnArrays | None]:
+        """Each column's stats aligned with ``paths`` (whose :data:`PATH_HASH` are ``hashes``,
+        when known; see :class:`ColumnArrays`); a column whose records do not share one value
+        kind maps to None."""
         out: dict[str, ColumnArrays | None] = {}
         for column in sorted(columns):
             records = self._column_records(column)
             if not records.num_rows:
                 continue  # no file has stats for it: nothing is pruned on it
-            out[column] = _aligned(records, records.column("path"), paths)
+            out[column] = _aligned(records, "path", paths, hashes)
         return out
 
     def prune(self, expr: Expr | str) -> PruneResult:
@@ -458,7 +466,8 @@ class IndexedSnapshot:
         (a column no file has stats for is left out)."""
         missing = columns - self._listing_arrays.keys()
         if missing:
-            found = self._arrow_stats(missing, self._listing.paths)
+            listing = self._listing
+            found = self._arrow_stats(missing, listing.paths, listing.path_hashes)
             for column in missing:
                 self._listing_arrays[column] = (column in found, found.get(column))
         out = {}
@@ -518,7 +527,7 @@ class IndexedSnapshot:
             listing = pc.take(pa.array(listed), pc.index_in(rows.column("partition"), names))
             counted = pc.fill_null(pc.equal(rows.column("file_count"), listing), False)
             rows = rows.filter(counted)
-            arrays = _aligned(rows, rows.column("partition"), names) if rows.num_rows else None
+            arrays = _aligned(rows, "partition", names) if rows.num_rows else None
             self._partition_aligned[column] = (rows.num_rows > 0, arrays)
         return self._partition_aligned[column]
 
@@ -776,7 +785,8 @@ class IndexedSnapshot:
         blooms = None
         if self.uses(BLOOM_FILTERS):
             records = self._bloom_records()
-            at = pc.index_in(paths, value_set=records.column("path"))
+            hashes = records.column(PATH_HASH) if PATH_HASH in records.column_names else None
+            at = _positions(paths, records.column("path"), listing.path_hashes, hashes)
             blooms = pc.take(records.column("bloom_filter"), at)  # null: no filter, read it
             behind = self._unapplied_times(BLOOM_FILTERS)
             if behind:
@@ -791,7 +801,9 @@ class IndexedSnapshot:
         if self.uses(COLUMN_STATS) and wanted:
             # key ranges, of the files some bloom filter kept (all of them without filters)
             at = np.flatnonzero(np.logical_or.reduce(list(keeps.values())))
-            arrays = self._arrow_stats({RECORD_KEY}, paths.take(pa.array(at))).get(RECORD_KEY)
+            chosen = pa.array(at)
+            hashes = None if listing.path_hashes is None else listing.path_hashes.take(chosen)
+            arrays = self._arrow_stats({RECORD_KEY}, paths.take(chosen), hashes).get(RECORD_KEY)
             if arrays is not None and arrays.kind == "string":
                 stale = listing.written_by(self._unapplied_times(COLUMN_STATS))[at]
                 unknown = pc.or_(pc.invert(arrays.present), pa.array(stale))
@@ -836,12 +848,15 @@ class _Listing:
             self.paths = files.column("path")
             self.partition_paths = files.column("partition_path")
             self.written_at = files.column("instant_time")
+            #: the paths' hashes, when the listing came from the files index
+            self.path_hashes = files.column(PATH_HASH) if PATH_HASH in files.column_names else None
         else:
             self._table = None
             self._files = list(files)
             self.paths = pa.array([f.path for f in self._files], pa.string())
             self.partition_paths = pa.array([f.partition_path for f in self._files], pa.string())
             self.written_at = pa.array([_written_at(f) for f in self._files], pa.string())
+            self.path_hashes = None
         self.size = len(self.paths)
         self.slice_of = slice_of if slice_of is not None else np.arange(self.size)
 
@@ -954,17 +969,28 @@ def _as_slices(files: Sequence[BaseFile]) -> list[FileSlice]:
 _ALIGNED_FIELDS = ("partition", "file_name", "value_type", "null_count", "value_count")
 
 
-def _aligned(records: pa.Table, keys: pa.Array, wanted: pa.Array) -> ColumnArrays | None:
-    """One column's stats ``records`` (keyed by ``keys``: files' paths, or partitions) aligned
-    with ``wanted``; None when the records do not share one value kind."""
+def _aligned(
+    records: pa.Table,
+    key: str,
+    wanted: pa.Array | pa.ChunkedArray,
+    wanted_hashes: pa.Array | pa.ChunkedArray | None = None,
+) -> ColumnArrays | None:
+    """One column's stats ``records`` (keyed by their ``key`` column: files' paths, or
+    partitions) aligned with ``wanted`` (with ``wanted_hashes``, paths are matched by their
+    hashes: :func:`_positions`); None when the records do not share one value kind."""
     kinds = pc.unique(records.column("value_type")).to_pylist()
     if len(kinds) != 1 or kinds[0] is None:
         return None
     kind = kinds[0]
-    if len(wanted) * 8 < len(keys):  # a few files: hash those, not every record's key
-        some = pc.is_in(keys, value_set=wanted)
-        records, keys = records.filter(some), pc.filter(keys, some)
-    at = pc.index_in(wanted, value_set=keys)
+    hashed = wanted_hashes is not None and key == "path" and PATH_HASH in records.column_names
+    if len(wanted) * 8 < records.num_rows:  # a few files: hash those, not every record's key
+        if hashed:  # the same records and perhaps a few more (collisions): compared below
+            some = pc.is_in(records.column(PATH_HASH), value_set=wanted_hashes)
+        else:
+            some = pc.is_in(records.column(key), value_set=wanted)
+        records = records.filter(some)
+    key_hashes = records.column(PATH_HASH) if hashed else None
+    at = _positions(wanted, records.column(key), wanted_hashes, key_hashes)
     return ColumnArrays(
         kind,
         pc.is_valid(at),
@@ -996,11 +1022,34 @@ def _listing_of(records: pa.Table) -> pa.Table:
 
 
 def _with_paths(records: pa.Table) -> pa.Table:
-    """Records with a ``partition`` and ``file_name``, plus the data file's ``path``."""
+    """Records with a ``partition`` and ``file_name``, plus the data file's ``path`` and its
+    64-bit hash (:data:`~timeline.fs_view.PATH_HASH`: records of other partitions are aligned
+    with a listing by it, see :func:`_positions`)."""
     partition, name = records.column("partition"), records.column("file_name")
     path = pc.if_else(
         pc.equal(partition, NON_PARTITIONED),
         name,
         pc.binary_join_element_wise(partition, name, "/"),
     )
-    return records.append_column("path", path)
+    hashes = pa.array(key_hash64(path), pa.uint64())
+    return records.append_column("path", path).append_column(PATH_HASH, hashes)
+
+
+def _positions(
+    wanted: pa.Array | pa.ChunkedArray,
+    keys: pa.Array | pa.ChunkedArray,
+    wanted_hashes: pa.Array | pa.ChunkedArray | None = None,
+    key_hashes: pa.Array | pa.ChunkedArray | None = None,
+) -> pa.Array:
+    """Where each of ``wanted`` is in ``keys`` (null: not there), as ``pc.index_in``; by the
+    strings' 64-bit hashes when both sides have them (hashing a million paths costs most of a
+    new snapshot's prune), the strings then compared where the hashes matched: on a collision
+    the strings decide."""
+    if wanted_hashes is None or key_hashes is None:
+        return pc.index_in(wanted, value_set=keys)
+    at = pc.index_in(wanted_hashes, value_set=key_hashes)
+    found = pc.is_valid(at)
+    same = pc.equal(pc.filter(wanted, found), pc.take(keys, pc.filter(at, found)))
+    if pc.all(same).as_py() is False:
+        return pc.index_in(wanted, value_set=keys)
+    return at

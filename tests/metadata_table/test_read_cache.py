@@ -30,6 +30,8 @@ from metadata_table.read.snapshot import IndexedSnapshot, _aligned
 from metadata_table.table import MetadataTable
 from timeline import Table
 from timeline.config import Config
+from timeline.fs_view import PATH_HASH
+from timeline.hashing import key_hash64
 from writer.client import WriteClient
 
 from .test_metadata_table import keys, make_table, rows
@@ -192,7 +194,10 @@ def test_a_file_of_mixed_row_groups_is_read_whole(tmp_path: Path) -> None:
 
 
 def test_aligning_a_few_files_equals_aligning_all() -> None:
+    """Stats aligned with a few files, or with all; by path, or by the paths' hashes (and with
+    two paths given one hash, the strings decide)."""
     paths = pa.array([f"p/f{i}" for i in range(50)])
+    hashes = pa.array(key_hash64(paths), pa.uint64())
     records = pa.table(
         {
             "value_type": ["int"] * 50,
@@ -200,11 +205,18 @@ def test_aligning_a_few_files_equals_aligning_all() -> None:
             "max_value": pa.array([{"int": i + 1} for i in range(50)]),
             "null_count": pa.array([0] * 50, pa.int64()),
             "value_count": pa.array([2] * 50, pa.int64()),
+            "path": paths,
+            PATH_HASH: hashes,
         }
     )
     few = pa.array(["p/f7", "p/nope", "p/f3"])
-    small = _aligned(records, paths, few)
-    whole = _aligned(records, paths, pa.concat_arrays([few, paths]))
-    assert small is not None and whole is not None
-    assert small.minimum.to_pylist() == whole.minimum.to_pylist()[:3] == [7, None, 3]
-    assert small.present.to_pylist() == [True, False, True]
+    few_hashes = pa.array(key_hash64(few), pa.uint64())
+    everything = pa.concat_arrays([few, paths])
+    collided = pa.array([*key_hash64(["p/f7", "p/f9", "p/f3"])], pa.uint64())  # nope as f9
+    for hashed in (None, few_hashes, collided):
+        all_hashes = None if hashed is None else pa.concat_arrays([hashed, hashes])
+        small = _aligned(records, "path", few, hashed)
+        whole = _aligned(records, "path", everything, all_hashes)
+        assert small is not None and whole is not None
+        assert small.minimum.to_pylist() == whole.minimum.to_pylist()[:3] == [7, None, 3]
+        assert small.present.to_pylist() == [True, False, True]
