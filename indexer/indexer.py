@@ -178,8 +178,9 @@ class AsyncIndexer:
         """Where a build over ``data_files`` runs. ``auto`` is Spark when a session was handed in
         or a master named (``--spark-master``, the config file, spark-submit); otherwise without
         Spark for at most ``indexer.build.local.max.files`` data files (no JVM to start, and worker
-        processes read the files: at 100,000 files twice as fast as Spark on the same cores), and
-        Spark beyond, where this process would hold too many records."""
+        processes read the files: at 100,000 files twice as fast as Spark on the same cores; past
+        its memory budget the build spills records to local disk, so it does not run out of
+        memory on a large table), and Spark beyond."""
         engine = self.options.engine
         if engine != "auto":
             return engine

@@ -69,7 +69,7 @@ def test_which_engine_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         return AsyncIndexer(on or table, IndexerOptions(**options), spark=spark).engine(files)
 
     assert engine(10) == "local"  # auto, no master named
-    assert engine(100_000) == "local" and engine(100_001) == "spark"  # the default limit
+    assert engine(10_000_000) == "local" and engine(10_000_001) == "spark"  # the default limit
     assert engine(10, spark_master="local[1]") == "spark"  # a master named
     assert engine(10, spark=object()) == "spark"  # a session handed in
     assert engine(10, engine="local", spark_master="local[1]") == "local"
