@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from scripts.bench.run_all import _tree_rss_mb, lower_bound  # noqa: E402
 from scripts.bench.synthetic import _key, hudi_index_seconds, make_table  # noqa: E402
+from timeline import Table  # noqa: E402
 from timeline.config import Config  # noqa: E402
 
 ROWS, PARTITIONS, COMMITS = 20, 100, 50
@@ -134,11 +135,16 @@ def measure(root: Path, files: int, peer: Any = None, validate: bool = True) -> 
     lock = f"sqlite:///{root / f'locks-{files}.sqlite'}"
     config = Config.resolve(explicit={"indexer.lock.url": lock})
     began = time.perf_counter()
-    table = make_table(
-        base, files, ROWS, PARTITIONS, config=config, commits=COMMITS, random_keys=True
-    )
-    made = time.perf_counter() - began
-    print(f"  {files:,} files made in {made:.0f} s", file=sys.stderr, flush=True)
+    if (base / ".hoodie" / "hoodie.properties").exists():  # made beforehand, as below
+        table = Table.open(str(base), config)
+        made = float("nan")
+        print(f"  {files:,} files: using {base}", file=sys.stderr, flush=True)
+    else:
+        table = make_table(
+            base, files, ROWS, PARTITIONS, config=config, commits=COMMITS, random_keys=True
+        )
+        made = time.perf_counter() - began
+        print(f"  {files:,} files made in {made:.0f} s", file=sys.stderr, flush=True)
     bound = lower_bound(table)
     hudi = None
     if peer is not None:
@@ -236,7 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sizes", default="100000", help="comma-separated file counts (default 100000)"
     )
-    parser.add_argument("--root", help="a folder for the tables (default: a temporary one)")
+    parser.add_argument(
+        "--root",
+        help="a folder for the tables (default: a temporary one); a table already at "
+        "ROOT/t<files> is used instead of making one (make it with scripts/bench/synthetic.py "
+        "--rows 20 --partitions 100 --commits 50 --random-keys; it is deleted afterwards)",
+    )
     parser.add_argument("--out", help="also write the markdown table to this file")
     parser.add_argument(
         "--hudi",
