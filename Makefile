@@ -82,9 +82,12 @@ bench-mor: $(VENV)/.installed-test
 bench-record-index: $(VENV)/.installed-test system-deps hudi-peer
 	$(PY) scripts/bench/record_index.py
 
-# Tables of 2,000, 20,000 and 100,000 small files in 50 commits with random keys: build, validate,
-# fresh reads, each a new process, and Apache Hudi's HoodieIndexer on a copy of each
-# (SIZES=100000,1000000 for others; about 10 minutes a 100,000).
+# Tables of 1,000, 2,000, 20,000 and 100,000 small files in 50 commits with random keys: build,
+# validate, fresh reads, upserts, each a new process, and Apache Hudi's HoodieIndexer on a copy of
+# each (SIZES= for others; about 10 minutes a 100,000). At 1,000,000 files, run
+# `scripts/bench/scale.py --sizes 1000,1000000 --no-validate --root DIR` without Hudi: about 25
+# minutes, after up to 35 making the table (DIR/t1000000, made beforehand by
+# scripts/bench/synthetic.py, is used as it is).
 bench-scale: $(VENV)/.installed-test system-deps hudi-peer
 	$(PY) scripts/bench/scale.py --sizes $(or $(SIZES),1000,2000,20000,100000) --hudi
 
