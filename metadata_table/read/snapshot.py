@@ -1048,8 +1048,11 @@ def _positions(
     if wanted_hashes is None or key_hashes is None:
         return pc.index_in(wanted, value_set=keys)
     at = pc.index_in(wanted_hashes, value_set=key_hashes)
-    found = pc.is_valid(at)
-    same = pc.equal(pc.filter(wanted, found), pc.take(keys, pc.filter(at, found)))
+    if at.null_count:
+        found = pc.is_valid(at)
+        same = pc.equal(pc.filter(wanted, found), pc.take(keys, pc.filter(at, found)))
+    else:  # every one found (the usual case): no copy of the wanted strings
+        same = pc.equal(wanted, pc.take(keys, at))
     if pc.all(same).as_py() is False:
         return pc.index_in(wanted, value_set=keys)
     return at

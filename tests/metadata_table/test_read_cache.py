@@ -220,3 +220,5 @@ def test_aligning_a_few_files_equals_aligning_all() -> None:
         assert small is not None and whole is not None
         assert small.minimum.to_pylist() == whole.minimum.to_pylist()[:3] == [7, None, 3]
         assert small.present.to_pylist() == [True, False, True]
+    exact = _aligned(records, "path", paths.take(pa.array(range(49, -1, -1))), hashes[::-1])
+    assert exact is not None and exact.minimum.to_pylist() == list(range(49, -1, -1))
