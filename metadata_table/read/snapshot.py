@@ -138,6 +138,8 @@ class IndexedSnapshot:
         #: column -> (whether any file has stats for it, its arrays aligned with the listing)
         self._listing_arrays: dict[str, tuple[bool, ColumnArrays | None]] = {}
         self._bloom_table: pa.Table | None = None
+        #: the listing the bloom filters were last aligned with, and those filters
+        self._blooms_of: tuple[_Listing, pa.Array] | None = None
         self._keyed: dict[str, KeyedLookup] = {}
 
     @cached_property
@@ -775,6 +777,17 @@ class IndexedSnapshot:
                 return set(self._partitions[0]) | {""}
         return touched
 
+    def _listing_blooms(self, listing: _Listing) -> pa.Array:
+        """Each file of ``listing``'s bloom filter (null: no filter, read the file), aligned
+        once per snapshot and listing: at a million files the alignment took most of a lookup
+        on a kept snapshot."""
+        if self._blooms_of is None or self._blooms_of[0] is not listing:
+            records = self._bloom_records()
+            hashes = records.column(PATH_HASH) if PATH_HASH in records.column_names else None
+            at = _positions(listing.paths, records.column("path"), listing.path_hashes, hashes)
+            self._blooms_of = (listing, pc.take(records.column("bloom_filter"), at))
+        return self._blooms_of[1]
+
     def _may_hold(
         self, wanted: list[str], listing: _Listing, only: np.ndarray | None = None
     ) -> dict[str, list[str]]:
@@ -784,10 +797,7 @@ class IndexedSnapshot:
         out: dict[str, list[str]] = {k: [] for k in wanted}
         blooms = None
         if self.uses(BLOOM_FILTERS):
-            records = self._bloom_records()
-            hashes = records.column(PATH_HASH) if PATH_HASH in records.column_names else None
-            at = _positions(paths, records.column("path"), listing.path_hashes, hashes)
-            blooms = pc.take(records.column("bloom_filter"), at)  # null: no filter, read it
+            blooms = self._listing_blooms(listing)
             behind = self._unapplied_times(BLOOM_FILTERS)
             if behind:
                 stale = pa.array(listing.written_by(behind))

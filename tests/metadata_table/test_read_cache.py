@@ -5,6 +5,7 @@ content. A column's stats are read with only the min/max field of its value kind
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import metadata_table.read.snapshot as snapshot_module
 import metadata_table.reader as reader_module
 from metadata_table.file_cache import DecodedFiles, process_cache
 from metadata_table.layout import (
@@ -100,6 +102,30 @@ def test_a_new_snapshot_decodes_only_the_files_written_since(
     assert all(Path(p).name.startswith(".") for p in decoded)  # log files only
     assert after == _answers(_without_cache(table))
     assert after[1] and after != first
+
+
+def test_a_kept_snapshot_aligns_its_bloom_filters_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lookups on a kept snapshot reuse the bloom filters aligned with its listing (at a million
+    files the alignment was most of a kept lookup); a new snapshot aligns again."""
+    table, _ = _indexed(tmp_path)
+    aligned: Counter[str] = Counter()  # who aligned: the blooms, or the key ranges
+    positions = snapshot_module._positions
+
+    def counted(*args: Any) -> Any:
+        aligned[sys._getframe(1).f_code.co_name] += 1
+        return positions(*args)
+
+    monkeypatch.setattr(snapshot_module, "_positions", counted)
+    snapshot = IndexedSnapshot(table)
+    first = snapshot.lookup_keys(["k0005", "k1099", "k9999"])
+    assert aligned["_listing_blooms"] == 1
+    assert snapshot.lookup_keys(["k0005", "k1099", "k9999"]) == first
+    assert snapshot.lookup_keys(["k0042"]) == snapshot.lookup_keys(["k0042"])
+    assert aligned["_listing_blooms"] == 1
+    assert IndexedSnapshot(table).lookup_keys(["k0005", "k1099", "k9999"]) == first
+    assert aligned["_listing_blooms"] == 2
 
 
 def test_a_file_written_again_under_its_name_is_read_again(
