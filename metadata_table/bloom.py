@@ -123,6 +123,10 @@ def might_contain_any(bitsets: pa.Array | pa.ChunkedArray, hashes: Iterable[int]
     found = np.zeros(len(starts), dtype=bool)
     values = np.fromiter(hashes, dtype=np.uint64)
     salt = np.array(_SALT, dtype=np.uint64)
+    # bitsets are whole 32-byte blocks: when they start at 4-byte offsets (as a column's values
+    # do unless sliced), a block's eight words are gathered as words, not as 32 bytes
+    aligned = not np.any(starts % 4)
+    words32 = data[: len(data) // 4 * 4].view("<u4") if aligned else None
     step = max(1, _PROBES_AT_ONCE // max(1, len(starts)))
     for at in range(0, len(values), step):
         h = values[at : at + step, None]  # (values, 1)
@@ -132,8 +136,12 @@ def might_contain_any(bitsets: pa.Array | pa.ChunkedArray, hashes: Iterable[int]
         masks = (
             np.uint32(1) << (((key * salt[None, :]) & np.uint64(0xFFFFFFFF)) >> np.uint64(27))
         ).astype(np.uint32)  # (values, 8)
-        where = first[:, :, None] + np.arange(_BLOCK_BYTES)[None, None, :]
-        words = np.ascontiguousarray(data[where]).view("<u4")  # (values, filters, 8)
+        if words32 is not None:
+            where = (first // 4)[:, :, None] + np.arange(_BLOCK_BYTES // 4)[None, None, :]
+            words = words32[where]  # (values, filters, 8)
+        else:
+            where = first[:, :, None] + np.arange(_BLOCK_BYTES)[None, None, :]
+            words = np.ascontiguousarray(data[where]).view("<u4")
         hit = np.all((words & masks[:, None, :]) == masks[:, None, :], axis=2)
         found |= hit.any(axis=0)
     out[valid] = found

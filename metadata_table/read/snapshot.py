@@ -785,7 +785,10 @@ class IndexedSnapshot:
             records = self._bloom_records()
             hashes = records.column(PATH_HASH) if PATH_HASH in records.column_names else None
             at = _positions(listing.paths, records.column("path"), listing.path_hashes, hashes)
-            self._blooms_of = (listing, pc.take(records.column("bloom_filter"), at))
+            blooms = pc.take(records.column("bloom_filter"), at)
+            # in the form the probe reads (one chunk of large_binary), made once
+            blooms = blooms.combine_chunks() if isinstance(blooms, pa.ChunkedArray) else blooms
+            self._blooms_of = (listing, blooms.cast(pa.large_binary()))
         return self._blooms_of[1]
 
     def _may_hold(

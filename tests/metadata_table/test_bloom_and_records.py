@@ -8,6 +8,7 @@ import io
 import random
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -220,11 +221,24 @@ def test_probing_many_values_into_many_filters_at_once() -> None:
         for n in (1, 5, 40, 300)
     ]
     bitsets = pa.array([bytes(b.bitset) for b in blooms] + [None], pa.binary())
+    # the same filters after a null holding 3 bytes: their words start off 4-byte boundaries
+    data = b"xyz" + b"".join(bytes(b.bitset) for b in blooms)
+    ends = np.cumsum([3] + [len(b.bitset) for b in blooms]).tolist()
+    unaligned = pa.Array.from_buffers(
+        pa.binary(),
+        len(blooms) + 1,
+        [
+            pa.array([False] + [True] * len(blooms)).buffers()[1],
+            pa.py_buffer(np.array([0, *ends], dtype=np.int32).tobytes()),
+            pa.py_buffer(data),
+        ],
+    )
     for count in (0, 1, 3, 200):
         values = [hash_value(f"k{rng.randrange(10_000)}") for _ in range(count)]
         want = [any(b.might_contain_hash(h) for h in values) for b in blooms] + [True]
         assert might_contain_any(bitsets, values).tolist() == want
         assert might_contain_any(bitsets.slice(1), values).tolist() == want[1:]
+        assert might_contain_any(unaligned, values).tolist() == [True, *want[:-1]]
     one = hash_value("k1")
     assert might_contain_each(bitsets, one).tolist() == [
         b.might_contain_hash(one) for b in blooms
