@@ -430,26 +430,28 @@ class FileSystemView:
     def _newest_of(self, bases: pa.Table) -> pa.Table:
         """Of base files (rows of :meth:`_base_table`), the newest committed one of each file
         group no completed replacecommit replaced, in :data:`_ORDER_COLUMNS` order."""
-        instants = bases.column("instant_time")
-        committed = [t for t in pc.unique(instants).to_pylist() if t in self._committed]
-        keep = pc.is_in(instants, value_set=pa.array(committed, pa.string()))
+        # each file's instant as an index among the few instants: one hashing pass over them
+        encoded = pc.dictionary_encode(bases.column("instant_time")).combine_chunks()
+        times = encoded.dictionary.to_pylist()
+        of_file = encoded.indices
+        keep = pc.take(pa.array([t in self._committed for t in times], pa.bool_()), of_file)
         if self._replaced:
             group = pc.binary_join_element_wise(
                 bases.column("partition_path"), bases.column("file_id"), "/"
             )
             replaced = pa.array([f"{p}/{f}" for p, f in self._replaced], pa.string())
             keep = pc.and_(keep, pc.invert(pc.is_in(group, value_set=replaced)))
-        live = bases.filter(keep)
+        live = bases
+        if not pc.all(keep).as_py():  # (a filter copies every column)
+            live, of_file = bases.filter(keep), pc.filter(of_file, keep)
         if not live.num_rows:
             return live
         # Sorted by group, newest instant first (an instant as its rank among the few
         # instants); on a tie, the first in _order. Only the indices are sorted, on the columns
         # needed (sorting the whole table on all six cost twice as much at 100,000 files).
-        instants = live.column("instant_time")
-        times = pc.unique(instants).to_pylist()
         ranks = sorted({normalize_timestamp(t) for t in times})
         rank_of = pa.array([ranks.index(normalize_timestamp(t)) for t in times], pa.int32())
-        rank = pc.take(rank_of, pc.index_in(instants, value_set=pa.array(times, pa.string())))
+        rank = pc.take(rank_of, of_file)
         keys = live.select(["partition_path", "file_id"]).append_column("rank", rank)
         newest = _newest_in_runs(keys)
         if newest is not None:  # listed in group order already (the files index lists so)
