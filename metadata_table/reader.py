@@ -500,7 +500,9 @@ def newest_records(base: pa.Table, logs: list[pa.Table]) -> pa.Table:
         keys = log.column("key").combine_chunks()
         seen = keys if seen is None else pa.concat_arrays([seen, keys])
     assert seen is not None
-    parts.append(base.filter(pc.invert(pc.is_in(base.column("key"), value_set=seen))))
+    superseded = pc.is_in(base.column("key"), value_set=seen)
+    # (a filter copies every column: none when the logs only add keys, as new files do)
+    parts.append(base.filter(pc.invert(superseded)) if pc.any(superseded).as_py() else base)
     parts.reverse()
     return pa.concat_tables([p.cast(base.schema) for p in parts])
 

@@ -147,6 +147,51 @@ def _newest_in_runs(keys: pa.Table) -> np.ndarray | None:
     return np.flatnonzero(newest)
 
 
+#: rows after the first one out of file-group order that :func:`_with_tail_merged` places one
+#: by one (a binary search each) rather than leave to a sort of every row
+_TAIL_MOST = 2048
+
+
+def _with_tail_merged(keys: pa.Table) -> np.ndarray | None:
+    """For rows in file-group order but for a short tail (the files index lists the files of
+    the commits since its base file after the others), the order that puts each tail row in its
+    place (after the rows of its group), found by a binary search per tail row instead of a sort
+    of them all. None when the tail is longer than :data:`_TAIL_MOST`."""
+    count = keys.num_rows
+    partitions, file_ids = keys.column("partition_path"), keys.column("file_id")
+    head = _prefix_in_order(keys)
+    if count - head > _TAIL_MOST:
+        return None
+    tail = keys.slice(head)
+    sort = [("partition_path", "ascending"), ("file_id", "ascending")]
+    tail_order = np.asarray(pc.sort_indices(tail, sort).to_numpy(), dtype=np.int64) + head
+    places = []
+    for row in tail_order:
+        wanted = (partitions[int(row)].as_py(), file_ids[int(row)].as_py())
+        low, high = 0, head
+        while low < high:  # after the prefix's rows of the same group
+            middle = (low + high) // 2
+            if wanted < (partitions[middle].as_py(), file_ids[middle].as_py()):
+                high = middle
+            else:
+                low = middle + 1
+        places.append(low)
+    return np.insert(np.arange(head), places, tail_order)
+
+
+def _prefix_in_order(keys: pa.Table) -> int:
+    """How many of the first rows are in file-group order (at least one)."""
+    count = keys.num_rows
+    previous, current = keys.slice(0, count - 1), keys.slice(1)
+    same = pc.equal(current.column("partition_path"), previous.column("partition_path"))
+    before = pc.or_(
+        pc.less(current.column("partition_path"), previous.column("partition_path")),
+        pc.and_(same, pc.less(current.column("file_id"), previous.column("file_id"))),
+    )
+    breaks = np.flatnonzero(np.asarray(before.to_numpy(zero_copy_only=False), dtype=bool))
+    return int(breaks[0]) + 1 if len(breaks) else count
+
+
 def base_files_of(table: pa.Table) -> list[BaseFile]:
     """BaseFile objects of the rows of a base-file table (:attr:`FileSystemView.latest_base_table`
     and its like)."""
@@ -456,6 +501,11 @@ class FileSystemView:
         newest = _newest_in_runs(keys)
         if newest is not None:  # listed in group order already (the files index lists so)
             return live if len(newest) == live.num_rows else live.take(pa.array(newest))
+        order = _with_tail_merged(keys)
+        if order is not None:  # in group order but for the files of commits since (a few)
+            newest = _newest_in_runs(keys.take(pa.array(order)))
+            if newest is not None:
+                return live.take(pa.array(order[newest]))
         sort = [("partition_path", "ascending"), ("file_id", "ascending"), ("rank", "descending")]
         order = pc.sort_indices(keys, sort)
         first, tied = _group_starts(keys.take(order))

@@ -62,17 +62,21 @@ files = st.lists(
     st.sets(st.sampled_from(INSTANTS)),
     st.sets(st.tuples(st.sampled_from(PARTITIONS), st.sampled_from(IDS)), max_size=3),
     st.booleans(),
-    st.booleans(),
+    st.sampled_from(["any", "group", "group and tail"]),
+    st.integers(0, 30),
 )
 def test_the_latest_base_files_follow_the_rule(
     listed: list[tuple[str, str, str, str, int]],
     committed: set[str],
     replaced: set[tuple[str, str]],
     noise: bool,
-    in_group_order: bool,
+    order: str,
+    tail: int,
 ) -> None:
-    if in_group_order:  # as the files index lists them: no sort needed, same answer
+    if order != "any":  # as the files index lists them: no sort needed, same answer
         listed = sorted(listed, key=lambda f: (f[0], f[1]))
+    if order == "group and tail":  # and after a commit: its files after the others
+        listed = listed[: max(0, len(listed) - tail)] + listed[max(0, len(listed) - tail) :][::-1]
     listing = []
     bases = []
     for partition, file_id, token, instant, size in listed:
