@@ -124,21 +124,12 @@ def _newest_in_runs(keys: pa.Table) -> np.ndarray | None:
     count = keys.num_rows
     if count < 2:
         return np.arange(count)
-
-    def adjacent(column: str, compare: str) -> np.ndarray:
-        values = keys.column(column)
-        result = pc.call_function(compare, [values.slice(1), values.slice(0, count - 1)])
-        return np.asarray(result.to_numpy(zero_copy_only=False), dtype=bool)
-
-    same_partition = adjacent("partition_path", "equal")
-    if adjacent("partition_path", "less").any():
+    if _prefix_in_order(keys) < count:
         return None
-    if (same_partition & adjacent("file_id", "less")).any():
-        return None
-    same = same_partition & adjacent("file_id", "equal")
-    if not same.any():  # one file a group
+    first, _ = _group_starts(keys)
+    if first.all():  # one file a group
         return np.arange(count)
-    starts = np.flatnonzero(np.concatenate([[True], ~same]))
+    starts = np.flatnonzero(first)
     rank = np.asarray(keys.column("rank").to_numpy())
     best = np.maximum.reduceat(rank, starts)
     newest = rank == np.repeat(best, np.diff(np.append(starts, count)))
