@@ -55,10 +55,12 @@ class GroupRecords:
     def _writer(self, key: tuple[int, int], schema: pa.Schema) -> pa.ipc.RecordBatchStreamWriter:
         writer = self._writers.get(key)
         if writer is None:
-            assert self._folder is not None
-            path = os.path.join(self._folder.name, f"{key[0]}-{key[1]}.arrow")
-            writer = self._writers[key] = pa.ipc.new_stream(path, schema)
+            writer = self._writers[key] = pa.ipc.new_stream(self._path(key), schema)
         return writer
+
+    def _path(self, key: tuple[int, int]) -> str:
+        assert self._folder is not None
+        return os.path.join(self._folder.name, f"{key[0]}-{key[1]}.arrow")
 
     def take(self, key: tuple[int, int]) -> list[pa.Table]:
         """The group's parts (those spilled first, read back whole); its file is deleted."""
@@ -67,8 +69,7 @@ class GroupRecords:
         if writer is None:
             return parts
         writer.close()
-        assert self._folder is not None
-        path = os.path.join(self._folder.name, f"{key[0]}-{key[1]}.arrow")
+        path = self._path(key)
         with pa.OSFile(path) as source:
             spilled = pa.ipc.open_stream(source).read_all()
         os.remove(path)
