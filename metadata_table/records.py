@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from metadata_table.bloom import BLOOM_TYPE, SplitBlockBloomFilter, parse_bloom_filter
+from metadata_table.bloom import BLOOM_TYPE, BloomSizing, parse_bloom_filter
 from metadata_table.layout import (
     BLOOM_FILTERS_SCHEMA,
     COLUMN_STATS_SCHEMA,
@@ -195,7 +195,7 @@ def info_from_storage(
         if row_table is None:
             row_table = base_rows(storage, path, instant, (), metadata, keygen)
         values = [k for k in row_table.column(RECORD_KEY).to_pylist() if k is not None]
-        bitset = bytes(SplitBlockBloomFilter.build(values, ndv=len(values)).bitset)
+        bitset = bytes(BloomSizing().build(values).bitset)
         if rows is None:
             row_table = None
     return DataFileInfo(partition, file_name, size, instant, metadata, bitset, rows=row_table)
@@ -403,7 +403,7 @@ def info_from_log(
         agg.null_count = None if agg.null_count is None else agg.null_count + missing
     bitset = None
     if bloom and keys:
-        bitset = bytes(SplitBlockBloomFilter.build(sorted(keys), ndv=len(keys)).bitset)
+        bitset = bytes(BloomSizing().build(sorted(keys)).bitset)
     row_table = None if rows is None else _concat_rows(row_parts, rows)
     return DataFileInfo(
         partition, file_name, size, newest, None, bitset, aggregates, frozenset(seen), row_table

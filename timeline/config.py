@@ -293,10 +293,26 @@ BLOOM_FILTER_FPP: ConfigKey[float] = _key(
     ConfigKey(
         "hoodie.index.bloom.fpp",
         float,
-        0.01,
-        "False-positive rate of the native Parquet bloom filter on the record key column.",
+        0.000000001,
+        "False-positive rate of the native Parquet bloom filter on the record key column, for "
+        "files of up to hoodie.index.bloom.num_entries keys (Apache Hudi's default, 1e-9). Each "
+        "filter an upsert probes may send it to read that file's keys: 1,000 keys against a "
+        "partition of 10,000 files read about 10,000 x 1,000 x this rate files for nothing.",
         lambda v: 0 < v < 1,
         "must be between 0 and 1",
+    )
+)
+BLOOM_FILTER_ENTRIES: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.index.bloom.num_entries",
+        int,
+        60_000,
+        "A base file's bloom filter is sized for its keys at hoodie.index.bloom.fpp, but for at "
+        "most this many (Apache Hudi's default): a file of more keys gets the filter of this "
+        "many, and a higher rate. At 1e-9 that caps a filter at 1 MiB; a 20-key file's is 256 "
+        "bytes.",
+        _positive,
+        "must be positive",
     )
 )
 

@@ -26,7 +26,7 @@ import json
 import logging
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from metadata_table.bloom import BloomSizing
 from metadata_table.layout import RECORD_INDEX
 from metadata_table.migrate import LEGACY_FOLDER, has_legacy_index
 from metadata_table.read.snapshot import IndexedSnapshot
@@ -42,7 +43,6 @@ from metadata_table.table import MetadataTable
 from timeline.commit_metadata import CommitMetadata, WriteStat
 from timeline.config import (
     ASYNC_CONFLICT_PERIOD_MS,
-    BLOOM_FILTER_FPP,
     BUCKET_COUNT,
     CONFLICT_STRATEGY,
     EARLY_CONFLICT_CHECK_COMMITS,
@@ -126,7 +126,7 @@ class WriteOptions:
     max_file_size: int = MAX_FILE_SIZE.default
     max_records_per_file: int = MAX_RECORDS_PER_FILE.default
     bucket_count: int = 0
-    bloom_filter_fpp: float = BLOOM_FILTER_FPP.default
+    bloom: BloomSizing = field(default_factory=BloomSizing)  # hoodie.index.bloom.*
     markers: str = "direct"  # or "timeline_server_based"
     marker_server_url: str = ""  # empty: embed a server in this client
     marker_server_host: str = "127.0.0.1"  # where an embedded server listens (Spark: the driver)
@@ -152,7 +152,7 @@ class WriteOptions:
             max_file_size=config.get(MAX_FILE_SIZE),
             max_records_per_file=config.get(MAX_RECORDS_PER_FILE),
             bucket_count=config.get(BUCKET_COUNT),
-            bloom_filter_fpp=config.get(BLOOM_FILTER_FPP),
+            bloom=BloomSizing.from_config(config),
             markers=config.get(MARKERS_TYPE),
             marker_server_url=config.get(MARKER_SERVER_URL),
             marker_batch_interval_ms=config.get(MARKER_BATCH_INTERVAL_MS),
@@ -732,7 +732,7 @@ class WriteTransaction:
             target,
             marker,
             self.table.table_config.precombine_field,
-            self.options.bloom_filter_fpp,
+            self.options.bloom,
             seq_prefix=index,
             layout=self.layout,
             virtual=self.client.virtual,

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from metadata_table.bloom import SplitBlockBloomFilter
+from metadata_table.bloom import BloomSizing
 from metadata_table.records import DataFileInfo, changed_rows, info_from_bytes, with_record_keys
 from timeline.commit_metadata import NULL_COMMIT, WriteStat
 from timeline.errors import BadRecordsError, FileAlreadyExistsError
@@ -92,7 +92,7 @@ def encode_file_group(
     target: FileGroupWrite,
     marker: Marker,
     precombine: str | None,
-    bloom_fpp: float,
+    bloom: BloomSizing,
     seq_prefix: int,
     seq_start: int = 0,
     layout: FileLayout | None = None,
@@ -128,7 +128,7 @@ def encode_file_group(
             rows,
             sink,
             compression="snappy",
-            bloom_filter_options={RECORD_KEY: {"ndv": max(1, rows.num_rows), "fpp": bloom_fpp}},
+            bloom_filter_options={RECORD_KEY: bloom.parquet_options(rows.num_rows)},
         )
     data = sink.getvalue().to_pybytes()
     if layout is not None and layout.template is not None:
@@ -148,7 +148,7 @@ def encode_file_group(
     info = info_from_bytes(target.partition, name, instant_time, data)
     if virtual is not None:  # no key column in the file: the filter is built from the keys
         values = [k for k in keys.to_pylist() if k is not None]
-        info.bloom = bytes(SplitBlockBloomFilter.build(values, ndv=len(values)).bitset)
+        info.bloom = bytes(bloom.build(values).bitset)
     info.rows, info.replaced = changed_rows(*changes, instant_time)
     return EncodedFile(marker.data_path, data, stat, info)
 

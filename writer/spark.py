@@ -35,6 +35,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from metadata_table.bloom import BloomSizing
 from metadata_table.records import DataFileInfo, read_record_keys
 from timeline.commit_metadata import WriteStat
 from timeline.errors import BadRecordsError, FileAlreadyExistsError, SparkWriteError, TableError
@@ -429,7 +430,7 @@ class _SparkWrite:
             bases={(b.partition_path, b.file_id): b for b in latest},
             per_file=per_file,
             precombine=self.config.precombine_field,
-            bloom_fpp=self.client.options.bloom_filter_fpp,
+            bloom=self.client.options.bloom,
             layout=self.layout,
             failpoint=current(),
             virtual=self.client.virtual,
@@ -490,7 +491,7 @@ class _WriteTask:
     bases: dict[tuple[str, str], BaseFile]
     per_file: dict[str, int]
     precombine: str | None
-    bloom_fpp: float
+    bloom: BloomSizing
     layout: FileLayout
     failpoint: str | None
     virtual: KeyGenerator | None = None
@@ -514,7 +515,7 @@ class _WriteTask:
                     target,
                     marker,
                     self.precombine,
-                    self.bloom_fpp,
+                    self.bloom,
                     seq_prefix=partition_id,
                     seq_start=written,
                     layout=self.layout,

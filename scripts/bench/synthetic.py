@@ -31,6 +31,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from metadata_table.bloom import BloomSizing
 from timeline.commit_metadata import NULL_COMMIT, CommitMetadata, WriteStat
 from timeline.config import Config
 from timeline.instant import Action
@@ -108,7 +109,7 @@ def _write_files(
             table,
             full,
             compression="snappy",
-            bloom_filter_options={RECORD_KEY: {"ndv": rows, "fpp": 0.01}},
+            bloom_filter_options={RECORD_KEY: BloomSizing().parquet_options(rows)},
         )
         size = os.path.getsize(full)
         stats.append(

@@ -243,3 +243,35 @@ def test_probing_many_values_into_many_filters_at_once() -> None:
     assert might_contain_each(bitsets, one).tolist() == [
         b.might_contain_hash(one) for b in blooms
     ] + [True]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_probing_answers_as_each_filter_does_in_every_layout(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probe's paths (filters of one size or of several, read in place or laid out word by
+    word, values in one pass or in many, sparse filters where most pairs stop at the first word
+    and dense ones where they go on) answer what probing each filter object does."""
+    import metadata_table.bloom as bloom
+
+    rng = random.Random(seed)
+    monkeypatch.setattr(bloom, "_PROBES_AT_ONCE", rng.choice([1, 50, 1 << 21]))
+    sizes = [rng.randrange(4)] if seed % 2 else [0, 1, 2, 3]
+    blooms = []
+    for n in range(rng.randrange(1, 80)):
+        keys = [f"k{n}-{i}" for i in range(rng.randrange(1, 60))]
+        blooms.append(SplitBlockBloomFilter(bytes(32 * 2 ** rng.choice(sizes))))
+        for key in keys:
+            blooms[-1].insert_hash(hash_value(key))
+    bitsets = pa.array([bytes(b.bitset) for b in blooms], pa.binary())
+    for count in (1, 7, 8, 63, 64, 300):
+        values = [
+            hash_value(
+                f"k{rng.randrange(80)}-{rng.randrange(60)}"
+                if rng.random() < 0.3
+                else f"absent-{rng.random()}"
+            )
+            for _ in range(count)
+        ]
+        want = [any(b.might_contain_hash(h) for h in values) for b in blooms]
+        assert might_contain_any(bitsets, values).tolist() == want, count

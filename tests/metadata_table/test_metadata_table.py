@@ -36,11 +36,12 @@ from timeline.rollback import clean_failed_writes
 from writer.client import Operation, WriteClient
 
 
-def make_table(base: Path, heartbeat_ms: int = 60_000) -> Table:
+def make_table(base: Path, heartbeat_ms: int = 60_000, **config_values: str) -> Table:
     config = Config.resolve(
         explicit={
             "indexer.lock.url": "inprocess",
             "hoodie.client.heartbeat.interval_in_ms": str(heartbeat_ms),
+            **config_values,
         }
     )
     return Table.create(str(base), "trips", ["uuid"], ["city"], "ts", config=config)
@@ -361,9 +362,9 @@ def test_key_lookup_narrows_by_key_range_then_bloom_filter(tmp_path: Path) -> No
     assert fresh["k0150"] == [files["la"]]
 
 
-def test_upsert_tagging_reads_fewer_files_with_bloom_filters(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def keys_read(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The data files whose keys a writer reads to tag its records, as they are read."""
     read: list[str] = []
     real = writer_client.read_record_keys
 
@@ -372,6 +373,13 @@ def test_upsert_tagging_reads_fewer_files_with_bloom_filters(
         return real(storage, path, *args, **kwargs)
 
     monkeypatch.setattr(writer_client, "read_record_keys", counted)
+    return read
+
+
+def test_upsert_tagging_reads_fewer_files_with_bloom_filters(
+    tmp_path: Path, keys_read: list[str]
+) -> None:
+    read = keys_read
 
     def files_read_by_upsert(base: Path, with_index: bool) -> int:
         table = make_table(base)
@@ -388,6 +396,49 @@ def test_upsert_tagging_reads_fewer_files_with_bloom_filters(
     indexed = files_read_by_upsert(tmp_path / "indexed", with_index=True)
     assert plain == 8  # every file's keys
     assert indexed == 1, f"bloom filters keep the one file that holds the key ({indexed})"
+
+
+def test_an_upsert_of_new_keys_reads_no_file_through_the_default_filters(
+    tmp_path: Path, keys_read: list[str]
+) -> None:
+    """Files' filters are made for Apache Hudi's default rate (1e-9): 400 new keys and one held
+    against 8 files read the one file that holds it (at the old 1%, each file passed the new
+    keys about 98% of the time)."""
+    table = make_table(tmp_path)
+    client = WriteClient(table)
+    for batch in range(8):
+        client.insert(rows(keys(batch * 100, batch * 100 + 100), city="sf"))
+    initialize(table, [FILES, BLOOM_FILTERS])
+    keys_read.clear()
+    client.upsert(rows(["k0005", *keys(5000, 5400)], city="sf"))
+    assert len(keys_read) == 1, "only the file that holds k0005"
+
+
+def test_a_files_filter_is_sized_for_its_keys_up_to_num_entries(tmp_path: Path) -> None:
+    """hoodie.index.bloom.fpp and hoodie.index.bloom.num_entries size the filter the writer puts
+    in a file, as they size the filter the index builds for a file that has none."""
+    from metadata_table.bloom import BloomSizing, SplitBlockBloomFilter
+    from metadata_table.records import info_from_storage
+
+    def filter_bytes(name: str, **config: str) -> int:
+        table = make_table(tmp_path / name, **config)
+        WriteClient(table).insert(rows(keys(0, 100), city="sf"))
+        (base,) = IndexedSnapshot(table).view.latest_base_files()
+        info = info_from_storage(
+            table.storage, base.partition_path, base.file_name, base.size, base.instant_time
+        )
+        assert info.bloom is not None
+        return len(info.bloom)
+
+    assert filter_bytes("default") == 2048  # 100 keys at 1e-9: 1,280 bytes, rounded up
+    assert filter_bytes("capped", **{"hoodie.index.bloom.num_entries": "10"}) == (
+        SplitBlockBloomFilter.optimal_bytes(10, 1e-9)
+    )
+    assert filter_bytes("loose", **{"hoodie.index.bloom.fpp": "0.01"}) == (
+        SplitBlockBloomFilter.optimal_bytes(100, 0.01)
+    )
+    built = BloomSizing(entries=10).build([f"k{n}" for n in range(100)])
+    assert len(built.bitset) == SplitBlockBloomFilter.optimal_bytes(10, 1e-9)
 
 
 def test_initialize_is_idempotent_and_covers_commits_beyond_a_pending_one(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from metadata_table.bloom import BloomSizing
 from timeline.errors import BadRecordsError, SparkWriteError
 from timeline.fs_view import FileSystemView
 from timeline.markers import marker_folder
@@ -126,7 +127,7 @@ def test_a_late_attempt_knows_its_file_cannot_be_committed(tmp_path: Path) -> No
             bases={},
             per_file={},
             precombine="ts",
-            bloom_fpp=0.01,
+            bloom=BloomSizing(),
             layout=FileLayout(),
             failpoint=None,
         )
