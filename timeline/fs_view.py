@@ -22,6 +22,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import pyarrow as pa
@@ -36,6 +37,7 @@ from timeline.storage import FileInfo, Storage
 from timeline.timeline import META_FOLDER, ActiveTimeline, CommittedWrites, Timeline
 
 PARTITION_METADATA_FILE = ".hoodie_partition_metadata"
+_Taken = TypeVar("_Taken", pa.Table, pa.ChunkedArray, pa.Array)
 _BASE_FILE = re.compile(
     r"^(?P<file_id>[^_/]+)_(?P<token>\d+-\d+-\d+)_(?P<ts>\d{17}|\d{14})\.parquet$"
 )
@@ -75,10 +77,13 @@ _LISTED = ("partition_path", "file_name", "path", "size")
 #: what :func:`with_base_name_fields` adds to a listing
 _BASE_NAME_FIELDS = ("is_base", "file_id", "instant_time", "write_token")
 
-#: a column a listing table may bring (the 64-bit hash of each path, :func:`key_hash64`), which
-#: the view passes on in its base-file tables: a reader aligns other records with the listing
-#: by it instead of hashing every path again
+#: columns a listing table may bring (two 64-bit hashes of each path, :func:`key_hash64` of two
+#: seeds), which the view passes on in its base-file tables: a reader aligns other records with
+#: the listing by the first, and takes the 128 bits of both for the path's identity, instead of
+#: hashing or comparing every path again
 PATH_HASH = "path_hash"
+PATH_CHECK = "path_check"
+PATH_HASHES = (PATH_HASH, PATH_CHECK)
 
 
 def with_base_name_fields(listed: pa.Table) -> pa.Table:
@@ -138,36 +143,111 @@ def _newest_in_runs(keys: pa.Table) -> np.ndarray | None:
     return np.flatnonzero(newest)
 
 
-#: rows after the first one out of file-group order that :func:`_with_tail_merged` places one
+#: rows after the first one out of file-group order that :func:`_newest_with_tail` places one
 #: by one (a binary search each) rather than leave to a sort of every row
 _TAIL_MOST = 2048
 
 
-def _with_tail_merged(keys: pa.Table) -> np.ndarray | None:
-    """For rows in file-group order but for a short tail (the files index lists the files of
-    the commits since its base file after the others), the order that puts each tail row in its
-    place (after the rows of its group), found by a binary search per tail row instead of a sort
-    of them all. None when the tail is longer than :data:`_TAIL_MOST`."""
+def _newest_with_tail(keys: pa.Table) -> np.ndarray | None:
+    """:func:`_newest_in_runs` for rows in file-group order but for a short tail (the files
+    index lists the files of the commits since its base file after the others): the head's
+    newest rows, each tail row put in its group's place by a binary search among them (the
+    newer file of a group, or a group of its own), in group order, without a sort or a copy of
+    the rows. None when the tail is longer than :data:`_TAIL_MOST`, or a group's newest rank is
+    tied (the caller sorts)."""
     count = keys.num_rows
-    partitions, file_ids = keys.column("partition_path"), keys.column("file_id")
     head = _prefix_in_order(keys)
     if count - head > _TAIL_MOST:
         return None
-    tail = keys.slice(head)
-    sort = [("partition_path", "ascending"), ("file_id", "ascending")]
-    tail_order = np.asarray(pc.sort_indices(tail, sort).to_numpy(), dtype=np.int64) + head
-    places = []
-    for row in tail_order:
-        wanted = (partitions[int(row)].as_py(), file_ids[int(row)].as_py())
-        low, high = 0, head
-        while low < high:  # after the prefix's rows of the same group
+    newest = _newest_in_runs(keys.slice(0, head))
+    if newest is None:
+        return None
+    partitions, file_ids = keys.column("partition_path"), keys.column("file_id")
+    rank = np.asarray(keys.column("rank").to_numpy())
+
+    def group(row: int) -> tuple[str, str]:
+        return partitions[row].as_py(), file_ids[row].as_py()
+
+    sort = [("partition_path", "ascending"), ("file_id", "ascending"), ("rank", "descending")]
+    tail = np.asarray(pc.sort_indices(keys.slice(head), sort).to_numpy(), dtype=np.int64) + head
+    newer: dict[int, int] = {}  # place among the head's newest rows -> a tail row newer there
+    places, added = [], []  # tail rows of groups the head has none of, and where they go
+    last, last_row = None, -1  # the tail's group before, and its newest row
+    for row in tail.tolist():
+        wanted = group(row)
+        if wanted == last:  # an older row of that group
+            if rank[row] == rank[last_row]:
+                return None
+            continue
+        last, last_row = wanted, row
+        low, high = 0, len(newest)
+        while low < high:  # after the head's groups up to this one
             middle = (low + high) // 2
-            if wanted < (partitions[middle].as_py(), file_ids[middle].as_py()):
+            if wanted < group(int(newest[middle])):
                 high = middle
             else:
                 low = middle + 1
-        places.append(low)
-    return np.insert(np.arange(head), places, tail_order)
+        if low and group(int(newest[low - 1])) == wanted:
+            held = int(newest[low - 1])
+            if rank[row] == rank[held]:
+                return None
+            if rank[row] > rank[held]:
+                newer[low - 1] = row
+        else:
+            places.append(low)
+            added.append(row)
+    if newer:
+        newest = newest.copy()
+        newest[list(newer)] = list(newer.values())
+    return np.insert(newest, places, added)
+
+
+#: at most this many runs of consecutive rows are cut out of a table as slices by
+#: :func:`_rows_of`, rather than taken
+_RUNS_MOST = 64
+
+
+def _rows_of(table: pa.Table, rows: np.ndarray) -> pa.Table:
+    """``table.take(rows)``, but without a copy when ``rows`` are a few runs of consecutive rows
+    (a listing's newest files when it lists one file a group, with a commit's new files put in
+    their places): a take of a million files' rows cost 0.4 s of a fresh snapshot."""
+    if not len(rows):
+        return table.slice(0, 0)
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    if len(breaks) >= _RUNS_MOST:
+        return table.take(pa.array(rows))
+    starts = [0, *breaks.tolist()]
+    ends = [*breaks.tolist(), len(rows)]
+    pieces = [table.slice(int(rows[s]), e - s) for s, e in zip(starts, ends, strict=True)]
+    return pieces[0] if len(pieces) == 1 else pa.concat_tables(pieces)
+
+
+def take_rows(values: _Taken, rows: Sequence[int] | np.ndarray) -> _Taken:
+    """``values.take(rows)``, chunk by chunk when ``values`` (a table or a column) has several
+    chunks: Arrow's take of a chunked string column first joins its chunks, a copy of the whole
+    column (about 90 ms of a million paths, for any number of rows)."""
+    at = np.asarray(rows, dtype=np.int64)
+    chunks: list[Any] = (
+        values.to_batches() if isinstance(values, pa.Table) else getattr(values, "chunks", [])
+    )
+    if len(chunks) <= 1:
+        return values.take(pa.array(at, pa.int64()))
+    lengths = np.array([len(c) for c in chunks], dtype=np.int64)
+    ends = np.cumsum(lengths)
+    which = np.searchsorted(ends, at, side="right")
+    order = np.argsort(which, kind="stable")  # the rows chunk by chunk
+    parts = [
+        chunks[int(c)].take(pa.array(at[which == c] - (ends[c] - lengths[c]), pa.int64()))
+        for c in np.unique(which)
+    ]
+    taken: Any = (
+        pa.Table.from_batches(parts, schema=values.schema)
+        if isinstance(values, pa.Table)
+        else pa.chunked_array(parts, type=values.type)
+    )
+    if np.all(order == np.arange(len(at))):
+        return cast(_Taken, taken)
+    return cast(_Taken, taken.take(pa.array(np.argsort(order), pa.int64())))
 
 
 def _prefix_in_order(keys: pa.Table) -> int:
@@ -304,7 +384,7 @@ class FileSystemView:
         entries = self._listing() if self._listing is not None else _list_data_files(self.storage)
         if isinstance(entries, pa.Table):
             parsed = set(_BASE_NAME_FIELDS) <= set(entries.column_names)
-            carried = [PATH_HASH] if PATH_HASH in entries.column_names else []
+            carried = [c for c in PATH_HASHES if c in entries.column_names]
             columns = list(_LISTED) + (list(_BASE_NAME_FIELDS) if parsed else []) + carried
             return entries.select(columns)
         partitions, names, paths, sizes = [], [], [], []
@@ -335,8 +415,9 @@ class FileSystemView:
             "size": listed.column("size"),
             "path": listed.column("path"),
         }
-        if PATH_HASH in listed.column_names:
-            columns[PATH_HASH] = listed.column(PATH_HASH)
+        for carried in PATH_HASHES:
+            if carried in listed.column_names:
+                columns[carried] = listed.column(carried)
         return pa.table(columns)
 
     @cached_property
@@ -489,14 +570,13 @@ class FileSystemView:
         rank_of = pa.array([ranks.index(normalize_timestamp(t)) for t in times], pa.int32())
         rank = pc.take(rank_of, of_file)
         keys = live.select(["partition_path", "file_id"]).append_column("rank", rank)
+        # listed in group order already (the files index lists so), perhaps but for the files
+        # of the commits since its base file (a few)
         newest = _newest_in_runs(keys)
-        if newest is not None:  # listed in group order already (the files index lists so)
-            return live if len(newest) == live.num_rows else live.take(pa.array(newest))
-        order = _with_tail_merged(keys)
-        if order is not None:  # in group order but for the files of commits since (a few)
-            newest = _newest_in_runs(keys.take(pa.array(order)))
-            if newest is not None:
-                return live.take(pa.array(order[newest]))
+        if newest is None:
+            newest = _newest_with_tail(keys)
+        if newest is not None:
+            return _rows_of(live, newest)
         sort = [("partition_path", "ascending"), ("file_id", "ascending"), ("rank", "descending")]
         order = pc.sort_indices(keys, sort)
         first, tied = _group_starts(keys.take(order))

@@ -24,6 +24,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 SEED = 0x9E3779B97F4A7C15
+#: the seed of the second hash of a path (:data:`timeline.fs_view.PATH_CHECK`)
+CHECK_SEED = 0xD6E8FEB86659FD93
 M1 = 0xBF58476D1CE4E5B9
 _FMIX1 = 0xFF51AFD7ED558CCD
 _FMIX2 = 0xC4CEB9FE1A85EC53
@@ -41,12 +43,12 @@ def buckets_of_keys(keys: Iterable[str], buckets: int) -> list[int]:
     return [zlib.crc32(k.encode("utf-8")) % buckets for k in keys]
 
 
-def key_hash64_of(key: str) -> int:
+def key_hash64_of(key: str, seed: int = SEED) -> int:
     """:func:`key_hash64` of one key, in plain Python (the reference definition)."""
     data = key.encode("utf-8")
     n = len(data)
     padded = data + b"\0" * (-n % 8 if n else 8)
-    h = SEED ^ ((n * M1) & _MASK)
+    h = seed ^ ((n * M1) & _MASK)
     for at in range(0, len(padded), 8):
         w = int.from_bytes(padded[at : at + 8], "little")
         x = ((h ^ w) * M1) & _MASK
@@ -58,9 +60,10 @@ def key_hash64_of(key: str) -> int:
     return h ^ (h >> 33)
 
 
-def key_hash64(keys: pa.Array | pa.ChunkedArray | Sequence[str]) -> np.ndarray:
+def key_hash64(keys: pa.Array | pa.ChunkedArray | Sequence[str], seed: int = SEED) -> np.ndarray:
     """:func:`key_hash64_of` of every key (uint64), on the array's buffers. Null keys hash as
-    empty strings."""
+    empty strings. Another ``seed`` gives another hash of the same definition (:data:`SEED`
+    replaced), for a second opinion on keys the first says are equal."""
     if not isinstance(keys, pa.Array | pa.ChunkedArray):
         keys = pa.array(keys, pa.string())
     if isinstance(keys, pa.ChunkedArray):
@@ -103,7 +106,7 @@ def key_hash64(keys: pa.Array | pa.ChunkedArray | Sequence[str]) -> np.ndarray:
         padded[:, :length] = block
         words = padded.view("<u8")
         with np.errstate(over="ignore"):
-            x = np.full(block.shape[0], SEED ^ ((length * M1) & _MASK), dtype=np.uint64)
+            x = np.full(block.shape[0], seed ^ ((length * M1) & _MASK), dtype=np.uint64)
             for j in range(words.shape[1]):
                 x ^= words[:, j]
                 x *= np.uint64(M1)

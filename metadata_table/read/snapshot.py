@@ -74,16 +74,19 @@ from metadata_table.records import RECORD_KEY, python_value, value_texts
 from metadata_table.table import MetadataTable
 from timeline.errors import FilterTypeError, IndexStateError, TableConfigError, TableError
 from timeline.fs_view import (
+    PATH_CHECK,
     PATH_HASH,
+    PATH_HASHES,
     BaseFile,
     FileSlice,
     FileSystemView,
     LogFile,
     base_files_of,
     read_parquet_schema,
+    take_rows,
     with_base_name_fields,
 )
-from timeline.hashing import key_hash64
+from timeline.hashing import CHECK_SEED, key_hash64
 from timeline.instant import Action, Instant
 from timeline.removals import REMOVAL_ACTIONS
 from timeline.table import Table
@@ -261,11 +264,11 @@ class IndexedSnapshot:
         self,
         columns: set[str],
         paths: pa.Array | pa.ChunkedArray,
-        hashes: pa.Array | pa.ChunkedArray | None = None,
+        hashes: pa.Table | None = None,
     ) -> dict[str, ColumnArrays | None]:
-        """Each column's stats aligned with ``paths`` (whose :data:`PATH_HASH` are ``hashes``,
-        when known; see :class:`ColumnArrays`); a column whose records do not share one value
-        kind maps to None."""
+        """Each column's stats aligned with ``paths`` (whose :data:`PATH_HASHES` are
+        ``hashes``, when known; see :class:`ColumnArrays`); a column whose records do not share
+        one value kind maps to None."""
         out: dict[str, ColumnArrays | None] = {}
         for column in sorted(columns):
             records = self._column_records(column)
@@ -492,7 +495,7 @@ class IndexedSnapshot:
         mask = expr.mask(arrays, count) if None not in arrays.values() else None
         if mask is None:
             stats = self._stats_by_file(expr.columns())
-            chosen = paths.take(pa.array(selected, pa.int64())).to_pylist()
+            chosen = take_rows(paths, selected).to_pylist()
             return np.array(
                 [p not in stats or expr.might_match(stats[p]) for p in chosen], dtype=bool
             )
@@ -783,8 +786,9 @@ class IndexedSnapshot:
         on a kept snapshot."""
         if self._blooms_of is None or self._blooms_of[0] is not listing:
             records = self._bloom_records()
-            hashes = records.column(PATH_HASH) if PATH_HASH in records.column_names else None
-            at = _positions(listing.paths, records.column("path"), listing.path_hashes, hashes)
+            at = _positions(
+                listing.paths, records.column("path"), listing.path_hashes, _hashes_of(records)
+            )
             blooms = pc.take(records.column("bloom_filter"), at)
             # in the form the probe reads (one chunk of large_binary), made once
             blooms = blooms.combine_chunks() if isinstance(blooms, pa.ChunkedArray) else blooms
@@ -814,9 +818,8 @@ class IndexedSnapshot:
         if self.uses(COLUMN_STATS) and wanted:
             # key ranges, of the files some bloom filter kept (all of them without filters)
             at = np.flatnonzero(np.logical_or.reduce(list(keeps.values())))
-            chosen = pa.array(at)
-            hashes = None if listing.path_hashes is None else listing.path_hashes.take(chosen)
-            arrays = self._arrow_stats({RECORD_KEY}, paths.take(chosen), hashes).get(RECORD_KEY)
+            hashes = None if listing.path_hashes is None else take_rows(listing.path_hashes, at)
+            arrays = self._arrow_stats({RECORD_KEY}, take_rows(paths, at), hashes).get(RECORD_KEY)
             if arrays is not None and arrays.kind == "string":
                 stale = listing.written_by(self._unapplied_times(COLUMN_STATS))[at]
                 unknown = pc.or_(pc.invert(arrays.present), pa.array(stale))
@@ -861,8 +864,8 @@ class _Listing:
             self.paths = files.column("path")
             self.partition_paths = files.column("partition_path")
             self.written_at = files.column("instant_time")
-            #: the paths' hashes, when the listing came from the files index
-            self.path_hashes = files.column(PATH_HASH) if PATH_HASH in files.column_names else None
+            #: the paths' hashes (:data:`PATH_HASHES`), when the listing came from the files index
+            self.path_hashes: pa.Table | None = _hashes_of(files)
         else:
             self._table = None
             self._files = list(files)
@@ -898,7 +901,7 @@ class _Listing:
         if self._files is not None:
             return [self._files[int(i)] for i in indices]
         assert self._table is not None
-        return list(base_files_of(self._table.take(pa.array(list(indices), pa.int64()))))
+        return list(base_files_of(take_rows(self._table, list(indices))))
 
     @property
     def count(self) -> int:
@@ -986,7 +989,7 @@ def _aligned(
     records: pa.Table,
     key: str,
     wanted: pa.Array | pa.ChunkedArray,
-    wanted_hashes: pa.Array | pa.ChunkedArray | None = None,
+    wanted_hashes: pa.Table | None = None,
 ) -> ColumnArrays | None:
     """One column's stats ``records`` (keyed by their ``key`` column: files' paths, or
     partitions) aligned with ``wanted`` (with ``wanted_hashes``, paths are matched by their
@@ -995,14 +998,14 @@ def _aligned(
     if len(kinds) != 1 or kinds[0] is None:
         return None
     kind = kinds[0]
-    hashed = wanted_hashes is not None and key == "path" and PATH_HASH in records.column_names
+    key_hashes = _hashes_of(records) if wanted_hashes is not None and key == "path" else None
     if len(wanted) * 8 < records.num_rows:  # a few files: hash those, not every record's key
-        if hashed:  # the same records and perhaps a few more (collisions): compared below
-            some = pc.is_in(records.column(PATH_HASH), value_set=wanted_hashes)
+        if wanted_hashes is not None and key_hashes is not None:  # (collisions: see below)
+            some = pc.is_in(key_hashes.column(PATH_HASH), value_set=wanted_hashes.column(PATH_HASH))
         else:
             some = pc.is_in(records.column(key), value_set=wanted)
         records = records.filter(some)
-    key_hashes = records.column(PATH_HASH) if hashed else None
+        key_hashes = None if key_hashes is None else key_hashes.filter(some)
     at = _positions(wanted, records.column(key), wanted_hashes, key_hashes)
     return ColumnArrays(
         kind,
@@ -1035,37 +1038,50 @@ def _listing_of(records: pa.Table) -> pa.Table:
 
 
 def _with_paths(records: pa.Table) -> pa.Table:
-    """Records with a ``partition`` and ``file_name``, plus the data file's ``path`` and its
-    64-bit hash (:data:`~timeline.fs_view.PATH_HASH`: records of other partitions are aligned
-    with a listing by it, see :func:`_positions`)."""
+    """Records with a ``partition`` and ``file_name``, plus the data file's ``path`` and its two
+    64-bit hashes (:data:`~timeline.fs_view.PATH_HASHES`: records of other partitions are
+    aligned with a listing by them, see :func:`_positions`)."""
     partition, name = records.column("partition"), records.column("file_name")
     path = pc.if_else(
         pc.equal(partition, NON_PARTITIONED),
         name,
         pc.binary_join_element_wise(partition, name, "/"),
     )
-    hashes = pa.array(key_hash64(path), pa.uint64())
-    return records.append_column("path", path).append_column(PATH_HASH, hashes)
+    records = records.append_column("path", path)
+    records = records.append_column(PATH_HASH, pa.array(key_hash64(path), pa.uint64()))
+    return records.append_column(PATH_CHECK, pa.array(key_hash64(path, CHECK_SEED), pa.uint64()))
+
+
+def _hashes_of(records: pa.Table) -> pa.Table | None:
+    """The :data:`PATH_HASHES` columns of ``records``; None when they have not both."""
+    if not set(PATH_HASHES) <= set(records.column_names):
+        return None
+    return records.select(list(PATH_HASHES))
 
 
 def _positions(
     wanted: pa.Array | pa.ChunkedArray,
     keys: pa.Array | pa.ChunkedArray,
-    wanted_hashes: pa.Array | pa.ChunkedArray | None = None,
-    key_hashes: pa.Array | pa.ChunkedArray | None = None,
+    wanted_hashes: pa.Table | None = None,
+    key_hashes: pa.Table | None = None,
 ) -> pa.Array:
-    """Where each of ``wanted`` is in ``keys`` (null: not there), as ``pc.index_in``; by the
-    strings' 64-bit hashes when both sides have them (hashing a million paths costs most of a
-    new snapshot's prune), the strings then compared where the hashes matched: on a collision
-    the strings decide."""
+    """Where each of ``wanted`` is in ``keys`` (null: not there), as ``pc.index_in``.
+
+    When both sides have their :data:`PATH_HASHES` (computed once per decoded index file),
+    by them instead: found by the first hash, and the same path where the second agrees too.
+    128 bits tell a million paths apart (a false match about once in 10^26 alignments), where
+    hashing or comparing the strings cost most of a new snapshot's prune at a million files.
+    Where the first hash matched and the second did not (two paths of one first hash), the
+    strings decide."""
     if wanted_hashes is None or key_hashes is None:
         return pc.index_in(wanted, value_set=keys)
-    at = pc.index_in(wanted_hashes, value_set=key_hashes)
+    at = pc.index_in(wanted_hashes.column(PATH_HASH), value_set=key_hashes.column(PATH_HASH))
+    checks, key_checks = wanted_hashes.column(PATH_CHECK), key_hashes.column(PATH_CHECK)
     if at.null_count:
         found = pc.is_valid(at)
-        same = pc.equal(pc.filter(wanted, found), pc.take(keys, pc.filter(at, found)))
-    else:  # every one found (the usual case): no copy of the wanted strings
-        same = pc.equal(wanted, pc.take(keys, at))
+        same = pc.equal(pc.filter(checks, found), pc.take(key_checks, pc.filter(at, found)))
+    else:  # every one found (the usual case)
+        same = pc.equal(checks, pc.take(key_checks, at))
     if pc.all(same).as_py() is False:
         return pc.index_in(wanted, value_set=keys)
     return at

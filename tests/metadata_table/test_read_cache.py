@@ -32,8 +32,8 @@ from metadata_table.read.snapshot import IndexedSnapshot, _aligned
 from metadata_table.table import MetadataTable
 from timeline import Table
 from timeline.config import Config
-from timeline.fs_view import PATH_HASH
-from timeline.hashing import key_hash64
+from timeline.fs_view import PATH_CHECK, PATH_HASH
+from timeline.hashing import CHECK_SEED, key_hash64
 from writer.client import WriteClient
 
 from .test_metadata_table import keys, make_table, rows
@@ -219,11 +219,20 @@ def test_a_file_of_mixed_row_groups_is_read_whole(tmp_path: Path) -> None:
     assert _answers(table) == want
 
 
+def _path_hashes(first: Any, check: Any) -> pa.Table:
+    return pa.table(
+        {
+            PATH_HASH: pa.array(key_hash64(first), pa.uint64()),
+            PATH_CHECK: pa.array(key_hash64(check, CHECK_SEED), pa.uint64()),
+        }
+    )
+
+
 def test_aligning_a_few_files_equals_aligning_all() -> None:
-    """Stats aligned with a few files, or with all; by path, or by the paths' hashes (and with
-    two paths given one hash, the strings decide)."""
+    """Stats aligned with a few files, or with all; by path, or by the paths' two hashes (and
+    where a path's first hash is another's but its second is not, the strings decide)."""
     paths = pa.array([f"p/f{i}" for i in range(50)])
-    hashes = pa.array(key_hash64(paths), pa.uint64())
+    hashes = _path_hashes(paths, paths)
     records = pa.table(
         {
             "value_type": ["int"] * 50,
@@ -232,19 +241,21 @@ def test_aligning_a_few_files_equals_aligning_all() -> None:
             "null_count": pa.array([0] * 50, pa.int64()),
             "value_count": pa.array([2] * 50, pa.int64()),
             "path": paths,
-            PATH_HASH: hashes,
         }
     )
+    records = pa.Table.from_arrays(
+        [*records.columns, *hashes.columns], [*records.column_names, *hashes.column_names]
+    )
     few = pa.array(["p/f7", "p/nope", "p/f3"])
-    few_hashes = pa.array(key_hash64(few), pa.uint64())
-    everything = pa.concat_arrays([few, paths])
-    collided = pa.array([*key_hash64(["p/f7", "p/f9", "p/f3"])], pa.uint64())  # nope as f9
+    few_hashes = _path_hashes(few, few)
+    collided = _path_hashes(["p/f7", "p/f9", "p/f3"], few)  # nope's first hash is f9's
     for hashed in (None, few_hashes, collided):
-        all_hashes = None if hashed is None else pa.concat_arrays([hashed, hashes])
+        all_hashes = None if hashed is None else pa.concat_tables([hashed, hashes])
         small = _aligned(records, "path", few, hashed)
-        whole = _aligned(records, "path", everything, all_hashes)
+        whole = _aligned(records, "path", pa.concat_arrays([few, paths]), all_hashes)
         assert small is not None and whole is not None
         assert small.minimum.to_pylist() == whole.minimum.to_pylist()[:3] == [7, None, 3]
         assert small.present.to_pylist() == [True, False, True]
-    exact = _aligned(records, "path", paths.take(pa.array(range(49, -1, -1))), hashes[::-1])
+    backwards = pa.array(range(49, -1, -1))
+    exact = _aligned(records, "path", paths.take(backwards), hashes.take(backwards))
     assert exact is not None and exact.minimum.to_pylist() == list(range(49, -1, -1))

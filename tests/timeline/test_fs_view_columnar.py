@@ -7,6 +7,7 @@ answer without a sort."""
 
 from __future__ import annotations
 
+import itertools
 from types import SimpleNamespace
 from typing import Any
 
@@ -102,3 +103,42 @@ def test_the_latest_base_files_follow_the_rule(
     assert view.latest_base_table.column("path").to_pylist() == [b.path for b in want]
     assert view.all_base_files == sorted(bases, key=_order)
     assert view.latest_base_files(["a"]) == [b for b in want if b.partition_path == "a"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 6), min_size=1, max_size=6),
+    st.data(),
+    st.integers(1, 4),
+)
+def test_rows_are_taken_as_arrow_takes_them(lengths: list[int], data: Any, runs_most: int) -> None:
+    """take_rows (chunk by chunk) and _rows_of (runs cut as slices, or a take past
+    ``_RUNS_MOST`` runs) give what Arrow's take gives, for tables and columns of any chunks."""
+    import numpy as np
+    import pyarrow as pa
+
+    from timeline import fs_view
+
+    count = sum(lengths)
+    strings = [f"path-{i}" for i in range(count)]
+    starts = np.cumsum([0, *lengths])
+    column = pa.chunked_array(
+        [pa.array(strings[a:b], pa.string()) for a, b in itertools.pairwise(starts)],
+        pa.string(),
+    )
+    table = pa.table({"path": column, "n": pa.array(range(count), pa.int64())})
+    rows = data.draw(st.lists(st.integers(0, max(0, count - 1)), max_size=12 if count else 0))
+    if data.draw(st.booleans()):
+        rows = sorted(rows)
+    for values in (column, table, pa.array(strings, pa.string())):
+        assert (
+            fs_view.take_rows(values, rows).to_pylist()
+            == values.take(pa.array(rows, pa.int64())).to_pylist()
+        )
+    old = fs_view._RUNS_MOST
+    fs_view._RUNS_MOST = runs_most
+    try:
+        at = np.asarray(rows, dtype=np.int64)
+        assert fs_view._rows_of(table, at).to_pylist() == table.take(pa.array(at)).to_pylist()
+    finally:
+        fs_view._RUNS_MOST = old
