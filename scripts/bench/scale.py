@@ -130,7 +130,9 @@ def _run(command: list[str], env: dict[str, str] | None = None) -> tuple[float, 
     return seconds, peak, out
 
 
-def measure(root: Path, files: int, peer: Any = None, validate: bool = True) -> dict[str, float]:
+def measure(
+    root: Path, files: int, peer: Any = None, validate: bool = True, keep: bool = False
+) -> dict[str, float]:
     base = root / f"t{files}"
     lock = f"sqlite:///{root / f'locks-{files}.sqlite'}"
     config = Config.resolve(explicit={"indexer.lock.url": lock})
@@ -174,7 +176,8 @@ def measure(root: Path, files: int, peer: Any = None, validate: bool = True) -> 
     if validate:
         seconds, peak, _ = _run([*cli, "validate", str(base), *conf])
         checked = {"validate": seconds, "validate_peak": peak}
-    shutil.rmtree(base, ignore_errors=True)
+    if not keep:
+        shutil.rmtree(base, ignore_errors=True)
     return {
         "files": files,
         "made": made,
@@ -246,7 +249,11 @@ def main(argv: list[str] | None = None) -> int:
         "--root",
         help="a folder for the tables (default: a temporary one); a table already at "
         "ROOT/t<files> is used instead of making one (make it with scripts/bench/synthetic.py "
-        "--rows 20 --partitions 100 --commits 50 --random-keys; it is deleted afterwards)",
+        "--rows 20 --partitions 100 --commits 50 --random-keys; it is deleted afterwards unless "
+        "--keep)",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the tables, indexed, for later by-hand runs"
     )
     parser.add_argument("--out", help="also write the markdown table to this file")
     parser.add_argument(
@@ -275,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     try:
         for files in sizes:
-            results.append(measure(root, files, peer, not args.no_validate))
+            results.append(measure(root, files, peer, not args.no_validate, args.keep))
             print(f"  {results[-1]}", file=sys.stderr, flush=True)
     finally:
         if peer is not None:
