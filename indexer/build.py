@@ -32,10 +32,9 @@ from metadata_table.partition_writer import (
     DataFile,
     GroupRecords,
     PartitionBuild,
-    RecordsPart,
     chunked,
     file_records,
-    map_chunks,
+    hold_group_records,
     workers_for,
 )
 from timeline.failpoints import current, task_failpoint
@@ -197,12 +196,8 @@ def run_build_local(
     )
     sizes: dict[str, dict[str, int]] = {b.partition: {} for b in builds}
     with GroupRecords(memory_mb * 1024 * 1024) as held:
-        read = map_chunks(_read, (storage, builds), chunks, workers, processes)
-        for done, made in enumerate(read, start=1):
-            for number, group, part in made:
-                held.add((number, group), builds[number].conformed(part))
-            if progress is not None:
-                progress(done, total)
+        read = None if progress is None else lambda done: progress(done, total)
+        hold_group_records(storage, chunks, builds, held, workers, processes, read)
         if held.spilled:
             logger.info("spilled %d MB of records to local disk", held.spilled // 2**20)
 
@@ -218,13 +213,6 @@ def run_build_local(
                 if progress is not None:
                     progress(done, total)
     return sizes
-
-
-def _read(
-    context: tuple[Storage, Sequence[PartitionBuild]], chunk: list[DataFile]
-) -> list[tuple[int, int, RecordsPart]]:
-    storage, builds = context
-    return list(file_records(storage, iter(chunk), builds, shuffled=False))
 
 
 def _watch(sc: Any, progress: Progress, stop: threading.Event, total: int) -> threading.Thread:

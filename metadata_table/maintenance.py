@@ -115,32 +115,6 @@ def build_records(
     return in_file_order(partition, _base_records(table, timeline, partition, columns, upto))
 
 
-def build_records_each(
-    table: Table,
-    timeline: Timeline,
-    partitions: Mapping[str, Sequence[str] | None],
-    upto: str | None = None,
-) -> Iterator[tuple[str, pa.Table]]:
-    """(partition, the records of :func:`build_records`, in no particular order) of each of
-    ``partitions`` (partition -> its columns) over one snapshot. Those of one record per data
-    file come first, all from a single read of each file, so a caller that checks them all
-    (validate) reads the table once for them, not once each; then the others, one at a time as
-    iterated."""
-    per_file = [p for p in partitions if _per_file(p)]
-    made = _per_file_records(table, timeline, per_file, partitions, upto)
-    for partition in per_file:
-        yield partition, made.pop(partition)
-    for partition, columns in partitions.items():
-        if partition not in per_file:
-            yield partition, _base_records(table, timeline, partition, columns, upto)
-
-
-def _per_file(partition: str) -> bool:
-    """Whether each data file's records of ``partition`` come from that file alone."""
-    kind = index_type(partition)
-    return not (kind.recomputed or kind.keyed_by_record)
-
-
 def _per_file_records(
     table: Table,
     timeline: Timeline,
@@ -154,12 +128,7 @@ def _per_file_records(
     if not partitions:
         return {}
     view = FileSystemView(table.timeline, timeline, as_of=upto)
-    files: list[DataFile] = [
-        (b.partition_path, b.file_name, b.size, b.instant_time)
-        for b in view.all_base_files
-        if view.is_committed(b.instant_time)
-    ]
-    files += [(log.partition_path, log.file_name, log.size, "") for log in view.committed_log_files]
+    files = rebuilt_files(view)
     workers, processes = workers_for(len(files), table.config.get(LOCAL_BUILD_WORKERS))
     logger.info(
         "rebuilding %s over %d data files (%d %s)",
@@ -189,6 +158,24 @@ def _per_file_records(
     }
 
 
+def rebuilt_files(view: FileSystemView) -> list[DataFile]:
+    """The data files a rebuild of ``view``'s snapshot reads: every committed base file, then
+    every log file (whose committed blocks count)."""
+    files: list[DataFile] = [
+        (b.partition_path, b.file_name, b.size, b.instant_time)
+        for b in view.all_base_files
+        if view.is_committed(b.instant_time)
+    ]
+    files += [(log.partition_path, log.file_name, log.size, "") for log in view.committed_log_files]
+    return files
+
+
+def per_file(partition: str) -> bool:
+    """Whether each data file's records of ``partition`` come from that file alone."""
+    kind = index_type(partition)
+    return not (kind.recomputed or kind.keyed_by_record)
+
+
 def _records_of_files(context: tuple[Any, ...], chunk: list[DataFile]) -> dict[str, pa.Table]:
     """A worker's part of :func:`_per_file_records`: one chunk's records of each partition."""
     storage, partitions, columns, upto, counted, keygen = context
@@ -211,7 +198,7 @@ def _base_records(
     """The records of ``partition`` over the committed data files up to ``upto`` (``infos``,
     when the caller has read them): the latest ones for a recomputed type."""
     kind = index_type(partition)
-    if infos is None and _per_file(partition):
+    if infos is None and per_file(partition):
         return _per_file_records(table, timeline, [partition], {partition: columns}, upto)[
             partition
         ]

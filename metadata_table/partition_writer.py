@@ -254,6 +254,35 @@ def file_records(
                 yield number, group, _ipc(table)
 
 
+def hold_group_records(
+    storage: Storage,
+    chunks: Sequence[list[DataFile]],
+    builds: Sequence[PartitionBuild],
+    held: GroupRecords,
+    workers: int,
+    processes: bool,
+    progress: Callable[[int], None] | None = None,
+) -> None:
+    """The records of ``builds`` over the data files of ``chunks``, read by ``workers`` workers
+    (processes or threads) and held in ``held`` per (build number, file group), as
+    :meth:`PartitionBuild.conformed` tables: the reading half of a build without Spark, and of
+    ``validate``'s rebuild. ``progress(chunks read)`` after each chunk."""
+    read = map_chunks(_chunk_records, (storage, builds), chunks, workers, processes)
+    for done, made in enumerate(read, start=1):
+        for number, group, part in made:
+            held.add((number, group), builds[number].conformed(part))
+        if progress is not None:
+            progress(done)
+
+
+def _chunk_records(
+    context: tuple[Storage, Sequence[PartitionBuild]], chunk: list[DataFile]
+) -> list[tuple[int, int, RecordsPart]]:
+    """A worker's part of :func:`hold_group_records`."""
+    storage, builds = context
+    return list(file_records(storage, iter(chunk), builds, shuffled=False))
+
+
 @dataclass(frozen=True)
 class TableSize:
     """What the file-group counts of new index partitions are laid out for."""
@@ -571,4 +600,5 @@ __all__ = [
     "Survey",
     "TableSize",
     "file_records",
+    "hold_group_records",
 ]

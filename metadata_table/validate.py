@@ -3,25 +3,37 @@ every completed partition, as readers see it, compared record for record with a 
 data files at the same snapshot. Read-only.
 
 The records are compared on Arrow arrays, aligned by key, column by column (struct columns field
-by field, and their own nulls): a Python object is made only for the keys that differ, so memory
-stays near the two tables' Arrow size (at 100,000 files, Python dicts of both sides took 7 GB)."""
+by field, and their own nulls): a Python object is made only for the keys that differ (at
+100,000 files, Python dicts of both sides took 7 GB). The partitions of a record per data file
+are compared a file group at a time, their rebuild held per file group within a budget, so
+memory does not grow with the table."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from metadata_table.index_types import index_type
-from metadata_table.layout import key_columns, keyed_by_column
-from metadata_table.maintenance import build_records_each
+from metadata_table.layout import file_group_id, key_columns, keyed_by_column
+from metadata_table.maintenance import CHUNK_FILES, build_records, per_file, rebuilt_files
 from metadata_table.reader import MetadataReader
+from metadata_table.records import virtual_keys
 from metadata_table.table import MetadataTable
+from metadata_table.workers import chunked, workers_for
+from timeline.config import LOCAL_BUILD_MEMORY_MB, LOCAL_BUILD_WORKERS
+from timeline.fs_view import FileSystemView
 from timeline.table import Table
+
+if TYPE_CHECKING:  # (partition_writer imports this module)
+    from metadata_table.partition_writer import GroupRecords, PartitionBuild
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -55,19 +67,77 @@ def validate(
     table: Table, progress: Callable[[int, int], None] | None = None
 ) -> list[PartitionReport]:
     """One report per completed partition, all at one snapshot of the data timeline;
-    ``progress(done, total)`` is called as partitions are compared."""
+    ``progress(done, total)`` is called as chunks of data files are read, then as file groups
+    and partitions are compared.
+
+    The partitions of one record per data file (``files``, ``column_stats``,
+    ``bloom_filters``) are rebuilt from one read of each data file, their records held per file
+    group within ``indexer.build.local.memory.mb`` (spilled to local disk beyond, as a build
+    without Spark holds them), and compared one file group at a time with that group of the
+    index: memory does not grow with the table. The others are rebuilt and compared whole."""
+    # (partition_writer imports this module)
+    from metadata_table.partition_writer import GroupRecords, PartitionBuild, hold_group_records
+
     state = table.reload_index_state()
     timeline = table.timeline.load()
     reader = MetadataTable(table).reader(timeline, cache=False)  # one-off whole reads
-    reports: list[PartitionReport] = []
     wanted = {
         p: (list(state.column_stats_columns) or None if index_type(p).takes_columns else None)
         for p in state.completed
     }
-    for partition, records in build_records_each(table, timeline, wanted):
+    others = {p: c for p, c in wanted.items() if not per_file(p)}
+    view = FileSystemView(table.timeline, timeline)
+    builds = [
+        PartitionBuild(
+            p,
+            max(1, len(reader.slices(p))),  # the index's own file groups
+            tuple(columns or ()),
+            instant="",
+            covers_upto="",
+            counted=view.committed,
+            keygen=virtual_keys(table),
+        )
+        for p, columns in wanted.items()
+        if p not in others
+    ]
+    files = rebuilt_files(view) if builds else []
+    workers, processes = workers_for(len(files), table.config.get(LOCAL_BUILD_WORKERS))
+    chunks = chunked(files, workers, CHUNK_FILES)
+    total = len(chunks) + sum(b.groups for b in builds) + len(others)
+    done = 0
+
+    def step() -> None:
+        nonlocal done
+        done += 1
         if progress is not None:
-            progress(len(reports), len(state.completed))
-        missing, stale, wrong = _compare(reader, partition, records)
+            progress(done, total)
+
+    found: dict[str, tuple[list[str], list[str], list[str]]] = {}
+    budget = table.config.get(LOCAL_BUILD_MEMORY_MB) * 2**20
+    with GroupRecords(budget) as held:
+        if builds:
+            logger.info(
+                "rebuilding %s over %d data files (%d %s)",
+                ",".join(b.partition for b in builds),
+                len(files),
+                workers,
+                "processes" if processes else "threads",
+            )
+            hold_group_records(
+                table.storage, chunks, builds, held, workers, processes, lambda _: step()
+            )
+        for number, build in enumerate(builds):
+            found[build.partition] = _compare_groups(reader, build, number, held, step)
+    for partition, columns in others.items():
+        found[partition] = _compare(
+            reader, partition, build_records(table, timeline, partition, columns)
+        )
+        step()
+    if progress is not None:
+        progress(total, total)
+    reports = []
+    for partition in state.completed:
+        missing, stale, wrong = found[partition]
         lost = reader.lost(partition)
         behind = [] if lost else reader.unapplied(partition)
         reports.append(
@@ -80,10 +150,39 @@ def validate(
                 wrong=wrong,
             )
         )
-    if progress is not None:
-        progress(len(reports), len(state.completed))
-    order = {p: n for n, p in enumerate(state.completed)}
-    return sorted(reports, key=lambda r: order[r.partition])
+    return reports
+
+
+def _compare_groups(
+    reader: MetadataReader,
+    build: PartitionBuild,
+    number: int,
+    held: GroupRecords,
+    step: Callable[[], None],
+) -> tuple[list[str], list[str], list[str]]:
+    """:func:`differences` of a partition keyed by data file and its rebuild (``build``'s
+    records in ``held``), one file group at a time; the records of file groups the layout does
+    not name (none, unless the index was tampered with) are all stale."""
+    partition = build.partition
+    kind = index_type(partition)
+    missing: list[str] = []
+    stale: list[str] = []
+    wrong: list[str] = []
+    named = {file_group_id(partition, g) for g in range(build.groups)}
+    others = set(reader.slices(partition)) - named
+    if others:
+        extra = reader.read(partition, columns=[], ordered=False, groups=others)
+        stale += extra.column("key").to_pylist()
+    for group in range(build.groups):
+        parts = held.take((number, group))
+        rebuilt = pa.concat_tables(parts) if parts else kind.memory_schema.empty_table()
+        ours = reader.read(partition, ordered=False, groups={file_group_id(partition, group)})
+        mine = differences(kind.comparable_table(ours), kind.comparable_table(rebuilt))
+        missing += mine[0]
+        stale += mine[1]
+        wrong += mine[2]
+        step()
+    return sorted(missing), sorted(stale), sorted(wrong)
 
 
 def _compare(

@@ -418,10 +418,11 @@ LOCAL_BUILD_MEMORY_MB: ConfigKey[int] = _key(
         "indexer.build.local.memory.mb",
         int,
         512,
-        "Megabytes of index records an index build without Spark holds in memory before it "
-        "spills them, per file group, to Arrow files in the temporary folder (TMPDIR), so its "
-        "memory does not grow with the table: each file group is then written from its own "
-        "records alone. 0: spill every chunk of data files read.",
+        "Megabytes of index records an index build without Spark (and indexer validate's "
+        "rebuild) holds in memory before it spills them, per file group, to Arrow files in the "
+        "temporary folder (TMPDIR), so its memory does not grow with the table: each file group "
+        "is then written (or compared) from its own records alone. 0: spill every chunk of "
+        "data files read.",
         lambda v: v >= 0,
         "must be 0 or positive",
     )

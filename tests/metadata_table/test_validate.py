@@ -119,54 +119,77 @@ def test_validate_reads_each_data_file_once_for_the_per_file_partitions(
     assert any(r["wrong"] for r in in_threads), in_threads
     monkeypatch.setattr("metadata_table.workers.PROCESS_MIN_FILES", 1)
     monkeypatch.setattr("metadata_table.workers.DEFAULT_WORKERS", 2)
-    caplog.set_level("INFO", logger="metadata_table.maintenance")
+    caplog.set_level("INFO", logger="metadata_table.validate")
     in_processes = [r.to_json() for r in validate(table)]
     assert "(2 processes)" in caplog.text
     assert in_processes == in_threads
 
 
-def test_stats_are_compared_one_column_at_a_time(tmp_path: Any, monkeypatch: Any) -> None:
-    """validate reads column_stats one column (key prefix) at a time, never the whole merge,
-    and still finds the records of a column the rebuild does not hold (stale) and a rebuilt
-    record the index lacks (missing)."""
-    import metadata_table.validate as validation
+def test_partitions_of_a_record_per_file_are_compared_a_file_group_at_a_time(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    """validate holds the rebuild of files, column_stats and bloom_filters per file group
+    (spilled to local disk past its budget, 0 here) and reads the index one file group at
+    a time, never a partition whole; it still finds the records the rebuild lacks (stale), a
+    rebuilt record the index lacks (missing), and leaves no spill file behind."""
+    import tempfile
+
+    import metadata_table.partition_writer as partition_writer
     from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES, column_prefix
     from metadata_table.maintenance import initialize
     from metadata_table.reader import MetadataReader
+    from metadata_table.validate import validate
     from writer.client import WriteClient
 
     from .test_metadata_table import keys, make_table, rows
 
-    table = make_table(tmp_path / "t")
+    table = make_table(tmp_path / "t", **{"indexer.build.local.memory.mb": "0"})
     with WriteClient(table) as client:
-        client.insert(rows(keys(0, 20)))
-    initialize(table, [FILES, COLUMN_STATS, BLOOM_FILTERS])
-    whole: list[Any] = []
+        for n in range(4):
+            client.insert(rows(keys(n * 20, n * 20 + 20)))
+    initialize(table, [FILES, COLUMN_STATS, BLOOM_FILTERS], groups={COLUMN_STATS: 3})
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spill))
+    spilled: list[int] = []
+
+    class Watched(partition_writer.GroupRecords):
+        def __exit__(self, *exc: object) -> None:
+            spilled.append(self.spilled)
+            super().__exit__(*exc)
+
+    monkeypatch.setattr(partition_writer, "GroupRecords", Watched)
+    reads: list[tuple[str, Any]] = []
     read = MetadataReader.read
 
-    def watched(
-        self: Any, partition: str, prefix: Any = None, columns: Any = None, **kw: Any
-    ) -> Any:
-        if partition == COLUMN_STATS and prefix is None and columns is None:
-            whole.append(partition)
-        return read(self, partition, prefix, columns, **kw)
+    def watched(self: Any, partition: str, *args: Any, **kw: Any) -> Any:
+        reads.append((partition, kw.get("groups")))
+        return read(self, partition, *args, **kw)
 
     monkeypatch.setattr(MetadataReader, "read", watched)
-    assert all(r.ok for r in validation.validate(table))
-    assert not whole, "column_stats was read whole"
+    assert all(r.ok for r in validate(table))
+    assert spilled and spilled[0] > 0 and not list(spill.iterdir())
+    assert sorted(sorted(g) for p, g in reads if p == COLUMN_STATS) == [
+        [f"col-stats-{n:04d}-0"] for n in range(3)
+    ], reads
+    assert all(g is not None for p, g in reads if p in (FILES, COLUMN_STATS, BLOOM_FILTERS))
 
-    rebuild = validation.build_records_each
+    conformed = partition_writer.PartitionBuild.conformed
     fare = column_prefix("fare")
+    made_up: list[str] = []
 
-    def tampered(*args: Any) -> Any:
-        for partition, records in rebuild(*args):
-            if partition == COLUMN_STATS:  # fare's stats gone, one made-up record added
-                keep = pc.invert(pc.starts_with(records.column("key"), fare))
-                extra = records.slice(0, 1).set_column(0, "key", pa.array(["zz|made-up"]))
-                records = pa.concat_tables([records.filter(keep), extra])
-            yield partition, records
+    def tampered(self: Any, part: Any) -> Any:
+        records = conformed(self, part)
+        if self.partition != COLUMN_STATS:
+            return records
+        keep = pc.invert(pc.starts_with(records.column("key"), fare))  # fare's stats gone
+        if not made_up:  # and one made-up record
+            made_up.append("zz|made-up")
+            extra = records.slice(0, 1).set_column(0, "key", pa.array(made_up))
+            return pa.concat_tables([records.filter(keep), extra])
+        return records.filter(keep)
 
-    monkeypatch.setattr(validation, "build_records_each", tampered)
-    report = {r.partition: r for r in validation.validate(table)}[COLUMN_STATS]
+    monkeypatch.setattr(partition_writer.PartitionBuild, "conformed", tampered)
+    report = {r.partition: r for r in validate(table)}[COLUMN_STATS]
     assert report.missing == ["zz|made-up"] and not report.wrong
     assert report.stale and all(k.startswith(fare) for k in report.stale)
