@@ -90,9 +90,7 @@ class SplitBlockBloomFilter:
         return min(size, _MAX_BYTES)
 
     @classmethod
-    def build(
-        cls, values: Iterable[str | bytes], ndv: int, fpp: float = 0.01
-    ) -> SplitBlockBloomFilter:
+    def build(cls, values: Iterable[str | bytes], ndv: int, fpp: float) -> SplitBlockBloomFilter:
         """A filter of ``values``, sized for ``ndv`` of them at rate ``fpp`` (as Parquet's
         writer sizes one); a file's filter is sized by :class:`BloomSizing`."""
         bloom = cls(bytes(cls.optimal_bytes(ndv, fpp)))

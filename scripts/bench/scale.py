@@ -19,6 +19,11 @@ scripts/bench/synthetic.py makes (20 rows a file, 100 partitions, 50 commits, ra
   client: their p95, and its ratio to the smallest table's;
 - ``indexer validate`` in a new process: seconds, ratio to the bound, peak memory (unless
   ``--no-validate``);
+- with ``--cluster``, the same build on a Spark standalone cluster (a master and two workers of
+  one core each, on loopback) from a copy of the table with its index dropped, made right after
+  the local build (before the reads' commits), and ``indexer validate`` of that copy: its
+  rebuild is the local build's own reading code, so "ok" for every partition is the equality
+  of the cluster's build with the local one (validate's figures are then that copy's);
 - with ``--hudi``, Apache Hudi 0.15's HoodieIndexer (column_stats and bloom_filters; it builds
   its ``files`` partition first, as ours builds ``files`` too) on a copy of the same table, made
   before our build, through the test harness's peer in a JVM of its own: its seconds, JVM start
@@ -99,9 +104,11 @@ print(json.dumps({"prune_cold": prune_cold, "lookup_cold": lookup_cold,
 """
 
 
-def _run(command: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
+def _run(
+    command: list[str], env: dict[str, str] | None = None, check: bool = True
+) -> tuple[float, float, str]:
     """Seconds and peak resident MB of ``command`` (with ``env`` added to the environment) and
-    everything it starts; its stdout."""
+    everything it starts; its stdout (with ``check``, an exit code but 0 raises)."""
     started = time.perf_counter()
     process = subprocess.Popen(
         command,
@@ -125,13 +132,48 @@ def _run(command: list[str], env: dict[str, str] | None = None) -> tuple[float, 
     seconds = time.perf_counter() - started
     done.set()
     sampler.join()
-    if process.returncode != 0:
+    if check and process.returncode != 0:
         raise RuntimeError(f"{' '.join(command[:4])} failed:\n{err[-3000:]}")
     return seconds, peak, out
 
 
+def on_cluster(root: Path, base: Path, files: int, cluster: Any) -> dict[str, float]:
+    """The same build on the Spark standalone cluster, on a copy of the table with its index
+    dropped; then ``indexer validate`` of that copy, whose rebuild is the local build's reading
+    code in this machine's processes: equal when every partition is ok."""
+    copy = root / f"t{files}-cluster"
+    shutil.copytree(base, copy)
+    conf = ["--conf", f"indexer.lock.url=sqlite:///{root / f'locks-{files}-cluster.sqlite'}"]
+    cli = [sys.executable, "-m", "indexer"]
+    try:
+        _run([*cli, "drop", str(copy), "--index-types", INDEXES, *conf])
+        spark = ["--spark-master", cluster.url]
+        for setting in ("driver.host=127.0.0.1", "driver.bindAddress=127.0.0.1"):
+            spark += ["--spark-conf", f"spark.{setting}"]
+        build, peak, _ = _run([*cli, "run", str(copy), "--index-types", INDEXES, *spark, *conf])
+        print(f"  cluster build {build:.1f} s", file=sys.stderr, flush=True)
+        seconds, validate_peak, out = _run(
+            [*cli, "validate", str(copy), "--json", *conf], check=False
+        )
+        equal = float(json.loads(out)["ok"])
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+    return {
+        "cluster_build": build,
+        "cluster_peak": peak,
+        "cluster_equal": equal,
+        "validate": seconds,
+        "validate_peak": validate_peak,
+    }
+
+
 def measure(
-    root: Path, files: int, peer: Any = None, validate: bool = True, keep: bool = False
+    root: Path,
+    files: int,
+    peer: Any = None,
+    validate: bool = True,
+    keep: bool = False,
+    cluster: Any = None,
 ) -> dict[str, float]:
     base = root / f"t{files}"
     lock = f"sqlite:///{root / f'locks-{files}.sqlite'}"
@@ -159,6 +201,9 @@ def measure(
     conf = ["--conf", f"indexer.lock.url={lock}"]
     build, build_peak, _ = _run([*cli, "run", str(base), "--index-types", INDEXES, *conf])
     print(f"  build {build:.1f} s (bound {bound:.1f} s)", file=sys.stderr, flush=True)
+    checked: dict[str, float] = {}
+    if cluster is not None:  # before the reads' commits: both builds of one snapshot
+        checked = on_cluster(root, base, files, cluster)
     row = files // 2 * ROWS + 7  # ts = row id; that row's key
     reads = [str(base), lock, f"ts = {row}", _key(row, True)]
     # pyarrow's default pool first (its commit's rows start after the table's), then ours
@@ -172,8 +217,7 @@ def measure(
         default["prune_fresh"],
         default["lookup_fresh"],
     )
-    checked = {}
-    if validate:
+    if validate and cluster is None:
         seconds, peak, _ = _run([*cli, "validate", str(base), *conf])
         checked = {"validate": seconds, "validate_peak": peak}
     if not keep:
@@ -237,6 +281,20 @@ def table(results: list[dict[str, float]]) -> str:
             f"**{r['hudi'] / r['build']:.2f}x** |"
             for r in peer
         ]
+    clustered = [r for r in results if "cluster_build" in r]
+    if clustered:
+        lines += [
+            "",
+            "| data files | local build s | 2-worker cluster build s | cluster / local | "
+            "cluster driver peak MB | equal to the local rebuild (`indexer validate`) |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['files']:,} | {r['build']:.1f} | {r['cluster_build']:.1f} | "
+            f"{r['cluster_build'] / r['build']:.2f}x | {r['cluster_peak']:.0f} | "
+            f"{'yes' if r['cluster_equal'] else '**no**'} |"
+            for r in clustered
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -263,6 +321,14 @@ def main(argv: list[str] | None = None) -> int:
         "peer environment: make hudi-peer)",
     )
     parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="also build each table on a Spark standalone cluster (a master and two workers of "
+        "one core each on loopback, started here) from a copy with its index dropped, and "
+        "validate that copy: the equality with the local build; validate's time is then "
+        "that copy's",
+    )
+    parser.add_argument(
         "--no-validate",
         action="store_true",
         help="leave out indexer validate (it reads every data file again: at 1,000,000 files, "
@@ -272,7 +338,12 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     root = Path(args.root or tempfile.mkdtemp(prefix="bench-scale-"))
     root.mkdir(parents=True, exist_ok=True)
-    peer = None
+    peer = cluster = None
+    if args.cluster:
+        from tests.spark.conftest import SparkCluster
+
+        (root / "spark-cluster").mkdir(exist_ok=True)
+        cluster = SparkCluster(root / "spark-cluster").start()
     if args.hudi:
         from tests.hudi_peer.peer import start_peer
 
@@ -282,11 +353,13 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     try:
         for files in sizes:
-            results.append(measure(root, files, peer, not args.no_validate, args.keep))
+            results.append(measure(root, files, peer, not args.no_validate, args.keep, cluster))
             print(f"  {results[-1]}", file=sys.stderr, flush=True)
     finally:
         if peer is not None:
             peer.close()
+        if cluster is not None:
+            cluster.stop()
     text = (
         f"Tables of {ROWS} rows a file, {PARTITIONS} partitions, {COMMITS} commits, random "
         f"keys (scripts/bench/synthetic.py); indexes {INDEXES}; each command in a new "
