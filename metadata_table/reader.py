@@ -480,11 +480,13 @@ def _merge(partition: str, base: pa.Table, logs: list[pa.Table]) -> pa.Table:
     if not keyed_by_column(partition):
         return newest_records(base, logs)
     log_rows = pa.concat_tables(logs)
-    touched = log_rows.column("key").unique()
-    untouched = base.filter(pc.invert(pc.is_in(base.column("key"), value_set=touched)))
+    touched = pc.is_in(base.column("key"), value_set=log_rows.column("key").unique())
+    untouched = base
     history: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in base.filter(pc.is_in(base.column("key"), value_set=touched)).to_pylist():
-        history[row["key"]].append(row)
+    if pc.any(touched).as_py():  # (a filter copies every column: none when logs only add keys)
+        untouched = base.filter(pc.invert(touched))
+        for row in base.filter(touched).to_pylist():
+            history[row["key"]].append(row)
     for row in log_rows.to_pylist():  # logs were concatenated in data-instant order
         history[row["key"]].append(row)
     merged = [_fold(partition, rows) for rows in history.values()]

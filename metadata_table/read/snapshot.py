@@ -142,7 +142,7 @@ class IndexedSnapshot:
         self._listing_arrays: dict[str, tuple[bool, ColumnArrays | None]] = {}
         self._bloom_table: pa.Table | None = None
         #: the listing the bloom filters were last aligned with, and those filters
-        self._blooms_of: tuple[_Listing, pa.Array] | None = None
+        self._blooms_of: tuple[_Listing, pa.ChunkedArray, np.ndarray] | None = None
         self._keyed: dict[str, KeyedLookup] = {}
 
     @cached_property
@@ -780,20 +780,19 @@ class IndexedSnapshot:
                 return set(self._partitions[0]) | {""}
         return touched
 
-    def _listing_blooms(self, listing: _Listing) -> pa.Array:
-        """Each file of ``listing``'s bloom filter (null: no filter, read the file), aligned
-        once per snapshot and listing: at a million files the alignment took most of a lookup
-        on a kept snapshot."""
+    def _listing_blooms(self, listing: _Listing) -> tuple[pa.ChunkedArray, np.ndarray]:
+        """The bloom filters, and where each file of ``listing``'s is among them (-1: no filter,
+        read the file), aligned once per snapshot and listing (at a million files the alignment
+        took most of a lookup on a kept snapshot); the filters are not copied (the copy of a
+        million 256-byte filters in the listing's order took most of a new snapshot's)."""
         if self._blooms_of is None or self._blooms_of[0] is not listing:
             records = self._bloom_records()
             at = _positions(
                 listing.paths, records.column("path"), listing.path_hashes, _hashes_of(records)
             )
-            blooms = pc.take(records.column("bloom_filter"), at)
-            # in the form the probe reads (one chunk of large_binary), made once
-            blooms = blooms.combine_chunks() if isinstance(blooms, pa.ChunkedArray) else blooms
-            self._blooms_of = (listing, blooms.cast(pa.large_binary()))
-        return self._blooms_of[1]
+            where = np.asarray(pc.fill_null(at, -1).to_numpy(zero_copy_only=False), np.int64)
+            self._blooms_of = (listing, records.column("bloom_filter"), where)
+        return self._blooms_of[1], self._blooms_of[2]
 
     def _may_hold(
         self, wanted: list[str], listing: _Listing, only: np.ndarray | None = None
@@ -804,16 +803,15 @@ class IndexedSnapshot:
         out: dict[str, list[str]] = {k: [] for k in wanted}
         blooms = None
         if self.uses(BLOOM_FILTERS):
-            blooms = self._listing_blooms(listing)
+            blooms, where = self._listing_blooms(listing)
             behind = self._unapplied_times(BLOOM_FILTERS)
-            if behind:
-                stale = pa.array(listing.written_by(behind))
-                blooms = pc.if_else(stale, pa.scalar(None, blooms.type), blooms)
+            if behind:  # files of instants the filters do not reflect: no filter
+                where = np.where(listing.written_by(behind), -1, where)
         keeps = {}
         for key in wanted:
             keep = np.ones(listing.size, dtype=bool) if only is None else only.copy()
             if blooms is not None:
-                keep &= might_contain_each(blooms, hash_value(key))
+                keep &= might_contain_each(blooms, hash_value(key), where)
             keeps[key] = keep
         if self.uses(COLUMN_STATS) and wanted:
             # key ranges, of the files some bloom filter kept (all of them without filters)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import io
+import itertools
 import random
 from pathlib import Path
 
@@ -251,7 +252,8 @@ def test_probing_answers_as_each_filter_does_in_every_layout(
 ) -> None:
     """The probe's paths (filters of one size or of several, read in place or laid out word by
     word, values in one pass or in many, sparse filters where most pairs stop at the first word
-    and dense ones where they go on) answer what probing each filter object does."""
+    and dense ones where they go on; the filters at some positions of a column in chunks)
+    answer what probing each filter object does."""
     import metadata_table.bloom as bloom
 
     rng = random.Random(seed)
@@ -275,3 +277,12 @@ def test_probing_answers_as_each_filter_does_in_every_layout(
         ]
         want = [any(b.might_contain_hash(h) for h in values) for b in blooms]
         assert might_contain_any(bitsets, values).tolist() == want, count
+        # the filters at some positions (-1: none) of the column in chunks, none copied
+        cut = sorted(rng.sample(range(len(blooms) + 1), min(3, len(blooms) + 1)))
+        chunked = pa.chunked_array(
+            [bitsets.slice(a, b - a) for a, b in itertools.pairwise([0, *cut, len(blooms)])],
+            pa.binary(),
+        )
+        at = [rng.randrange(-1, len(blooms)) for _ in range(rng.randrange(0, 40))]
+        expected = [True if p < 0 else want[p] for p in at]
+        assert might_contain_any(chunked, values, np.array(at, np.int64)).tolist() == expected
