@@ -126,10 +126,19 @@ def might_contain_each(
     at those positions), whether it may hold the value of hash ``h``: one pass over the
     bitsets' Arrow buffers, no filter made a Python object. A null (no filter known) may hold
     anything."""
-    return might_contain_any(bitsets, [h], at)
+    return FiltersAt(bitsets, at).might_contain_any([h])
 
 
-#: (hashes x filters) probed at once by :func:`might_contain_any`, at most
+def might_contain_any(
+    bitsets: pa.Array | pa.ChunkedArray, hashes: Iterable[int], at: np.ndarray | None = None
+) -> np.ndarray:
+    """For every filter of ``bitsets`` (binary, one SBBF bitset each; with ``at``, the filters
+    at those positions), whether it may hold the value of any of ``hashes`` (see
+    :class:`FiltersAt`)."""
+    return FiltersAt(bitsets, at).might_contain_any(hashes)
+
+
+#: (hashes x filters) probed at once by :func:`_probe`, at most
 _PROBES_AT_ONCE = 1 << 21
 
 
@@ -141,15 +150,13 @@ def _offsets(array: pa.Array) -> np.ndarray:
     return offsets.astype(np.int64, copy=False)
 
 
-def might_contain_any(
-    bitsets: pa.Array | pa.ChunkedArray, hashes: Iterable[int], at: np.ndarray | None = None
-) -> np.ndarray:
-    """For every filter of ``bitsets`` (binary, one SBBF bitset each), whether it may hold the
-    value of any of ``hashes``: the probes of many values into many filters as array operations
-    on the bitsets' Arrow buffers, no filter made a Python object. A null (no filter known) may
-    hold anything. With ``at`` (positions in ``bitsets``; -1: no filter), the answer is for the
-    filters at those positions: a reader aligns filters with its files without copying them
-    (at a million files of 256-byte filters, the copy was most of a new snapshot's lookup).
+class FiltersAt:
+    """The filters of ``bitsets`` (binary, one SBBF bitset each, in any chunks) at positions
+    ``at`` (-1: no filter; None: each of them), laid out once to be probed many times (a kept
+    snapshot probes its million filters for every lookup) and never copied: a reader aligns
+    filters with its files by positions (at a million files, copying the 256-byte filters into
+    the listing's order was most of a new snapshot's lookup). A position without a filter (-1,
+    a null, an empty bitset) may hold anything.
 
     A probe tests the eight words of one block; only the pairs (value, filter) a word left
     possible go on to the next word, so where filters are sparse (one made for a 1e-9 rate
@@ -158,49 +165,55 @@ def might_contain_any(
     first word of every pair is read in rows. An upsert's 1,000 keys against a partition's
     10,000 filters (of 1e-9) went from 1.4 s to 39 ms, and one key against a million filters
     from 203 to 47 ms."""
-    chunks = bitsets.chunks if isinstance(bitsets, pa.ChunkedArray) else [bitsets]
-    lengths = np.array([len(c) for c in chunks], dtype=np.int64)
-    positions = np.arange(int(lengths.sum())) if at is None else np.asarray(at, dtype=np.int64)
-    out = np.ones(len(positions), dtype=bool)
-    values = np.fromiter(hashes, dtype=np.uint64)
-    ends = np.cumsum(lengths)
-    chunk_of = np.searchsorted(ends, positions, side="right")
-    known = positions >= 0
-    for number, chunk in enumerate(chunks):
-        mine = np.flatnonzero(known & (chunk_of == number)) if len(chunks) > 1 else known
-        local = positions[mine] - (ends[number] - lengths[number])
-        if len(local):
-            out[mine] = _might_contain(chunk, local, values)
-    return out
 
+    def __init__(self, bitsets: pa.Array | pa.ChunkedArray, at: np.ndarray | None = None) -> None:
+        chunks = bitsets.chunks if isinstance(bitsets, pa.ChunkedArray) else [bitsets]
+        lengths = np.array([len(c) for c in chunks], dtype=np.int64)
+        ends = np.cumsum(lengths)
+        positions = np.arange(int(ends[-1]) if len(ends) else 0) if at is None else at
+        positions = np.asarray(positions, dtype=np.int64)
+        self.size = len(positions)
+        #: (where in the answer, the chunk's words, the filters' first words, their blocks)
+        self._groups: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]] = []
+        known = np.flatnonzero(positions >= 0)
+        chunk_of = np.searchsorted(ends, positions[known], side="right")
+        by_chunk = np.argsort(chunk_of, kind="stable")
+        bounds = np.searchsorted(chunk_of[by_chunk], np.arange(len(chunks) + 1))
+        for number, chunk in enumerate(chunks):
+            mine = known[by_chunk[bounds[number] : bounds[number + 1]]]
+            if len(mine):
+                self._add(chunk, positions[mine] - (ends[number] - lengths[number]), mine)
 
-def _might_contain(array: pa.Array, at: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """:func:`might_contain_any` of the filters at positions ``at`` of one array."""
-    offsets = _offsets(array)
-    starts, sizes = offsets[at], offsets[at + 1] - offsets[at]
-    out = np.ones(len(at), dtype=bool)
-    real = np.flatnonzero(array.is_valid().to_numpy(zero_copy_only=False)[at] & (sizes > 0))
-    if np.any(sizes[real] % _BLOCK_BYTES):
-        raise BloomFilterFormatError("a bitset is not whole 32-byte blocks")
-    starts, sizes = starts[real], sizes[real]
-    if np.any(starts % 4):  # a slice of a column's bytes: copied to start at whole words
-        array = pc.take(array, pa.array(at[real]))
+    def _add(self, array: pa.Array, at: np.ndarray, answer_at: np.ndarray) -> None:
         offsets = _offsets(array)
-        starts = offsets[:-1]
-    data_buffer = array.buffers()[2]
-    data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer else np.zeros(0, np.uint8)
-    words = data[: len(data) // 4 * 4].view("<u4")
-    blocks = sizes // _BLOCK_BYTES
-    starts = starts // 4  # in words
-    if len(blocks) and blocks.min() == blocks.max():  # one size, as most of a partition's are
-        found = _probe(words, starts, int(blocks[0]), values)
-    else:  # the filters of one size at a time
-        found = np.zeros(len(starts), dtype=bool)
-        for count in np.unique(blocks):
+        starts, sizes = offsets[at], offsets[at + 1] - offsets[at]
+        valid = array.is_valid().to_numpy(zero_copy_only=False)[at]
+        real = np.flatnonzero(valid & (sizes > 0))
+        if np.any(sizes[real] % _BLOCK_BYTES):
+            raise BloomFilterFormatError("a bitset is not whole 32-byte blocks")
+        starts, sizes, answer_at = starts[real], sizes[real], answer_at[real]
+        if np.any(starts % 4):  # a slice of a column's bytes: copied to start at whole words
+            array = pc.take(array, pa.array(at[real]))
+            starts = _offsets(array)[:-1]
+        data_buffer = array.buffers()[2]
+        data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer else np.zeros(0, np.uint8)
+        words = data[: len(data) // 4 * 4].view("<u4")
+        blocks = sizes // _BLOCK_BYTES
+        starts = starts // 4  # in words
+        if len(blocks) and blocks.min() == blocks.max():  # one size, as most of a partition's
+            self._groups.append((answer_at, words, starts, int(blocks[0])))
+            return
+        for count in np.unique(blocks):  # the filters of one size at a time
             of_size = np.flatnonzero(blocks == count)
-            found[of_size] = _probe(words, starts[of_size], int(count), values)
-    out[real] = found
-    return out
+            self._groups.append((answer_at[of_size], words, starts[of_size], int(count)))
+
+    def might_contain_any(self, hashes: Iterable[int]) -> np.ndarray:
+        """Per position, whether its filter may hold the value of any of ``hashes``."""
+        values = np.fromiter(hashes, dtype=np.uint64)
+        out = np.ones(self.size, dtype=bool)
+        for answer_at, words, starts, blocks in self._groups:
+            out[answer_at] = _probe(words, starts, blocks, values)
+        return out
 
 
 #: block words

@@ -37,10 +37,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from metadata_table.bloom import (
+    FiltersAt,
     SplitBlockBloomFilter,
     hash_value,
     might_contain_any,
-    might_contain_each,
 )
 from metadata_table.layout import (
     BLOOM_FILTERS,
@@ -142,7 +142,7 @@ class IndexedSnapshot:
         self._listing_arrays: dict[str, tuple[bool, ColumnArrays | None]] = {}
         self._bloom_table: pa.Table | None = None
         #: the listing the bloom filters were last aligned with, and those filters
-        self._blooms_of: tuple[_Listing, pa.ChunkedArray, np.ndarray] | None = None
+        self._blooms_of: tuple[_Listing, FiltersAt] | None = None
         self._keyed: dict[str, KeyedLookup] = {}
 
     @cached_property
@@ -780,19 +780,18 @@ class IndexedSnapshot:
                 return set(self._partitions[0]) | {""}
         return touched
 
-    def _listing_blooms(self, listing: _Listing) -> tuple[pa.ChunkedArray, np.ndarray]:
-        """The bloom filters, and where each file of ``listing``'s is among them (-1: no filter,
-        read the file), aligned once per snapshot and listing (at a million files the alignment
-        took most of a lookup on a kept snapshot); the filters are not copied (the copy of a
-        million 256-byte filters in the listing's order took most of a new snapshot's)."""
+    def _listing_blooms(self, listing: _Listing) -> FiltersAt:
+        """Each file of ``listing``'s bloom filter (none: read the file), aligned once per
+        snapshot and listing (at a million files the alignment took most of a lookup on a kept
+        snapshot), by positions: the filters are not copied (:class:`FiltersAt`)."""
         if self._blooms_of is None or self._blooms_of[0] is not listing:
             records = self._bloom_records()
             at = _positions(
                 listing.paths, records.column("path"), listing.path_hashes, _hashes_of(records)
             )
             where = np.asarray(pc.fill_null(at, -1).to_numpy(zero_copy_only=False), np.int64)
-            self._blooms_of = (listing, records.column("bloom_filter"), where)
-        return self._blooms_of[1], self._blooms_of[2]
+            self._blooms_of = (listing, FiltersAt(records.column("bloom_filter"), where))
+        return self._blooms_of[1]
 
     def _may_hold(
         self, wanted: list[str], listing: _Listing, only: np.ndarray | None = None
@@ -803,15 +802,14 @@ class IndexedSnapshot:
         out: dict[str, list[str]] = {k: [] for k in wanted}
         blooms = None
         if self.uses(BLOOM_FILTERS):
-            blooms, where = self._listing_blooms(listing)
-            behind = self._unapplied_times(BLOOM_FILTERS)
-            if behind:  # files of instants the filters do not reflect: no filter
-                where = np.where(listing.written_by(behind), -1, where)
+            blooms = self._listing_blooms(listing)
+            # files of instants the filters do not reflect are read whatever their filter says
+            unfiltered = listing.written_by(self._unapplied_times(BLOOM_FILTERS))
         keeps = {}
         for key in wanted:
             keep = np.ones(listing.size, dtype=bool) if only is None else only.copy()
             if blooms is not None:
-                keep &= might_contain_each(blooms, hash_value(key), where)
+                keep &= blooms.might_contain_any([hash_value(key)]) | unfiltered
             keeps[key] = keep
         if self.uses(COLUMN_STATS) and wanted:
             # key ranges, of the files some bloom filter kept (all of them without filters)
