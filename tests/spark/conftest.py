@@ -47,6 +47,13 @@ class SparkCluster:
         )
 
     def start(self) -> SparkCluster:
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()  # no JVM left behind
+            raise
+
+    def _start(self) -> SparkCluster:
         self.master = self._spawn(
             "master",
             "org.apache.spark.deploy.master.Master",
@@ -81,7 +88,7 @@ class SparkCluster:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=2) as r:
                 state = json.load(r)
-        except OSError:
+        except (OSError, ValueError):  # not up yet: no answer, or not the JSON yet
             return 0
         return int(state.get("aliveworkers", 0))
 
