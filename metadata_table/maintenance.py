@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from typing import Any
 
 import pyarrow as pa
 
@@ -32,12 +31,9 @@ from metadata_table.records import (
     DataFileInfo,
     info_from_log,
     info_from_storage,
-    info_of,
     virtual_keys,
 )
 from metadata_table.table import MetadataTable
-from metadata_table.workers import chunked, map_chunks, workers_for
-from timeline.config import LOCAL_BUILD_WORKERS
 from timeline.fs_view import FileSystemView
 from timeline.instant import Instant, is_after
 from timeline.table import Table
@@ -115,49 +111,6 @@ def build_records(
     return in_file_order(partition, _base_records(table, timeline, partition, columns, upto))
 
 
-def _per_file_records(
-    table: Table,
-    timeline: Timeline,
-    partitions: Sequence[str],
-    columns: Mapping[str, Sequence[str] | None],
-    upto: str | None,
-) -> dict[str, pa.Table]:
-    """Records of per-file ``partitions`` over the committed data files (up to ``upto``), each
-    file read once for all of them, a chunk of files at a time (footers not all held), on
-    ``indexer.build.local.workers`` workers (:mod:`metadata_table.workers`)."""
-    if not partitions:
-        return {}
-    view = FileSystemView(table.timeline, timeline, as_of=upto)
-    files = rebuilt_files(view)
-    workers, processes = workers_for(len(files), table.config.get(LOCAL_BUILD_WORKERS))
-    logger.info(
-        "rebuilding %s over %d data files (%d %s)",
-        ",".join(partitions),
-        len(files),
-        workers,
-        "processes" if processes else "threads",
-    )
-    chunks = chunked(files, workers, CHUNK_FILES)
-    context = (
-        table.storage,
-        list(partitions),
-        dict(columns),
-        upto,
-        view.committed,
-        virtual_keys(table),
-    )
-    parts: dict[str, list[pa.Table]] = {p: [] for p in partitions}
-    for made in map_chunks(_records_of_files, context, chunks, workers, processes):
-        for p, records in made.items():
-            parts[p].append(records)
-    return {
-        p: pa.concat_tables(tables)
-        if tables
-        else index_type(p).records([], columns.get(p) or (), upto or "")
-        for p, tables in parts.items()
-    }
-
-
 def rebuilt_files(view: FileSystemView) -> list[DataFile]:
     """The data files a rebuild of ``view``'s snapshot reads: every committed base file, then
     every log file (whose committed blocks count)."""
@@ -176,17 +129,6 @@ def per_file(partition: str) -> bool:
     return not (kind.recomputed or kind.keyed_by_record)
 
 
-def _records_of_files(context: tuple[Any, ...], chunk: list[DataFile]) -> dict[str, pa.Table]:
-    """A worker's part of :func:`_per_file_records`: one chunk's records of each partition."""
-    storage, partitions, columns, upto, counted, keygen = context
-    infos = []
-    for partition, name, size, instant in chunk:
-        info = info_of(storage, partition, name, size, instant, counted.__contains__, keygen=keygen)
-        if info is not None:  # a log file without counted blocks
-            infos.append(info)
-    return {p: index_type(p).records(infos, columns.get(p) or (), upto or "") for p in partitions}
-
-
 def _base_records(
     table: Table,
     timeline: Timeline,
@@ -198,10 +140,6 @@ def _base_records(
     """The records of ``partition`` over the committed data files up to ``upto`` (``infos``,
     when the caller has read them): the latest ones for a recomputed type."""
     kind = index_type(partition)
-    if infos is None and per_file(partition):
-        return _per_file_records(table, timeline, [partition], {partition: columns}, upto)[
-            partition
-        ]
     if infos is None:
         latest = kind.keyed_by_record  # what the latest slices hold: older versions not read
         infos = committed_data_files(table, timeline, upto, kind.row_columns, latest)
@@ -210,10 +148,6 @@ def _base_records(
         infos = [i for i in infos if i.path not in older]
     records = kind.records(infos, columns or (), upto or "")
     return kind.combine(records, upto or "") if kind.keyed_by_record else records
-
-
-#: data files whose records a from-scratch build makes at once
-CHUNK_FILES = 2_000
 
 
 def initialize(

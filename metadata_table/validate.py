@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from metadata_table.index_types import index_type
 from metadata_table.layout import file_group_id, key_columns, keyed_by_column
-from metadata_table.maintenance import CHUNK_FILES, build_records, per_file, rebuilt_files
+from metadata_table.maintenance import build_records, per_file, rebuilt_files
 from metadata_table.reader import MetadataReader
 from metadata_table.records import virtual_keys
 from metadata_table.table import MetadataTable
@@ -34,6 +34,9 @@ if TYPE_CHECKING:  # (partition_writer imports this module)
     from metadata_table.partition_writer import GroupRecords, PartitionBuild
 
 logger = logging.getLogger(__name__)
+
+#: data files a worker of the rebuild reads at a time
+CHUNK_FILES = 2_000
 
 
 @dataclass(frozen=True)

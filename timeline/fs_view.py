@@ -215,7 +215,7 @@ def _rows_of(table: pa.Table, rows: np.ndarray) -> pa.Table:
         return table.slice(0, 0)
     breaks = np.flatnonzero(np.diff(rows) != 1) + 1
     if len(breaks) >= _RUNS_MOST:
-        return table.take(pa.array(rows))
+        return take_rows(table, rows)
     starts = [0, *breaks.tolist()]
     ends = [*breaks.tolist(), len(rows)]
     pieces = [table.slice(int(rows[s]), e - s) for s, e in zip(starts, ends, strict=True)]
