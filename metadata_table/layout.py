@@ -234,8 +234,13 @@ def enc(part: str) -> str:
     return part.replace("%", "%25").replace("|", "%7C")
 
 
+def partition_prefix(partition: str) -> str:
+    """What the keys of a data partition's files start with (see :func:`file_key`)."""
+    return f"{enc(partition or NON_PARTITIONED)}|"
+
+
 def file_key(partition: str, file_name: str) -> str:
-    return f"{enc(partition or NON_PARTITIONED)}|{enc(file_name)}"
+    return f"{partition_prefix(partition)}{enc(file_name)}"
 
 
 def column_stats_key(column: str, partition: str, file_name: str) -> str:

@@ -21,7 +21,7 @@ import operator
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any, TypeVar, cast
 
 import numpy as np
@@ -276,6 +276,47 @@ def base_files_of(table: pa.Table) -> list[BaseFile]:
     ]
 
 
+def _as_listed(entries: Iterable[FileInfo] | pa.Table) -> pa.Table:
+    """A listing as a table of :data:`_LISTED` (and :data:`_BASE_NAME_FIELDS` and
+    :data:`PATH_HASHES` when an Arrow listing brings them)."""
+    if isinstance(entries, pa.Table):
+        parsed = set(_BASE_NAME_FIELDS) <= set(entries.column_names)
+        carried = [c for c in PATH_HASHES if c in entries.column_names]
+        columns = list(_LISTED) + (list(_BASE_NAME_FIELDS) if parsed else []) + carried
+        return entries.select(columns)
+    partitions, names, paths, sizes = [], [], [], []
+    for e in entries:
+        partition, _, name = e.path.rpartition("/")
+        partitions.append(partition)
+        names.append(name)
+        paths.append(e.path)
+        sizes.append(e.size)
+    columns = [pa.array(c, pa.string()) for c in (partitions, names, paths)]
+    return pa.table([*columns, pa.array(sizes, pa.int64())], names=_LISTED)
+
+
+def _bases_of(listed: pa.Table) -> pa.Table:
+    """A listing's base files, one row each, in its order: their ``path`` and the fields of
+    their names (:func:`with_base_name_fields`)."""
+    if _BASE_NAME_FIELDS[0] not in listed.column_names:
+        listed = with_base_name_fields(listed)
+    if not pc.all(listed.column("is_base")).as_py():  # (a filter copies every column)
+        listed = listed.filter(listed.column("is_base"))
+    columns = {
+        "partition_path": listed.column("partition_path"),
+        "file_id": listed.column("file_id"),
+        "instant_time": listed.column("instant_time"),
+        "write_token": listed.column("write_token"),
+        "file_name": listed.column("file_name"),
+        "size": listed.column("size"),
+        "path": listed.column("path"),
+    }
+    for carried in PATH_HASHES:
+        if carried in listed.column_names:
+            columns[carried] = listed.column(carried)
+    return pa.table(columns)
+
+
 @dataclass(frozen=True)
 class LogFile:
     """A log file ``.<fileId>_<baseInstant>.log.<version>_<writeToken>`` in a partition."""
@@ -345,15 +386,23 @@ class FileSystemView:
         timeline: Timeline,
         as_of: str | None = None,
         listing: Callable[[], Iterable[FileInfo] | pa.Table] | None = None,
+        partition_listing: Callable[[list[str]], Iterable[FileInfo] | pa.Table] | None = None,
     ) -> None:
         """``listing`` replaces the storage listing of data files (e.g. the metadata table's
         ``files`` partition): FileInfo with paths relative to the base path, or an Arrow table
-        of the columns :data:`_LISTED` (no Python object per file)."""
+        of the columns :data:`_LISTED` (no Python object per file). ``partition_listing``
+        lists some partitions' files alone, from the same source, for a caller that asks
+        about a few partitions before anything needs the whole table (a writer touching one
+        partition of a million files); without it, a view of the storage lists those
+        partitions' folders, and a view of a ``listing`` filters the whole listing."""
         self.active = active
         self.storage: Storage = active.storage
         self.timeline = timeline
         self.as_of = as_of
         self._listing = listing
+        if partition_listing is None and listing is None:
+            partition_listing = partial(_list_partitions, self.storage)
+        self._partition_listing = partition_listing
 
     @cached_property
     def _committed(self) -> CommittedWrites:
@@ -382,43 +431,24 @@ class FileSystemView:
         """One listing of the data folders: ``partition_path``, ``file_name``, ``path`` and
         ``size`` of every file (and :func:`with_base_name_fields`' when the listing has them)."""
         entries = self._listing() if self._listing is not None else _list_data_files(self.storage)
-        if isinstance(entries, pa.Table):
-            parsed = set(_BASE_NAME_FIELDS) <= set(entries.column_names)
-            carried = [c for c in PATH_HASHES if c in entries.column_names]
-            columns = list(_LISTED) + (list(_BASE_NAME_FIELDS) if parsed else []) + carried
-            return entries.select(columns)
-        partitions, names, paths, sizes = [], [], [], []
-        for e in entries:
-            partition, _, name = e.path.rpartition("/")
-            partitions.append(partition)
-            names.append(name)
-            paths.append(e.path)
-            sizes.append(e.size)
-        columns = [pa.array(c, pa.string()) for c in (partitions, names, paths)]
-        return pa.table([*columns, pa.array(sizes, pa.int64())], names=_LISTED)
+        return _as_listed(entries)
 
     @cached_property
     def _base_table(self) -> pa.Table:
         """The listing's base files, one row each, in the listing's order: their ``path`` and
         the fields of their names (:func:`with_base_name_fields`)."""
-        listed = self._listed
-        if _BASE_NAME_FIELDS[0] not in listed.column_names:
-            listed = with_base_name_fields(listed)
-        if not pc.all(listed.column("is_base")).as_py():  # (a filter copies every column)
-            listed = listed.filter(listed.column("is_base"))
-        columns = {
-            "partition_path": listed.column("partition_path"),
-            "file_id": listed.column("file_id"),
-            "instant_time": listed.column("instant_time"),
-            "write_token": listed.column("write_token"),
-            "file_name": listed.column("file_name"),
-            "size": listed.column("size"),
-            "path": listed.column("path"),
-        }
-        for carried in PATH_HASHES:
-            if carried in listed.column_names:
-                columns[carried] = listed.column(carried)
-        return pa.table(columns)
+        return _bases_of(self._listed)
+
+    def _base_table_of(self, partitions: Iterable[str]) -> pa.Table:
+        """:meth:`_base_table`'s rows of ``partitions``: from the whole listing once it is read
+        (or when there is no partition listing), else from a listing of those partitions."""
+        names = pa.array(sorted(set(partitions)), pa.string())
+        if "_listed" in self.__dict__ or self._partition_listing is None:
+            bases = self._base_table
+        else:
+            bases = _bases_of(_as_listed(self._partition_listing(names.to_pylist())))
+        wanted = pc.is_in(bases.column("partition_path"), names)
+        return bases if pc.all(wanted).as_py() else bases.filter(wanted)
 
     @cached_property
     def _all_files(self) -> tuple[list[BaseFile], list[LogFile]]:
@@ -530,13 +560,16 @@ class FileSystemView:
         wanted = set(partitions)
         if "_latest" in self.__dict__:
             return [b for b in self._latest if b.partition_path in wanted]
-        names = pa.array(sorted(wanted), pa.string())
+        return base_files_of(self.latest_base_table_of(wanted))
+
+    def latest_base_table_of(self, partitions: Iterable[str]) -> pa.Table:
+        """:attr:`latest_base_table`'s rows of ``partitions``, worked out from their listing
+        alone unless the whole table's is at hand (:meth:`_base_table_of`)."""
         if "latest_base_table" in self.__dict__:
             latest = self.latest_base_table
-            return base_files_of(latest.filter(pc.is_in(latest.column("partition_path"), names)))
-        bases = self._base_table
-        chosen = bases.filter(pc.is_in(bases.column("partition_path"), names))
-        return base_files_of(self._newest_of(chosen))
+            names = pa.array(sorted(set(partitions)), pa.string())
+            return latest.filter(pc.is_in(latest.column("partition_path"), names))
+        return self._newest_of(self._base_table_of(partitions))
 
     @cached_property
     def latest_base_table(self) -> pa.Table:
@@ -702,6 +735,12 @@ def read_parquet_file(
         return file.read_row_groups(row_groups, columns=columns, use_threads=False)
     except (pa.ArrowInvalid, OSError) as e:
         raise NotParquetError(path, str(e).splitlines()[0]) from e
+
+
+def _list_partitions(storage: Storage, partitions: list[str]) -> list[FileInfo]:
+    """The files in the folders of ``partitions`` ("" is the base path), not in their
+    subfolders (another partition's, or ``.hoodie/``); a missing folder holds none."""
+    return [e for partition in partitions for e in storage.list(partition) if not e.is_dir]
 
 
 def _list_data_files(storage: Storage) -> list[FileInfo]:

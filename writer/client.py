@@ -72,6 +72,7 @@ from timeline.failpoints import failpoint
 from timeline.fs_view import (
     BaseFile,
     FileSystemView,
+    base_files_of,
     parquet_footer,
     read_parquet,
     read_parquet_schema_bytes,
@@ -670,7 +671,9 @@ class WriteTransaction:
         existing groups first, in file-id order, then the new one. With ``located`` (global
         keys), a key held in this partition is tagged with its group, and one held elsewhere
         is an insert here (:meth:`_add_moves` drops it there)."""
-        latest = {b.file_id: b for b in self.view.latest_base_files([partition])}
+        # the partition's files as Arrow rows: objects only for the groups this write touches
+        # (a partition of 10,000 files made as objects cost a third of an upsert)
+        latest_rows = self.view.latest_base_table_of([partition])
         deleting = self.operation is Operation.DELETE
         groups: dict[str, list[int]] = defaultdict(list)
         inserts: list[int] = []
@@ -684,7 +687,7 @@ class WriteTransaction:
             elif self.operation is Operation.INSERT:
                 owner = {}
             else:
-                owner = self._tag(partition, list(latest.values()), set(keys))
+                owner = self._tag(partition, latest_rows, set(keys))
             for i, key in enumerate(keys):
                 found = owner.get(key)
                 if found is not None:
@@ -699,6 +702,9 @@ class WriteTransaction:
             per_file = records_per_file(
                 row_bytes, self.options.max_records_per_file, self.options.max_file_size
             )
+        ids = pa.array([file_id for file_id, _ in planned], pa.string())
+        touched = latest_rows.filter(pc.is_in(latest_rows.column("file_id"), ids))
+        latest = {b.file_id: b for b in base_files_of(touched)}
         targets = []
         for file_id, idx in planned:
             targets += plan_group(
@@ -713,10 +719,12 @@ class WriteTransaction:
             )
         return targets
 
-    def _tag(self, partition: str, bases: list[BaseFile], keys: set[str]) -> dict[str, str]:
-        """Record key -> file id, for the incoming keys found in the partition's base files; only
-        files whose bloom filter may hold a key are read (when ``bloom_filters`` is completed)."""
-        found = self._owners(self.index.candidate_files(partition, keys, bases), keys)
+    def _tag(self, partition: str, bases: pa.Table, keys: set[str]) -> dict[str, str]:
+        """Record key -> file id, for the incoming keys found in the partition's base files (rows
+        of the view's base-file table); only files whose bloom filter may hold a key are read
+        (when ``bloom_filters`` is completed)."""
+        candidates = self.index.candidate_files(partition, keys, bases)
+        found = self._owners(base_files_of(candidates), keys)
         return {key: file_id for key, (_, file_id) in found.items()}
 
     # --- one data file ---------------------------------------------------------------------------

@@ -53,8 +53,8 @@ from metadata_table.layout import (
     SECONDARY_INDEX_PREFIX,
     column_prefix,
     data_partition,
-    enc,
     is_secondary_index,
+    partition_prefix,
     secondary_index_partition,
 )
 from metadata_table.read.filters import (
@@ -193,16 +193,31 @@ class IndexedSnapshot:
         """Every data file the ``files`` partition lists: its ``partition_path`` (empty at the
         base path), ``file_name``, ``path`` and ``size``, and the fields of base files' names
         (worked out once per metadata file in a process: :func:`_listing_of`)."""
+        return self._indexed_files(None)
+
+    def _indexed_files(self, partitions: list[str] | None) -> pa.Table:
+        """:meth:`indexed_files`, or those of some partitions alone: the ``files`` records of
+        their keys' prefixes (a partition's keys are together in each file group's sorted
+        files: the row groups that hold them are the ones read)."""
         columns = ["partition", "file_name", "size"]
-        rows = self.reader.read(FILES, columns=columns, ordered=False, derive=_listing_of)
+        prefixes = [None] if partitions is None else [partition_prefix(p) for p in partitions]
+        parts = [
+            self.reader.read(FILES, prefix, columns, ordered=False, derive=_listing_of)
+            for prefix in prefixes
+        ]
+        rows = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
         return rows.drop_columns(["key", "is_deleted", "instant", "partition"])
 
     @property
     def view(self) -> FileSystemView:
         if self._view is None:
             indexed = self.uses(FILES) and not self.unapplied(FILES)
-            listing = self.indexed_files if indexed else None
-            self._view = FileSystemView(self.table.timeline, self.timeline, listing=listing)
+            self._view = FileSystemView(
+                self.table.timeline,
+                self.timeline,
+                listing=self.indexed_files if indexed else None,
+                partition_listing=self._indexed_files if indexed else None,
+            )
         return self._view
 
     def list_partitions(self) -> list[str]:
@@ -601,20 +616,21 @@ class IndexedSnapshot:
 
     # --- bloom filters ---------------------------------------------------------------------------
 
-    def _key_bitsets(self, partition: str, files: Sequence[BaseFile]) -> pa.Array | None:
-        """The bloom filter bitset of each of ``files`` (in ``partition``), null for a file that
-        must be read anyway (no filter, or its instant not applied yet); None when
-        ``bloom_filters`` is not used (every file may hold any key). One rule for both write
-        engines' tagging."""
+    def _key_bitsets(self, partition: str, files: pa.Table) -> pa.Array | None:
+        """The bloom filter bitset of each of ``files`` (rows of base files in ``partition``,
+        with their ``file_name`` and ``instant_time``), null for a file that must be read
+        anyway (no filter, or its instant not applied yet); None when ``bloom_filters`` is not
+        used (every file may hold any key). One rule for both write engines' tagging."""
         if not self.uses(BLOOM_FILTERS):
             return None
-        prefix = f"{enc(partition or NON_PARTITIONED)}|"
         columns = ["file_name", "bloom_filter"]
-        rows = self.reader.read(BLOOM_FILTERS, prefix=prefix, columns=columns, ordered=False)
-        names = pa.array([f.file_name for f in files], pa.string())
-        bitsets = pc.take(rows.column("bloom_filter"), pc.index_in(names, rows.column("file_name")))
-        behind = self._unapplied_times(BLOOM_FILTERS)
-        stale = pa.array([f.instant_time in behind for f in files], pa.bool_())
+        rows = self.reader.read(
+            BLOOM_FILTERS, partition_prefix(partition), columns=columns, ordered=False
+        )
+        at = pc.index_in(files.column("file_name"), rows.column("file_name"))
+        bitsets = pc.take(rows.column("bloom_filter"), at)
+        behind = pa.array(sorted(self._unapplied_times(BLOOM_FILTERS)), pa.string())
+        stale = pc.is_in(files.column("instant_time"), behind)
         return pc.if_else(stale, pa.scalar(None, bitsets.type), bitsets)
 
     def key_filters(
@@ -623,7 +639,13 @@ class IndexedSnapshot:
         """File name -> the bloom filter of its record keys, or None for a file that must be
         read anyway; None when ``bloom_filters`` is not used (see :meth:`_key_bitsets`): the
         filters as objects, for a Spark writer's tasks."""
-        bitsets = self._key_bitsets(partition, files)
+        rows = pa.table(
+            {
+                "file_name": pa.array([f.file_name for f in files], pa.string()),
+                "instant_time": pa.array([f.instant_time for f in files], pa.string()),
+            }
+        )
+        bitsets = self._key_bitsets(partition, rows)
         if bitsets is None:
             return None
         return {
@@ -631,18 +653,18 @@ class IndexedSnapshot:
             for f, bitset in zip(files, bitsets.to_pylist(), strict=True)
         }
 
-    def candidate_files(
-        self, partition: str, keys: Iterable[str], files: Sequence[BaseFile]
-    ) -> list[BaseFile]:
-        """Of ``files`` (in ``partition``), those whose bloom filter may hold one of ``keys``
-        (:meth:`_key_bitsets`' rule), probed on the filters' Arrow buffers for all keys at once:
-        a partition's 1,000 files against 1,000 keys in a tenth of a second, where a probe per
-        filter object and key was most of an upsert's 3 s."""
+    def candidate_files(self, partition: str, keys: Iterable[str], files: pa.Table) -> pa.Table:
+        """Of ``files`` (rows of base files in ``partition``, as
+        :meth:`~timeline.fs_view.FileSystemView.latest_base_table_of` gives them), those whose
+        bloom filter may hold one of ``keys`` (:meth:`_key_bitsets`' rule), probed on the
+        filters' Arrow buffers for all keys at once: a partition's 1,000 files against 1,000
+        keys in a tenth of a second, where a probe per filter object and key was most of an
+        upsert's 3 s."""
         bitsets = self._key_bitsets(partition, files)
         if bitsets is None:
-            return list(files)
+            return files
         keep = might_contain_any(bitsets, (hash_value(k) for k in keys))
-        return [f for f, kept in zip(files, keep.tolist(), strict=True) if kept]
+        return files.filter(pa.array(keep))
 
     def _bloom_records(self) -> pa.Table:
         """Every live bloom filter record with its file's ``path``; read once per snapshot."""

@@ -269,6 +269,37 @@ def test_compaction_keeps_reads_identical(
     assert_exact(table)
 
 
+def test_a_writer_touching_one_partition_reads_that_partitions_listing_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upsert into one partition lists that partition's files from the ``files`` records of
+    its key prefix (never the whole table's listing, which at a million files cost more than
+    the rest of the upsert), and the answer is the whole listing's, for a partition whose
+    name begins another's too."""
+    table = make_table(tmp_path)
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 30), city="s"))
+    client.insert(rows(keys(100, 130), city="sf"))
+    client.insert(rows(keys(200, 230), city="la"))
+    initialize(table, [FILES, BLOOM_FILTERS])
+    client.insert(rows(keys(300, 310), city="sf"))  # a second group of sf, through a log file
+    whole = IndexedSnapshot(table).view.latest_base_files()
+    for partition in ("s", "sf", "la", "ny"):
+        scoped = IndexedSnapshot(table).view.latest_base_files([partition])
+        assert scoped == [b for b in whole if b.partition_path == partition]
+
+    def whole_listing(self: IndexedSnapshot) -> pa.Table:
+        raise AssertionError("the whole table's listing was read")
+
+    monkeypatch.setattr(IndexedSnapshot, "indexed_files", whole_listing)
+    done = client.upsert(rows(keys(100, 105) + keys(305, 306) + keys(900, 903), ts=2, city="sf"))
+    monkeypatch.undo()
+    sf = IndexedSnapshot(table).view.latest_base_files(["sf"])
+    # the held keys were tagged with their groups (merged there), the new keys went to one new
+    assert len(sf) == 3 and {b.instant_time for b in sf} == {done.timestamp}
+    assert_exact(table, (FILES, BLOOM_FILTERS))
+
+
 def test_reads_listing_pruning_and_bloom_lookup(tmp_path: Path) -> None:
     table = make_table(tmp_path)
     client = WriteClient(table)

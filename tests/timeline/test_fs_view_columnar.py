@@ -2,12 +2,14 @@
 rule it replaced, written out file by file: a committed file of a group that no completed
 replacecommit replaced, the newest by instant time (a legacy 14-digit time sorts after every
 millisecond of its second), and on a tie the first in BaseFile's order; the latest files of some
-partitions are worked out on theirs alone; a listing already in file-group order gives the same
+partitions are worked out on theirs alone (from a listing of those partitions, where the
+view has one, or of their folders); a listing already in file-group order gives the same
 answer without a sort."""
 
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -16,7 +18,7 @@ from hypothesis import strategies as st
 
 from timeline.fs_view import BaseFile, FileSystemView, _order
 from timeline.instant import normalize_timestamp
-from timeline.storage import FileInfo
+from timeline.storage import FileInfo, Storage
 
 INSTANTS = ["20240101000000000", "20240101000000500", "20240101000000", "20240101000001000"]
 PARTITIONS = ["", "a", "a/b", "b"]
@@ -38,8 +40,26 @@ def _by_rule(files: list[BaseFile], committed: set[str], replaced: set[Any]) -> 
     return sorted(latest.values(), key=_order)
 
 
-def _view(listing: list[FileInfo], committed: set[str], replaced: set[Any]) -> FileSystemView:
-    view = FileSystemView(SimpleNamespace(storage=None), None, listing=lambda: listing)  # type: ignore[arg-type]
+def _view(
+    listing: list[FileInfo], committed: set[str], replaced: set[Any], scoped: bool = False
+) -> FileSystemView:
+    """A view of ``listing``; ``scoped``: its whole listing must not be read, and a listing of
+    some partitions gives theirs (and the base path's files, as a source may give more)."""
+
+    def whole() -> list[FileInfo]:
+        if scoped:
+            raise AssertionError("the whole listing was read")
+        return listing
+
+    def of(partitions: list[str]) -> list[FileInfo]:
+        return [e for e in listing if e.path.rpartition("/")[0] in {"", *partitions}]
+
+    view = FileSystemView(
+        SimpleNamespace(storage=None),  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        listing=whole,
+        partition_listing=of if scoped else None,
+    )
     view.__dict__["_committed"] = committed  # what a timeline would say, set directly
     view.__dict__["_replaced"] = replaced
     return view
@@ -98,6 +118,10 @@ def test_the_latest_base_files_follow_the_rule(
         b for b in want if b.partition_path in ("a", "a/b")
     ]
     assert "_latest" not in some.__dict__ and "latest_base_table" not in some.__dict__
+    # from a listing of those partitions alone (the files index's records of their prefixes)
+    scoped = _view(listing, committed, replaced, scoped=True)
+    for asked in (["a", "a/b"], ["b"], [""]):
+        assert scoped.latest_base_files(asked) == [b for b in want if b.partition_path in asked]
     view = _view(listing, committed, replaced)
     assert view.latest_base_files() == want
     assert view.latest_base_table.column("path").to_pylist() == [b.path for b in want]
@@ -142,3 +166,39 @@ def test_rows_are_taken_as_arrow_takes_them(lengths: list[int], data: Any, runs_
         assert fs_view._rows_of(table, at).to_pylist() == table.take(pa.array(at)).to_pylist()
     finally:
         fs_view._RUNS_MOST = old
+
+
+def test_a_view_of_the_storage_lists_the_asked_partitions_folders_alone(tmp_path: Path) -> None:
+    """Without an index, the latest files of a partition come from a listing of its folder:
+    not of the other partitions' (a writer touching one partition of a big table), nor of
+    the partitions nested in it, nor ``.hoodie/``."""
+    names = {
+        "": "f0-0_0-1-2_20240101000000000.parquet",
+        "a": "f1-0_0-1-2_20240101000000000.parquet",
+        "a/b": "f2-0_0-1-2_20240101000000000.parquet",
+        "ab": "f3-0_0-1-2_20240101000000000.parquet",
+    }
+    for partition, name in names.items():
+        folder = tmp_path / partition
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(b"x")
+    (tmp_path / ".hoodie").mkdir()
+    (tmp_path / ".hoodie" / "f9-0_0-1-2_20240101000000000.parquet").write_bytes(b"x")
+    storage = Storage(str(tmp_path))
+    view = FileSystemView(SimpleNamespace(storage=storage), None)  # type: ignore[arg-type]
+    view.__dict__["_committed"] = {"20240101000000000"}
+    view.__dict__["_replaced"] = set()
+    listed: list[str] = []
+    real = storage.list
+
+    def counted(path: str = "", recursive: bool = False) -> list[FileInfo]:
+        listed.append(path)
+        return real(path, recursive)
+
+    storage.list = counted  # type: ignore[method-assign]
+    for partition, name in names.items():
+        assert [b.path for b in view.latest_base_files([partition])] == [
+            f"{partition}/{name}" if partition else name
+        ]
+    assert listed == list(names) and "_listed" not in view.__dict__
+    assert [b.file_name for b in view.latest_base_files()] == sorted(names.values())
