@@ -162,9 +162,10 @@ class FiltersAt:
     possible go on to the next word, so where filters are sparse (one made for a 1e-9 rate
     passes a word in about 8% of pairs) a pair costs about one word read, not eight. Filters of
     one size probed with more values than their words are first laid out word by word, so the
-    first word of every pair is read in rows. An upsert's 1,000 keys against a partition's
-    10,000 filters (of 1e-9) went from 1.4 s to 39 ms, and one key against a million filters
-    from 203 to 47 ms."""
+    first word of every pair is read in rows, and the first words' bits are laid out as
+    booleans, so a value's first test is one row of them. An upsert's 1,000 keys against a
+    partition's 10,000 filters (of 1e-9) went from 1.4 s to 39 ms (31 ms with the bits), and
+    one key against a million filters from 203 to 47 ms."""
 
     def __init__(self, bitsets: pa.Array | pa.ChunkedArray, at: np.ndarray | None = None) -> None:
         chunks = bitsets.chunks if isinstance(bitsets, pa.ChunkedArray) else [bitsets]
@@ -232,17 +233,25 @@ def _probe(words: np.ndarray, starts: np.ndarray, blocks: int, values: np.ndarra
     by_word = len(values) >= blocks * _WORDS
     if by_word:  # word w of every filter is row w, and a pair's word w is at w * filters + f
         words = words[starts[None, :] + np.arange(blocks * _WORDS)[:, None]].ravel()
+        # a first word's mask is one bit: every filter's bits of its blocks' first words, as
+        # booleans (blocks x 32 x filters), make a value's first test one row of them (a take
+        # of booleans, not words taken, masked and compared for every pair)
+        first = np.ascontiguousarray(words.reshape(-1, filters)[::_WORDS])  # (blocks, filters)
+        bits = np.unpackbits(
+            first.view(np.uint8).reshape(blocks, filters, 4), axis=2, bitorder="little"
+        )
+        first_bits = np.ascontiguousarray(bits.transpose(0, 2, 1)).view(bool)
     stride = filters if by_word else 1
     step = max(1, _PROBES_AT_ONCE // max(1, filters))
     for first_value in range(0, len(values), step):
         h = values[first_value : first_value + step, None]  # (values, 1)
         # the block each value falls in, in every filter (all have ``blocks`` blocks)
         block = (((h[:, 0] >> np.uint64(32)) * np.uint64(blocks)) >> np.uint64(32)).astype(np.int64)
-        masks = (np.uint32(1) << (((h * salt[None, :]) & low) >> np.uint64(27))).astype(np.uint32)
+        bit = (((h * salt[None, :]) & low) >> np.uint64(27)).astype(np.uint32)
+        masks = np.uint32(1) << bit
         mask = masks[:, :1]  # the first word's, against every filter at once
         if by_word:
-            rows = words.reshape(-1, filters)[block * _WORDS]  # (values, filters)
-            pairs = np.flatnonzero((rows & mask) == mask)  # value * filters + filter
+            pairs = np.flatnonzero(first_bits[block, bit[:, 0]])  # value * filters + filter
             word_at = block[pairs // filters] * _WORDS * filters + pairs % filters
         else:
             word_at = (starts[None, :] + (block * _WORDS)[:, None]).ravel()
