@@ -300,6 +300,37 @@ def test_a_writer_touching_one_partition_reads_that_partitions_listing_alone(
     assert_exact(table, (FILES, BLOOM_FILTERS))
 
 
+def test_tagging_reads_the_files_the_filters_cannot_answer_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tagging keeps a file whose filter may hold a key, and one whose filter it cannot use (no
+    filter, or written by an instant ``bloom_filters`` does not reflect); both write engines'
+    rule (candidate_files for the in-process writer, key_filters for Spark's)."""
+    table = make_table(tmp_path)
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 10), city="sf"))
+    second = client.insert(rows(keys(10, 20), city="sf")).timestamp
+    initialize(table, [FILES, BLOOM_FILTERS])
+    snapshot = IndexedSnapshot(table)
+    files = snapshot.view.latest_base_table_of(["sf"])
+    absent = [f"zz{i}" for i in range(50)]
+    assert snapshot.candidate_files("sf", absent, files).num_rows == 0
+    held = snapshot.candidate_files("sf", ["k0003", "k0004"], files)
+    assert held.column("instant_time").to_pylist() == [
+        min(files.column("instant_time").to_pylist())
+    ]
+    monkeypatch.setattr(IndexedSnapshot, "_unapplied_times", lambda self, p: {second})
+    assert snapshot.candidate_files("sf", absent, files).column("instant_time").to_pylist() == [
+        second
+    ]
+    filters = snapshot.key_filters("sf", snapshot.view.latest_base_files(["sf"]))
+    assert filters is not None
+    assert {name.endswith(f"_{second}.parquet") for name, f in filters.items() if f is None} == {
+        True
+    }
+    assert sum(f is None for f in filters.values()) == 1
+
+
 def test_reads_listing_pruning_and_bloom_lookup(tmp_path: Path) -> None:
     table = make_table(tmp_path)
     client = WriteClient(table)
