@@ -74,6 +74,11 @@ _order = operator.attrgetter(*_ORDER_COLUMNS)
 _LISTED = ("partition_path", "file_name", "path", "size")
 
 
+#: at most this many partitions are listed on their own (see FileSystemView._base_table_of): a
+#: listing of the ``files`` index's records of one partition costs about a tenth of the whole
+#: table's at a million files
+_FEW_PARTITIONS = 8
+
 #: what :func:`with_base_name_fields` adds to a listing
 _BASE_NAME_FIELDS = ("is_base", "file_id", "instant_time", "write_token")
 
@@ -263,6 +268,22 @@ def _prefix_in_order(keys: pa.Table) -> int:
     return int(breaks[0]) + 1 if len(breaks) else count
 
 
+def by_partition(table: pa.Table) -> dict[str, pa.Table]:
+    """The rows of a base-file table in partition order (:attr:`FileSystemView.latest_base_table`
+    and its like), cut into each partition's: one pass over the column, not a filter per
+    partition."""
+    if not table.num_rows:
+        return {}
+    encoded = pc.dictionary_encode(table.column("partition_path")).combine_chunks()
+    codes = encoded.indices.to_numpy()
+    starts = np.concatenate([[0], np.flatnonzero(codes[1:] != codes[:-1]) + 1])
+    names = encoded.dictionary.to_pylist()
+    ends = [*starts[1:].tolist(), table.num_rows]
+    return {
+        names[codes[a]]: table.slice(a, b - a) for a, b in zip(starts.tolist(), ends, strict=True)
+    }
+
+
 def base_files_of(table: pa.Table) -> list[BaseFile]:
     """BaseFile objects of the rows of a base-file table (:attr:`FileSystemView.latest_base_table`
     and its like)."""
@@ -440,10 +461,12 @@ class FileSystemView:
         return _bases_of(self._listed)
 
     def _base_table_of(self, partitions: Iterable[str]) -> pa.Table:
-        """:meth:`_base_table`'s rows of ``partitions``: from the whole listing once it is read
-        (or when there is no partition listing), else from a listing of those partitions."""
+        """:meth:`_base_table`'s rows of ``partitions``: from a listing of those partitions
+        when they are few, unless the whole listing is read already (or there is no partition
+        listing)."""
         names = pa.array(sorted(set(partitions)), pa.string())
-        if "_listed" in self.__dict__ or self._partition_listing is None:
+        few = len(names) <= _FEW_PARTITIONS
+        if "_listed" in self.__dict__ or self._partition_listing is None or not few:
             bases = self._base_table
         else:
             bases = _bases_of(_as_listed(self._partition_listing(names.to_pylist())))

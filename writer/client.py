@@ -73,6 +73,7 @@ from timeline.fs_view import (
     BaseFile,
     FileSystemView,
     base_files_of,
+    by_partition,
     parquet_footer,
     read_parquet,
     read_parquet_schema_bytes,
@@ -417,14 +418,19 @@ class WriteTransaction:
             return self._plan_global_deletes(keys, located)
         if located is not None:
             data, keys, parts = self._drop_stale_moves(data, keys, parts, located)
-        by_partition: dict[str, list[int]] = defaultdict(list)
+        partitions: dict[str, list[int]] = defaultdict(list)
         for i, p in enumerate(parts):
-            by_partition[p].append(i)
+            partitions[p].append(i)
+        # the partitions' latest base files as Arrow rows, read once for all of them (from their
+        # own listings when they are few): objects only for the groups this write touches
+        listed = self.view.latest_base_table_of(partitions)
+        latest = by_partition(listed)
         targets: list[FileGroupWrite] = []
-        for partition, rows in sorted(by_partition.items()):
+        for partition, rows in sorted(partitions.items()):
             sub = data.take(pa.array(rows, pa.int64()))
             sub_keys = [keys[i] for i in rows]
-            targets.extend(self._plan_partition(partition, sub, sub_keys, located))
+            bases = latest.get(partition, listed.slice(0, 0))
+            targets.extend(self._plan_partition(partition, bases, sub, sub_keys, located))
         if located is not None:
             targets = self._add_moves(targets, keys, parts, located)
         return targets
@@ -662,18 +668,17 @@ class WriteTransaction:
     def _plan_partition(
         self,
         partition: str,
+        latest_rows: pa.Table,
         rows: pa.Table,
         keys: list[str],
         located: dict[str, tuple[str, str]] | None = None,
     ) -> list[FileGroupWrite]:
-        """Tag each record with the file group holding its key (or its bucket's), the others
-        going to one new group, and let the shared planner say what each group becomes:
+        """Tag each record with the file group holding its key (or its bucket's) among the
+        partition's latest base files (``latest_rows``, rows of the view's base-file table), the
+        others going to one new group, and let the shared planner say what each group becomes:
         existing groups first, in file-id order, then the new one. With ``located`` (global
         keys), a key held in this partition is tagged with its group, and one held elsewhere
         is an insert here (:meth:`_add_moves` drops it there)."""
-        # the partition's files as Arrow rows: objects only for the groups this write touches
-        # (a partition of 10,000 files made as objects cost a third of an upsert)
-        latest_rows = self.view.latest_base_table_of([partition])
         deleting = self.operation is Operation.DELETE
         groups: dict[str, list[int]] = defaultdict(list)
         inserts: list[int] = []

@@ -16,7 +16,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from timeline.fs_view import BaseFile, FileSystemView, _order
+from timeline.fs_view import BaseFile, FileSystemView, _order, base_files_of, by_partition
 from timeline.instant import normalize_timestamp
 from timeline.storage import FileInfo, Storage
 
@@ -127,6 +127,45 @@ def test_the_latest_base_files_follow_the_rule(
     assert view.latest_base_table.column("path").to_pylist() == [b.path for b in want]
     assert view.all_base_files == sorted(bases, key=_order)
     assert view.latest_base_files(["a"]) == [b for b in want if b.partition_path == "a"]
+    # cut by partition in one pass, as a writer of several partitions does
+    cut = by_partition(view.latest_base_table)
+    assert list(cut) == sorted({b.partition_path for b in want})
+    for partition, rows in cut.items():
+        assert base_files_of(rows) == [b for b in want if b.partition_path == partition]
+
+
+def test_many_partitions_are_read_from_the_whole_listing_once() -> None:
+    """A listing of a few partitions is theirs alone; of more than a few, the whole table's
+    (a prefix read of the files index per partition would cost more than one read of it)."""
+    from timeline import fs_view
+
+    listing = [
+        FileInfo(f"p{n}/f{n}-0_0-1-2_20240101000000000.parquet", 1, False)
+        for n in range(fs_view._FEW_PARTITIONS + 2)
+    ]
+    calls: list[str] = []
+
+    def whole() -> list[FileInfo]:
+        calls.append("whole")
+        return listing
+
+    def of(partitions: list[str]) -> list[FileInfo]:
+        calls.append(",".join(partitions))
+        return [e for e in listing if e.path.rpartition("/")[0] in partitions]
+
+    def view() -> FileSystemView:
+        made = FileSystemView(
+            SimpleNamespace(storage=None), None, listing=whole, partition_listing=of
+        )  # type: ignore[arg-type]
+        made.__dict__["_committed"] = {"20240101000000000"}
+        made.__dict__["_replaced"] = set()
+        return made
+
+    few = [f"p{n}" for n in range(fs_view._FEW_PARTITIONS)]
+    assert len(view().latest_base_files(few)) == len(few) and calls == [",".join(sorted(few))]
+    calls.clear()
+    many = [f"p{n}" for n in range(fs_view._FEW_PARTITIONS + 2)]
+    assert len(view().latest_base_files(many)) == len(many) and calls == ["whole"]
 
 
 @settings(max_examples=200, deadline=None)
