@@ -1,14 +1,40 @@
-"""A build's records per file group, held in memory up to a budget and spilled to local disk
-beyond it, as Spark's shuffle spills: an index build without Spark then holds about the budget
-plus the file groups being written, whatever the table's size."""
+"""A build's records per file group: made from data files by :func:`file_records` (in a Spark
+task, or in a worker of :func:`hold_group_records`), held by :class:`GroupRecords` in memory up to
+a budget and spilled to local disk beyond it, as Spark's shuffle spills (an index build without
+Spark then holds about the budget plus the file groups being written, whatever the table's
+size), and written by :meth:`PartitionBuild.write_group`: the half of a build that ``validate``'s
+rebuild shares."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TypeAlias
 
 import pyarrow as pa
+
+from metadata_table.index_types import index_type
+from metadata_table.layout import (
+    BLOOM_FILTERS,
+    METADATA_FOLDER,
+    base_file_name,
+    file_group_id,
+    file_group_of,
+    file_key,
+    in_file_order,
+)
+from metadata_table.records import DataFile, DataFileInfo, info_of
+from metadata_table.table import split_by_group, write_base_file
+from metadata_table.workers import map_chunks
+from timeline.errors import MarkerAlreadyExistsError
+from timeline.keys import KeyGenerator
+from timeline.markers import DirectMarkers, IOType, Marker
+from timeline.storage import Storage
+from timeline.timeline import CommittedWrites
 
 
 class GroupRecords:
@@ -77,3 +103,196 @@ class GroupRecords:
 
 
 __all__ = ["GroupRecords"]
+
+
+#: a file group's records from one task: Arrow IPC bytes (from Spark tasks) or a table (in process)
+RecordsPart: TypeAlias = bytes | pa.Table
+
+
+@dataclass(frozen=True)
+class PartitionBuild:
+    """One partition's base files, being written as metadata compaction instant ``instant`` over
+    every data file committed up to ``covers_upto``. Shipped to Spark tasks."""
+
+    partition: str
+    groups: int
+    columns: tuple[str, ...]
+    instant: str
+    covers_upto: str
+    #: paths of committed files that are not in the latest file slice of their file group at
+    #: ``covers_upto`` (left out by the index types over latest files: ``partition_stats``, the
+    #: record and secondary indexes)
+    superseded: frozenset[str] = frozenset()
+    #: the write instants committed up to ``covers_upto``: the log blocks a build counts
+    counted: CommittedWrites | None = None
+    #: the key generator of a table without meta fields (record keys made from key fields)
+    keygen: KeyGenerator | None = None
+
+    def records(self, infos: Sequence[DataFileInfo]) -> pa.Table:
+        """This partition's records of some data files (from footers, or log files' records), as
+        one table; for
+        ``partition_stats``, partial aggregates that :meth:`write_group` combines."""
+        kind = index_type(self.partition)
+        if self.superseded:
+            infos = [i for i in infos if i.path not in self.superseded]
+        return kind.records(infos, self.columns)
+
+    @property
+    def row_columns(self) -> tuple[str, ...] | None:
+        """The columns (beside the record key) of data files' rows this build reads; None: no
+        rows (its records come from footers)."""
+        return index_type(self.partition).row_columns
+
+    @property
+    def written_where_read(self) -> bool:
+        """Whether a build's read tasks write this partition's file groups (one task per group,
+        holding the data files whose records go there), so its records are never shuffled."""
+        return index_type(self.partition).written_where_read
+
+    def group_of(self, file: DataFile) -> int:
+        """The file group a data file's records go to (for a type keyed by data file)."""
+        partition, name, _, _ = file
+        return file_group_of(file_key(partition, name), self.groups)
+
+    def conformed(self, part: RecordsPart) -> pa.Table:
+        """A part of this partition's records (what :func:`file_records` made) as a table of
+        the partition's schema in memory, as :meth:`write_group` takes them all."""
+        table = _from_ipc(part) if isinstance(part, bytes) else part
+        return table.cast(index_type(self.partition).memory_schema)
+
+    def write_group(
+        self,
+        storage: Storage,
+        group: int,
+        parts: Sequence[RecordsPart],
+        marker_instant: str,
+    ) -> tuple[str, str, int]:
+        """Write file group ``group``'s base file, its marker first (in ``marker_instant``'s
+        folder, so a failed attempt's files are found and deleted), from the group's records in
+        ``parts`` (what :func:`file_records` made). ``storage`` is the data table's. A retried
+        task finds its marker, and its file whole (creates are atomic). Returns (partition, file
+        group, size)."""
+        fg = file_group_id(self.partition, group)
+        name = base_file_name(fg, self.instant)
+        with contextlib.suppress(MarkerAlreadyExistsError):
+            DirectMarkers(storage, marker_instant).create(
+                Marker(f"{METADATA_FOLDER}/{self.partition}", name, IOType.CREATE)
+            )
+        kind = index_type(self.partition)
+        tables = [self.conformed(p) for p in parts]
+        records = pa.concat_tables(tables) if tables else kind.memory_schema.empty_table()
+        # the tasks' partial aggregates, or records of a slice's files in several tasks, as the
+        # table was at covers_upto
+        records = kind.combine(records, self.covers_upto)
+        size = write_base_file(
+            storage.child(METADATA_FOLDER),
+            self.partition,
+            fg,
+            self.instant,
+            records,
+            self.covers_upto,
+        )
+        return self.partition, fg, size
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as out:
+        out.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _from_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.BufferReader(data)).read_all()
+
+
+def _nothing(instant: str) -> bool:
+    return False
+
+
+#: data files whose records a build task makes at once (bounded: each holds its bloom filter)
+RECORDS_CHUNK = 500
+
+
+def file_records(
+    storage: Storage,
+    files: Iterator[DataFile],
+    builds: Sequence[PartitionBuild],
+    shuffled: bool = True,
+) -> Iterator[tuple[int, int, RecordsPart]]:
+    """(build index, file group, records) for ``files``: each file read once (a base file's
+    footer, a log file's blocks of :attr:`PartitionBuild.counted` instants), and per
+    file group of each build one Arrow table; no row is ever a Python object (a Spark task's
+    body). With ``shuffled`` (Spark) the tables go as Arrow IPC stream bytes, those of an index
+    keyed by record key as runs in file order (the write step merges the tasks' runs); in one
+    process they stay tables."""
+    per_build: list[list[pa.Table]] = [[] for _ in builds]
+    chunk: list[DataFileInfo] = []
+    # the builds of one job cover the same instant (one plan, or one resync)
+    counted = builds[0].counted if builds else None
+    is_counted = counted.__contains__ if counted is not None else _nothing
+    rows = row_columns(builds)
+    bloom = any(b.partition == BLOOM_FILTERS for b in builds)
+    keygen = builds[0].keygen if builds else None
+
+    def flush() -> None:
+        for number, build in enumerate(builds):
+            per_build[number].append(build.records(chunk))
+        chunk.clear()
+
+    for partition, name, size, instant in files:
+        info = info_of(storage, partition, name, size, instant, is_counted, bloom, rows, keygen)
+        if info is None:
+            continue  # a log file without counted blocks
+        chunk.append(info)
+        if len(chunk) == RECORDS_CHUNK:
+            flush()
+    if chunk:
+        flush()
+    for number, build in enumerate(builds):
+        if per_build[number]:
+            records = pa.concat_tables(per_build[number])
+            for group, table in split_by_group(records, build.groups, build.partition).items():
+                if not shuffled:
+                    yield number, group, table
+                    continue
+                if build.row_columns is not None:  # a sorted run: the writer merges runs
+                    table = in_file_order(build.partition, table)
+                yield number, group, _ipc(table)
+
+
+def hold_group_records(
+    storage: Storage,
+    chunks: Sequence[list[DataFile]],
+    builds: Sequence[PartitionBuild],
+    held: GroupRecords,
+    workers: int,
+    processes: bool,
+    progress: Callable[[int], None] | None = None,
+) -> None:
+    """The records of ``builds`` over the data files of ``chunks``, read by ``workers`` workers
+    (processes or threads) and held in ``held`` per (build number, file group), as
+    :meth:`PartitionBuild.conformed` tables: the reading half of a build without Spark, and of
+    ``validate``'s rebuild. ``progress(chunks read)`` after each chunk."""
+    read = map_chunks(_chunk_records, (storage, builds), chunks, workers, processes)
+    for done, made in enumerate(read, start=1):
+        for number, group, part in made:
+            held.add((number, group), builds[number].conformed(part))
+        if progress is not None:
+            progress(done)
+
+
+def _chunk_records(
+    context: tuple[Storage, Sequence[PartitionBuild]], chunk: list[DataFile]
+) -> list[tuple[int, int, RecordsPart]]:
+    """A worker's part of :func:`hold_group_records`."""
+    storage, builds = context
+    return list(file_records(storage, iter(chunk), builds, shuffled=False))
+
+
+def row_columns(builds: Sequence[PartitionBuild]) -> tuple[str, ...] | None:
+    """The columns of data files' rows the builds need (None: none reads rows)."""
+    wanted = [b.row_columns for b in builds if b.row_columns is not None]
+    if not wanted:
+        return None
+    return tuple(sorted({c for columns in wanted for c in columns}))

@@ -13,12 +13,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from metadata_table.group_records import GroupRecords, PartitionBuild, hold_group_records
 from metadata_table.index_types import index_type
 from metadata_table.layout import file_group_id, key_columns, keyed_by_column
 from metadata_table.maintenance import build_records, per_file, rebuilt_files
@@ -29,9 +30,6 @@ from metadata_table.workers import chunked, workers_for
 from timeline.config import LOCAL_BUILD_MEMORY_MB, LOCAL_BUILD_WORKERS
 from timeline.fs_view import FileSystemView
 from timeline.table import Table
-
-if TYPE_CHECKING:  # (partition_writer imports this module)
-    from metadata_table.partition_writer import GroupRecords, PartitionBuild
 
 logger = logging.getLogger(__name__)
 
@@ -78,9 +76,6 @@ def validate(
     group within ``indexer.build.local.memory.mb`` (spilled to local disk beyond, as a build
     without Spark holds them), and compared one file group at a time with that group of the
     index: memory does not grow with the table. The others are rebuilt and compared whole."""
-    # (partition_writer imports this module)
-    from metadata_table.partition_writer import GroupRecords, PartitionBuild, hold_group_records
-
     state = table.reload_index_state()
     timeline = table.timeline.load()
     reader = MetadataTable(table).reader(timeline, cache=False)  # one-off whole reads

@@ -135,6 +135,7 @@ def test_partitions_of_a_record_per_file_are_compared_a_file_group_at_a_time(
     import tempfile
 
     import metadata_table.partition_writer as partition_writer
+    import metadata_table.validate as validate_module
     from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES, column_prefix
     from metadata_table.maintenance import initialize
     from metadata_table.reader import MetadataReader
@@ -158,7 +159,7 @@ def test_partitions_of_a_record_per_file_are_compared_a_file_group_at_a_time(
             spilled.append(self.spilled)
             super().__exit__(*exc)
 
-    monkeypatch.setattr(partition_writer, "GroupRecords", Watched)
+    monkeypatch.setattr(validate_module, "GroupRecords", Watched)
     reads: list[tuple[str, Any]] = []
     read = MetadataReader.read
 
