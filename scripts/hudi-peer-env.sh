@@ -11,7 +11,8 @@
 #   pyspark 3.5.1: the Spark version Hudi 0.15.0 is built against (3.5.2+ changed APIs it uses).
 #
 # Writes $VENV/hudi-peer.json (python, jars, java_home, versions) last, so a half-built environment
-# is never taken for a built one. Environment: HUDI_PEER_VENV, HUDI_PEER_JARS_DIR, PYTHON.
+# is never taken for a built one. Environment: HUDI_PEER_VENV, HUDI_PEER_JARS_DIR (absolute, or
+# relative to the project's folder), PYTHON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,10 +65,11 @@ if [ ! -f "$BUNDLE_JAR" ]; then
 fi
 [ -s "$BUNDLE_JAR" ] || { echo "Maven did not produce $BUNDLE_JAR" >&2; exit 1; }
 
-root=$(pwd)
+# the manifest names absolute paths: a relative one is the project's (this script's parent)
+absolute() { case $1 in /*) printf '%s' "$1" ;; *) printf '%s/%s' "$(pwd)" "$1" ;; esac; }
 cat >"$MANIFEST.tmp" <<JSON
 {"pins": "$want", "hudi": "$HUDI_VERSION", "pyspark": "$PYSPARK_VERSION",
- "python": "$root/$VENV/bin/python", "jars": ["$root/$BUNDLE_JAR"], "java_home": "$java_home"}
+ "python": "$(absolute "$VENV")/bin/python", "jars": ["$(absolute "$BUNDLE_JAR")"], "java_home": "$java_home"}
 JSON
 mv "$MANIFEST.tmp" "$MANIFEST"
 echo "Apache Hudi peer environment ready in $(( $(date +%s) - started )) s ($(du -sh "$VENV" | cut -f1) venv, $(du -sh "$JARS_DIR" | cut -f1) jars)"
