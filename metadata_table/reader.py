@@ -494,23 +494,27 @@ def _merge(partition: str, base: pa.Table, logs: list[pa.Table]) -> pa.Table:
 
 
 def newest_records(base: pa.Table, logs: list[pa.Table]) -> pa.Table:
-    """The newest record of each key (a newer tombstone wins), on Arrow: the logs, newest first,
-    each keeping the keys no newer log has, then the base file's other records. A log holds one
+    """The newest record of each key (a newer tombstone wins), on Arrow: the logs' records, each
+    log keeping the keys no newer log has, then the base file's other records. A log holds one
     record per key (one data instant's)."""
-    parts: list[pa.Table] = []
-    seen: pa.Array | None = None
-    for log in reversed(logs):
-        if seen is not None:
-            log = log.filter(pc.invert(pc.is_in(log.column("key"), value_set=seen)))
-        parts.append(log)
-        keys = log.column("key").combine_chunks()
-        seen = keys if seen is None else pa.concat_arrays([seen, keys])
-    assert seen is not None
-    superseded = pc.is_in(base.column("key"), value_set=seen)
+    logs = [log if log.schema == base.schema else log.cast(base.schema) for log in logs]
+    newest = pa.concat_tables(logs)
+    if pc.count_distinct(newest.column("key")).as_py() < newest.num_rows:
+        # a key in two logs: the newer wins (else, as a writer's commits of new files add
+        # keys, no log is filtered: a few calls, not a few per log)
+        parts: list[pa.Table] = []
+        seen: pa.Array | None = None
+        for log in reversed(logs):
+            if seen is not None:
+                log = log.filter(pc.invert(pc.is_in(log.column("key"), value_set=seen)))
+            parts.append(log)
+            keys = log.column("key").combine_chunks()
+            seen = keys if seen is None else pa.concat_arrays([seen, keys])
+        newest = pa.concat_tables(parts[::-1])
+    superseded = pc.is_in(base.column("key"), value_set=newest.column("key"))
     # (a filter copies every column: none when the logs only add keys, as new files do)
-    parts.append(base.filter(pc.invert(superseded)) if pc.any(superseded).as_py() else base)
-    parts.reverse()
-    return pa.concat_tables([p.cast(base.schema) for p in parts])
+    kept = base.filter(pc.invert(superseded)) if pc.any(superseded).as_py() else base
+    return pa.concat_tables([kept, newest])
 
 
 def _fold(partition: str, rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import metadata_table.read.snapshot as snapshot_module
 import metadata_table.reader as reader_module
@@ -259,3 +261,56 @@ def test_aligning_a_few_files_equals_aligning_all() -> None:
     backwards = pa.array(range(49, -1, -1))
     exact = _aligned(records, "path", paths.take(backwards), hashes.take(backwards))
     assert exact is not None and exact.minimum.to_pylist() == list(range(49, -1, -1))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from("abcdefgh"), unique=True, max_size=8),
+    st.lists(
+        st.lists(st.tuples(st.sampled_from("abcdefghij"), st.booleans()), max_size=5),
+        min_size=1,
+        max_size=5,
+    ),
+)
+def test_the_newest_record_of_each_key_wins(
+    base_keys: list[str], logs: list[list[tuple[str, bool]]]
+) -> None:
+    """A base file's records and logs (oldest first, one record per key each): every key's
+    newest record, a tombstone too, base records first, then the logs' in their order; whether
+    the logs' keys are all different (one test of the base: each commit adds new files) or
+    not (each log keeps the keys no newer one has)."""
+    from metadata_table.reader import newest_records
+
+    schema = pa.schema([("key", pa.string()), ("is_deleted", pa.bool_()), ("instant", pa.string())])
+    base = pa.table(
+        {
+            "key": base_keys,
+            "is_deleted": [False] * len(base_keys),
+            "instant": ["b"] * len(base_keys),
+        },
+        schema=schema,
+    )
+    tables, want = [], {k: (False, "b") for k in base_keys}
+    for n, log in enumerate(logs):
+        unique = dict(log)  # one record per key a log
+        tables.append(
+            pa.table(
+                {
+                    "key": list(unique),
+                    "is_deleted": list(unique.values()),
+                    "instant": [f"l{n}"] * len(unique),
+                },
+                schema=schema,
+            )
+        )
+        want.update({k: (d, f"l{n}") for k, d in unique.items()})
+    merged = newest_records(base, tables)
+    states = zip(
+        merged.column("is_deleted").to_pylist(), merged.column("instant").to_pylist(), strict=True
+    )
+    got = list(zip(merged.column("key").to_pylist(), states, strict=True))
+    assert dict(got) == want and len(got) == len(want)
+    kept = [k for k, (_, at) in got if at == "b"]
+    assert kept == [k for k in base_keys if want[k][1] == "b"]  # base records first, in order
+    instants = [at for _, (_, at) in got if at != "b"]
+    assert instants == sorted(instants, key=lambda at: int(at[1:]))  # then the logs, oldest first
