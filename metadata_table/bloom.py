@@ -212,8 +212,19 @@ class FiltersAt:
         """Per position, whether its filter may hold the value of any of ``hashes``."""
         values = np.fromiter(hashes, dtype=np.uint64)
         out = np.ones(self.size, dtype=bool)
+        by_size: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
         for answer_at, words, starts, blocks in self._groups:
-            out[answer_at] = _probe(words, starts, blocks, values)
+            by_size.setdefault(blocks, []).append((answer_at, words, starts))
+        for blocks, parts in by_size.items():
+            if len(parts) > 1 and len(values) >= blocks * _WORDS:
+                # laid out word by word anyway: the filters of every chunk in one layout, one
+                # probe (a partition's filters read from many index files are in as many chunks)
+                laid = np.concatenate([_word_by_word(w, s, blocks) for _, w, s in parts], axis=1)
+                answer_at = np.concatenate([a for a, _, _ in parts])
+                out[answer_at] = _probe(laid.ravel(), None, blocks, values)
+                continue
+            for answer_at, words, starts in parts:
+                out[answer_at] = _probe(words, starts, blocks, values)
         return out
 
 
@@ -221,18 +232,28 @@ class FiltersAt:
 _WORDS = _BLOCK_BYTES // 4
 
 
-def _probe(words: np.ndarray, starts: np.ndarray, blocks: int, values: np.ndarray) -> np.ndarray:
-    """Whether each filter of ``blocks`` blocks, starting at word ``starts`` of ``words``, may
-    hold any of ``values`` (hashes)."""
-    filters = len(starts)
+def _word_by_word(words: np.ndarray, starts: np.ndarray, blocks: int) -> np.ndarray:
+    """The filters of ``blocks`` blocks starting at words ``starts`` of ``words``, laid out word
+    by word: row w holds every filter's word w."""
+    return words[starts[None, :] + np.arange(blocks * _WORDS)[:, None]]
+
+
+def _probe(
+    words: np.ndarray, starts: np.ndarray | None, blocks: int, values: np.ndarray
+) -> np.ndarray:
+    """Whether each filter of ``blocks`` blocks, starting at word ``starts`` of ``words`` (None:
+    ``words`` are filters laid out word by word), may hold any of ``values`` (hashes)."""
+    filters = len(words) // (blocks * _WORDS) if starts is None else len(starts)
     found = np.zeros(filters, dtype=bool)
     salt = np.array(_SALT, dtype=np.uint64)
     low = np.uint64(0xFFFFFFFF)
     # laying the filters out word by word reads every filter's every word once: worth it when
     # the values are more than the words of a filter
-    by_word = len(values) >= blocks * _WORDS
-    if by_word:  # word w of every filter is row w, and a pair's word w is at w * filters + f
-        words = words[starts[None, :] + np.arange(blocks * _WORDS)[:, None]].ravel()
+    by_word = starts is None or len(values) >= blocks * _WORDS
+    if starts is not None and by_word:
+        # word w of every filter is row w, and a pair's word w is at w * filters + f
+        words = _word_by_word(words, starts, blocks).ravel()
+    if by_word:
         # a first word's mask is one bit: every filter's bits of its blocks' first words, as
         # booleans (blocks x 32 x filters), make a value's first test one row of them (a take
         # of booleans, not words taken, masked and compared for every pair)
@@ -254,6 +275,7 @@ def _probe(words: np.ndarray, starts: np.ndarray, blocks: int, values: np.ndarra
             pairs = np.flatnonzero(first_bits[block, bit[:, 0]])  # value * filters + filter
             word_at = block[pairs // filters] * _WORDS * filters + pairs % filters
         else:
+            assert starts is not None  # (filters in place)
             word_at = (starts[None, :] + (block * _WORDS)[:, None]).ravel()
             pairs = np.flatnonzero((words[word_at].reshape(len(h), filters) & mask) == mask)
             word_at = word_at[pairs]
