@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from metadata_table.layout import PARTITIONS
 from metadata_table.maintenance import initialize
 from metadata_table.read.snapshot import IndexedSnapshot
@@ -54,3 +56,35 @@ def test_a_table_of_many_commits_and_random_keys_reads_and_indexes(tmp_path: Pat
     snapshot = IndexedSnapshot(Table.open(table.base_uri, config))
     assert [f.file_name for f in snapshot.prune("ts = 100").candidates] == [holder]
     assert [h.rpartition("/")[2] for h in snapshot.lookup_keys([key])[key]] == [holder]
+
+
+def test_bench_scale_stops_its_cluster_when_the_peer_does_not_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """scripts/bench/scale.py starts a Spark cluster and then Apache Hudi's peer: when the peer
+    fails to start, the cluster's JVMs are stopped too (they had been left running)."""
+    import tests.hudi_peer.peer as peer_module
+    import tests.spark.conftest as spark_conftest
+    from scripts.bench import scale
+
+    events: list[str] = []
+
+    class Cluster:
+        def __init__(self, folder: Path) -> None:
+            pass
+
+        def start(self) -> Cluster:
+            events.append("cluster started")
+            return self
+
+        def stop(self) -> None:
+            events.append("cluster stopped")
+
+    def no_peer(scratch: Path) -> None:
+        raise RuntimeError("the peer's python is missing")
+
+    monkeypatch.setattr(spark_conftest, "SparkCluster", Cluster)
+    monkeypatch.setattr(peer_module, "start_peer", no_peer)
+    with pytest.raises(RuntimeError, match="python is missing"):
+        scale.main(["--sizes", "10", "--root", str(tmp_path), "--hudi", "--cluster"])
+    assert events == ["cluster started", "cluster stopped"]

@@ -36,6 +36,7 @@ and, with ``--out``, written to a file.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -339,27 +340,24 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.root or tempfile.mkdtemp(prefix="bench-scale-"))
     root.mkdir(parents=True, exist_ok=True)
     peer = cluster = None
-    if args.cluster:
-        from tests.spark.conftest import SparkCluster
-
-        (root / "spark-cluster").mkdir(exist_ok=True)
-        cluster = SparkCluster(root / "spark-cluster").start()
-    if args.hudi:
-        from tests.hudi_peer.peer import start_peer
-
-        scratch = root / "peer-scratch"
-        scratch.mkdir(exist_ok=True)
-        peer = start_peer(scratch)
     results = []
-    try:
+    with contextlib.ExitStack() as started:  # what started is stopped, whatever fails after
+        if args.cluster:
+            from tests.spark.conftest import SparkCluster
+
+            (root / "spark-cluster").mkdir(exist_ok=True)
+            cluster = SparkCluster(root / "spark-cluster").start()
+            started.callback(cluster.stop)
+        if args.hudi:
+            from tests.hudi_peer.peer import start_peer
+
+            scratch = root / "peer-scratch"
+            scratch.mkdir(exist_ok=True)
+            peer = start_peer(scratch)
+            started.callback(peer.close)
         for files in sizes:
             results.append(measure(root, files, peer, not args.no_validate, args.keep, cluster))
             print(f"  {results[-1]}", file=sys.stderr, flush=True)
-    finally:
-        if peer is not None:
-            peer.close()
-        if cluster is not None:
-            cluster.stop()
     text = (
         f"Tables of {ROWS} rows a file, {PARTITIONS} partitions, {COMMITS} commits, random "
         f"keys (scripts/bench/synthetic.py); indexes {INDEXES}; each command in a new "
