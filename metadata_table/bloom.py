@@ -138,6 +138,9 @@ def might_contain_any(
     return FiltersAt(bitsets, at).might_contain_any(hashes)
 
 
+#: filters of a chunk that a probe copies to probe them with other chunks', at most
+_COPIED_MOST = 4096
+
 #: (hashes x filters) probed at once by :func:`_probe`, at most
 _PROBES_AT_ONCE = 1 << 21
 
@@ -216,13 +219,25 @@ class FiltersAt:
         for answer_at, words, starts, blocks in self._groups:
             by_size.setdefault(blocks, []).append((answer_at, words, starts))
         for blocks, parts in by_size.items():
-            if len(parts) > 1 and len(values) >= blocks * _WORDS:
-                # laid out word by word anyway: the filters of every chunk in one layout, one
-                # probe (a partition's filters read from many index files are in as many chunks)
-                laid = np.concatenate([_word_by_word(w, s, blocks) for _, w, s in parts], axis=1)
-                answer_at = np.concatenate([a for a, _, _ in parts])
-                out[answer_at] = _probe(laid.ravel(), None, blocks, values)
-                continue
+            # a partition's filters read from many index files are in as many chunks, some of a
+            # filter or two: those of one size are probed together, copied into one layout
+            # (word by word, as a probe of many values lays them out anyway; else filter by
+            # filter), except chunks too big to copy for a probe of a few values (a kept
+            # snapshot's million filters, probed in place for each lookup)
+            by_word = len(values) >= blocks * _WORDS
+            together = [p for p in parts if by_word or len(p[2]) <= _COPIED_MOST]
+            if len(together) > 1:
+                answer_at = np.concatenate([a for a, _, _ in together])
+                if by_word:
+                    laid = [_word_by_word(w, s, blocks) for _, w, s in together]
+                    out[answer_at] = _probe(
+                        np.concatenate(laid, axis=1).ravel(), None, blocks, values
+                    )
+                else:
+                    laid = [_word_by_word(w, s, blocks).T for _, w, s in together]
+                    starts = np.arange(len(answer_at), dtype=np.int64) * (blocks * _WORDS)
+                    out[answer_at] = _probe(np.concatenate(laid).ravel(), starts, blocks, values)
+                parts = [p for p in parts if not (by_word or len(p[2]) <= _COPIED_MOST)]
             for answer_at, words, starts in parts:
                 out[answer_at] = _probe(words, starts, blocks, values)
         return out
