@@ -89,9 +89,10 @@ bench-record-index: $(VENV)/.installed-test system-deps hudi-peer
 # 12 minutes a 100,000). At 1,000,000 files, run `scripts/bench/scale.py --sizes 1000,1000000
 # --cluster --root DIR` without Hudi: about 50 minutes (build 8, cluster build 13, validate 9),
 # after about 20 making the table (DIR/t1000000, made beforehand by scripts/bench/synthetic.py,
-# is used as it is).
-bench-scale: $(VENV)/.installed-test system-deps hudi-peer
-	$(PY) scripts/bench/scale.py --sizes $(or $(SIZES),1000,2000,20000,100000) --hudi --cluster
+# is used as it is). Draws docs/bench-scale.png (matplotlib: the bench extra).
+bench-scale: $(VENV)/.installed-bench system-deps hudi-peer
+	$(PY) scripts/bench/scale.py --sizes $(or $(SIZES),1000,2000,20000,100000) --hudi --cluster \
+		--plot docs/bench-scale.png
 
 # The full suite: writes docs/benchmarks.md and docs/bench-*.png (about 20 minutes on 2 cores).
 bench: $(VENV)/.installed-bench system-deps hudi-peer

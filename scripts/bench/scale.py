@@ -235,6 +235,54 @@ def measure(
     }
 
 
+def plot(results: list[dict[str, float]], path: Path) -> None:
+    """The results against the table's size, as a PNG: the build's and validate's time over the
+    footer-read bound, the fresh reads' milliseconds, and the upserts' p95 over the smallest
+    table's of the same run (``upsert_ratio``; needs matplotlib: the project's ``bench``
+    extra)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = sorted(results, key=lambda r: r["files"])
+    files = [r["files"] for r in rows]
+    fig, (ratios, reads) = plt.subplots(1, 2, figsize=(10, 3.8))
+    ratios.plot(files, [r["build"] / r["bound"] for r in rows], marker="o", label="build / bound")
+    checked = [r for r in rows if "validate" in r]
+    ratios.plot(
+        [r["files"] for r in checked],
+        [r["validate"] / r["bound"] for r in checked],
+        marker="o",
+        label="validate / bound",
+    )
+    ratios.plot(
+        files,
+        [r["upsert_ratio"] for r in rows],
+        marker="o",
+        label="upsert p95 / smallest table's",
+    )
+    ratios.axhline(1.5, color="#999", linestyle="--", linewidth=0.8)
+    ratios.set_title("Ratios (a new process each)")
+    for name, label in (
+        ("prune_fresh", "prune(), new snapshot"),
+        ("lookup_fresh", "lookup, new snapshot"),
+        ("prune_kept", "prune(), kept snapshot"),
+        ("lookup_kept", "lookup, kept snapshot"),
+    ):
+        reads.plot(files, [r[name] for r in rows], marker="o", label=label)
+    reads.set_yscale("log")
+    reads.set_ylabel("ms")
+    reads.set_title("Reads")
+    for ax in (ratios, reads):
+        ax.set_xscale("log")
+        ax.set_xlabel("data files")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def table(results: list[dict[str, float]]) -> str:
     lines = [
         "| data files | bound s | build s | build / bound | build peak MB | validate s "
@@ -316,6 +364,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", help="also write the markdown table to this file")
     parser.add_argument(
+        "--plot", help="also draw the results to this PNG file (needs the bench extra)"
+    )
+    parser.add_argument(
+        "--results",
+        help="also write the results as JSON to this file",
+    )
+    parser.add_argument(
         "--hudi",
         action="store_true",
         help="also run Apache Hudi 0.15's HoodieIndexer on a copy of each table (needs the "
@@ -358,6 +413,9 @@ def main(argv: list[str] | None = None) -> int:
         for files in sizes:
             results.append(measure(root, files, peer, not args.no_validate, args.keep, cluster))
             print(f"  {results[-1]}", file=sys.stderr, flush=True)
+    smallest = min(results, key=lambda r: r["files"])["upsert_p95"] if results else 1.0
+    for r in results:
+        r["upsert_ratio"] = r["upsert_p95"] / smallest
     text = (
         f"Tables of {ROWS} rows a file, {PARTITIONS} partitions, {COMMITS} commits, random "
         f"keys (scripts/bench/synthetic.py); indexes {INDEXES}; each command in a new "
@@ -366,6 +424,10 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.out:
         Path(args.out).write_text(text)
+    if args.results:
+        Path(args.results).write_text(json.dumps(results, indent=1))
+    if args.plot:
+        plot(results, Path(args.plot))
     return 0
 
 
