@@ -269,15 +269,17 @@ def _prefix_in_order(keys: pa.Table) -> int:
 
 
 def by_partition(table: pa.Table) -> dict[str, pa.Table]:
-    """The rows of a base-file table in partition order (:attr:`FileSystemView.latest_base_table`
-    and its like), cut into each partition's: one pass over the column, not a filter per
-    partition."""
+    """The rows of a base-file table cut into each partition's. Rows in partition order (as
+    :attr:`FileSystemView.latest_base_table` and its like give them) are cut as slices in one
+    pass over the column; otherwise each partition's are filtered."""
     if not table.num_rows:
         return {}
     encoded = pc.dictionary_encode(table.column("partition_path")).combine_chunks()
     codes = encoded.indices.to_numpy()
     starts = np.concatenate([[0], np.flatnonzero(codes[1:] != codes[:-1]) + 1])
     names = encoded.dictionary.to_pylist()
+    if len(starts) != len(names):  # a partition in two runs: not in partition order
+        return {n: table.filter(pc.equal(encoded.indices, i)) for i, n in enumerate(names)}
     ends = [*starts[1:].tolist(), table.num_rows]
     return {
         names[codes[a]]: table.slice(a, b - a) for a, b in zip(starts.tolist(), ends, strict=True)
@@ -465,6 +467,8 @@ class FileSystemView:
         when they are few, unless the whole listing is read already (or there is no partition
         listing)."""
         names = pa.array(sorted(set(partitions)), pa.string())
+        if not len(names):
+            return _bases_of(_as_listed([]))
         few = len(names) <= _FEW_PARTITIONS
         if "_listed" in self.__dict__ or self._partition_listing is None or not few:
             bases = self._base_table

@@ -132,6 +132,12 @@ def test_the_latest_base_files_follow_the_rule(
     assert list(cut) == sorted({b.partition_path for b in want})
     for partition, rows in cut.items():
         assert base_files_of(rows) == [b for b in want if b.partition_path == partition]
+    # rows not in partition order (a partition in several runs) are cut too
+    mixed = by_partition(view.latest_base_table.sort_by([("file_id", "ascending")]))
+    assert {p: sorted(base_files_of(r), key=_order) for p, r in mixed.items()} == {
+        p: base_files_of(r) for p, r in cut.items()
+    }
+    assert scoped.latest_base_files([]) == [] and "_listed" not in scoped.__dict__
 
 
 def test_many_partitions_are_read_from_the_whole_listing_once() -> None:
