@@ -225,7 +225,8 @@ class FiltersAt:
             # filter), except chunks too big to copy for a probe of a few values (a kept
             # snapshot's million filters, probed in place for each lookup)
             by_word = len(values) >= blocks * _WORDS
-            together = [p for p in parts if by_word or len(p[2]) <= _COPIED_MOST]
+            copied = [by_word or len(starts) <= _COPIED_MOST for _, _, starts in parts]
+            together = [p for p, c in zip(parts, copied, strict=True) if c]
             if len(together) > 1:
                 answer_at = np.concatenate([a for a, _, _ in together])
                 if by_word:
@@ -237,7 +238,7 @@ class FiltersAt:
                     laid = [_word_by_word(w, s, blocks).T for _, w, s in together]
                     starts = np.arange(len(answer_at), dtype=np.int64) * (blocks * _WORDS)
                     out[answer_at] = _probe(np.concatenate(laid).ravel(), starts, blocks, values)
-                parts = [p for p in parts if not (by_word or len(p[2]) <= _COPIED_MOST)]
+                parts = [p for p, c in zip(parts, copied, strict=True) if not c]
             for answer_at, words, starts in parts:
                 out[answer_at] = _probe(words, starts, blocks, values)
         return out

@@ -235,11 +235,18 @@ def measure(
     }
 
 
+def with_upsert_ratios(results: list[dict[str, float]]) -> None:
+    """Each result's ``upsert_ratio``: its upserts' p95 over the smallest table's of the run."""
+    smallest = min(results, key=lambda r: r["files"])["upsert_p95"] if results else 1.0
+    for r in results:
+        r["upsert_ratio"] = r["upsert_p95"] / smallest
+
+
 def plot(results: list[dict[str, float]], path: Path) -> None:
     """The results against the table's size, as a PNG: the build's and validate's time over the
     footer-read bound, the fresh reads' milliseconds, and the upserts' p95 over the smallest
-    table's of the same run (``upsert_ratio``; needs matplotlib: the project's ``bench``
-    extra)."""
+    table's of the same run (:func:`with_upsert_ratios`; needs matplotlib: the project's
+    ``bench`` extra)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -308,14 +315,13 @@ def table(results: list[dict[str, float]]) -> str:
         "partition: p95 ms (against the smallest table) | files kept by prune / lookup |",
         "|---|---|---|---|---|---|---|",
     ]
-    smallest = min(results, key=lambda r: r["files"])["upsert_p95"]
     for r in results:
         lines.append(
             f"| {r['files']:,} | {r['prune_cold']:.0f} / {r['prune_fresh']:.0f} / "
             f"{r['prune_commit']:.0f} / {r['prune_kept']:.1f} | {r['lookup_cold']:.0f} / "
             f"{r['lookup_fresh']:.0f} / {r['lookup_commit']:.0f} / {r['lookup_kept']:.1f} | "
             f"{r['prune_default']:.0f} / {r['lookup_default']:.0f} | {r['commit']:.0f} | "
-            f"{r['upsert_p95']:.0f} (**{r['upsert_p95'] / smallest:.2f}x**) | "
+            f"{r['upsert_p95']:.0f} (**{r['upsert_ratio']:.2f}x**) | "
             f"{r['kept']} / {r['holders']} |"
         )
     peer = [r for r in results if "hudi" in r]
@@ -413,9 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         for files in sizes:
             results.append(measure(root, files, peer, not args.no_validate, args.keep, cluster))
             print(f"  {results[-1]}", file=sys.stderr, flush=True)
-    smallest = min(results, key=lambda r: r["files"])["upsert_p95"] if results else 1.0
-    for r in results:
-        r["upsert_ratio"] = r["upsert_p95"] / smallest
+    with_upsert_ratios(results)
     text = (
         f"Tables of {ROWS} rows a file, {PARTITIONS} partitions, {COMMITS} commits, random "
         f"keys (scripts/bench/synthetic.py); indexes {INDEXES}; each command in a new "
