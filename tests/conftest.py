@@ -1,6 +1,7 @@
 """Shared fixtures: real backends started by the tests themselves.
 
-* ``s3_endpoint``: moto's S3 server over HTTP on 127.0.0.1 (a free port), with a bucket.
+* ``s3_endpoint``: moto's S3 server over HTTP on 127.0.0.1 (a free port), with a bucket, its
+  conditional writes made atomic as S3's are.
 * ``postgres_url``: a throwaway PostgreSQL server (initdb + pg_ctl) on a free loopback port.
 * ``storage``: a fresh :class:`Storage` on each backend (local, memory, s3).
 * Tests marked ``soak`` are exhaustive variants of a test that CI runs in one form: they are
@@ -19,6 +20,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,11 +49,40 @@ def free_port() -> int:
         return port
 
 
+_CONDITIONAL_WRITE_LOCK = threading.Lock()
+
+
+def atomic_conditional_writes() -> None:
+    """Make moto's conditional writes atomic, as S3's are.
+
+    moto's server answers each request on its own thread, and its PUT (and multipart completion)
+    with ``If-None-Match: *`` or ``If-Match`` checks the key and then writes it with no lock
+    between: two racing creates of one key could both succeed, which S3 never allows (CI saw
+    two winners of eight processes). One lock around each conditional write closes that window;
+    unconditional writes are left as they are."""
+    from moto.s3.responses import S3Response
+
+    for name in ("put_object", "_key_response_post"):
+        original = getattr(S3Response, name)
+        if getattr(original, "_atomic_conditional", False):
+            continue
+
+        def locked(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            if self.headers.get("If-None-Match") or self.headers.get("If-Match"):
+                with _CONDITIONAL_WRITE_LOCK:
+                    return _original(self, *args, **kwargs)
+            return _original(self, *args, **kwargs)
+
+        locked._atomic_conditional = True  # type: ignore[attr-defined]
+        setattr(S3Response, name, locked)
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     import boto3
     from moto.server import ThreadedMotoServer
 
+    atomic_conditional_writes()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()

@@ -172,6 +172,40 @@ def test_eight_processes_create_same_path_one_wins(
             assert storage.read(path) == f"winner {winner}".encode()
 
 
+def test_test_s3_servers_conditional_create_is_atomic(
+    s3_storage: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The S3 server the tests run (moto) must not let two creates of one key both win, however
+    slow its write: with each write held 50 ms after its existence check, all eight racing
+    threads won before conftest made conditional writes atomic (CI's eight-process race once
+    saw two winners)."""
+    from moto.s3.models import S3Backend
+
+    original = S3Backend.put_object
+
+    def slow_put(self: Any, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.05)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(S3Backend, "put_object", slow_put)
+    for round_ in range(3):
+        outcomes: list[str] = []
+        start_at = time.time() + 0.2
+
+        def contender(i: int, path: str, start_at: float, out: list[str]) -> None:
+            out.append(_contend(s3_storage, path, start_at, i))
+
+        threads = [
+            threading.Thread(target=contender, args=(i, f"slow/{round_}", start_at, outcomes))
+            for i in range(8)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(outcomes) == ["lost"] * 7 + ["won"], outcomes
+
+
 def test_eight_threads_create_same_path_on_memory() -> None:
     # memory:// lives inside one process, so its contenders are threads.
     storage = Storage(f"memory://{uuid.uuid4().hex}")
