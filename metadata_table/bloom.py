@@ -17,6 +17,7 @@ import math
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -179,6 +180,8 @@ class FiltersAt:
         self.size = len(positions)
         #: (where in the answer, the chunk's words, the filters' first words, their blocks)
         self._groups: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]] = []
+        #: filters of one size laid out word by word, and where they go in the answer
+        self._laid: dict[int, tuple[np.ndarray, _Laid]] = {}
         known = np.flatnonzero(positions >= 0)
         chunk_of = np.searchsorted(ends, positions[known], side="right")
         by_chunk = np.argsort(chunk_of, kind="stable")
@@ -215,37 +218,58 @@ class FiltersAt:
         """Per position, whether its filter may hold the value of any of ``hashes``."""
         values = np.fromiter(hashes, dtype=np.uint64)
         out = np.ones(self.size, dtype=bool)
+        for blocks, parts in self._by_size.items():
+            if len(values) >= blocks * _WORDS:
+                # more values than a filter has words: every filter's every word is read, so
+                # they are laid out word by word, once (kept for the next probe when small)
+                answer_at, laid = self._laid_out(blocks, parts)
+                out[answer_at] = _probe_laid(laid, values)
+                continue
+            # a few values: filters probed where they are, but a partition's filters read from
+            # many index files are in as many chunks, some of a filter or two: the small ones
+            # are copied into one layout filter by filter and probed together, except chunks
+            # too big to copy for a probe of a few values (a kept snapshot's million filters,
+            # probed in place for each lookup)
+            small = [p for p in parts if len(p[2]) <= _COPIED_MOST]
+            if len(small) > 1:
+                answer_at = np.concatenate([a for a, _, _ in small])
+                copied = np.concatenate([_word_by_word(w, s, blocks).T for _, w, s in small])
+                starts = np.arange(len(answer_at), dtype=np.int64) * (blocks * _WORDS)
+                out[answer_at] = _probe_in_place(copied.ravel(), starts, blocks, values)
+                parts = [p for p in parts if len(p[2]) > _COPIED_MOST]
+            for answer_at, words, starts in parts:
+                out[answer_at] = _probe_in_place(words, starts, blocks, values)
+        return out
+
+    @cached_property
+    def _by_size(self) -> dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
         by_size: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
         for answer_at, words, starts, blocks in self._groups:
             by_size.setdefault(blocks, []).append((answer_at, words, starts))
-        for blocks, parts in by_size.items():
-            # a partition's filters read from many index files are in as many chunks, some of a
-            # filter or two: those of one size are probed together, copied into one layout
-            # (word by word, as a probe of many values lays them out anyway; else filter by
-            # filter), except chunks too big to copy for a probe of a few values (a kept
-            # snapshot's million filters, probed in place for each lookup)
-            by_word = len(values) >= blocks * _WORDS
-            copied = [by_word or len(starts) <= _COPIED_MOST for _, _, starts in parts]
-            together = [p for p, c in zip(parts, copied, strict=True) if c]
-            if len(together) > 1:
-                answer_at = np.concatenate([a for a, _, _ in together])
-                if by_word:
-                    laid = [_word_by_word(w, s, blocks) for _, w, s in together]
-                    out[answer_at] = _probe(
-                        np.concatenate(laid, axis=1).ravel(), None, blocks, values
-                    )
-                else:
-                    laid = [_word_by_word(w, s, blocks).T for _, w, s in together]
-                    starts = np.arange(len(answer_at), dtype=np.int64) * (blocks * _WORDS)
-                    out[answer_at] = _probe(np.concatenate(laid).ravel(), starts, blocks, values)
-                parts = [p for p, c in zip(parts, copied, strict=True) if not c]
-            for answer_at, words, starts in parts:
-                out[answer_at] = _probe(words, starts, blocks, values)
-        return out
+        return by_size
+
+    def _laid_out(
+        self, blocks: int, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+    ) -> tuple[np.ndarray, _Laid]:
+        """The filters of ``blocks`` blocks laid out word by word (:class:`_Laid`), and where
+        each goes in the answer; kept for later probes when they take at most
+        :data:`_LAID_KEPT_BYTES` (a warm writer probes a partition's filters once a commit)."""
+        if blocks in self._laid:
+            return self._laid[blocks]
+        answer_at = np.concatenate([a for a, _, _ in parts])
+        words = np.concatenate([_word_by_word(w, s, blocks) for _, w, s in parts], axis=1)
+        laid = (answer_at, _Laid.of(words.ravel(), blocks, len(answer_at)))
+        if laid[1].nbytes <= _LAID_KEPT_BYTES:
+            self._laid[blocks] = laid
+        return laid
 
 
 #: block words
 _WORDS = _BLOCK_BYTES // 4
+
+#: filters laid out word by word that a :class:`FiltersAt` keeps for its next probes, at most
+#: (bytes of words and first-word bits)
+_LAID_KEPT_BYTES = 64 << 20
 
 
 def _word_by_word(words: np.ndarray, starts: np.ndarray, blocks: int) -> np.ndarray:
@@ -254,54 +278,89 @@ def _word_by_word(words: np.ndarray, starts: np.ndarray, blocks: int) -> np.ndar
     return words[starts[None, :] + np.arange(blocks * _WORDS)[:, None]]
 
 
-def _probe(
-    words: np.ndarray, starts: np.ndarray | None, blocks: int, values: np.ndarray
-) -> np.ndarray:
-    """Whether each filter of ``blocks`` blocks, starting at word ``starts`` of ``words`` (None:
-    ``words`` are filters laid out word by word), may hold any of ``values`` (hashes)."""
-    filters = len(words) // (blocks * _WORDS) if starts is None else len(starts)
-    found = np.zeros(filters, dtype=bool)
-    salt = np.array(_SALT, dtype=np.uint64)
-    low = np.uint64(0xFFFFFFFF)
-    # laying the filters out word by word reads every filter's every word once: worth it when
-    # the values are more than the words of a filter
-    by_word = starts is None or len(values) >= blocks * _WORDS
-    if starts is not None and by_word:
-        # word w of every filter is row w, and a pair's word w is at w * filters + f
-        words = _word_by_word(words, starts, blocks).ravel()
-    if by_word:
-        # a first word's mask is one bit: every filter's bits of its blocks' first words, as
-        # booleans (blocks x 32 x filters), make a value's first test one row of them (a take
-        # of booleans, not words taken, masked and compared for every pair)
+@dataclass(frozen=True)
+class _Laid:
+    """Filters of one size laid out word by word (word w of filter f at ``w * filters + f``),
+    and their blocks' first words' bits as booleans (``first_bits[block, bit, filter]``), so a
+    value's first test is one row of them (a take of booleans, not words taken, masked and
+    compared for every pair)."""
+
+    words: np.ndarray
+    first_bits: np.ndarray
+    blocks: int
+    filters: int
+
+    @classmethod
+    def of(cls, words: np.ndarray, blocks: int, filters: int) -> _Laid:
         first = np.ascontiguousarray(words.reshape(-1, filters)[::_WORDS])  # (blocks, filters)
         bits = np.unpackbits(
             first.view(np.uint8).reshape(blocks, filters, 4), axis=2, bitorder="little"
         )
         first_bits = np.ascontiguousarray(bits.transpose(0, 2, 1)).view(bool)
-    stride = filters if by_word else 1
+        return cls(words, first_bits, blocks, filters)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.words.nbytes + self.first_bits.nbytes)
+
+
+def _value_bits(values: np.ndarray, blocks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per value: the block it falls in (in a filter of ``blocks`` blocks), its bit in each of a
+    block's words, and those bits as masks."""
+    h = values[:, None]
+    block = (((h[:, 0] >> np.uint64(32)) * np.uint64(blocks)) >> np.uint64(32)).astype(np.int64)
+    salt = np.array(_SALT, dtype=np.uint64)
+    bit = (((h * salt[None, :]) & np.uint64(0xFFFFFFFF)) >> np.uint64(27)).astype(np.uint32)
+    return block, bit, np.uint32(1) << bit
+
+
+def _rest_of_words(
+    words: np.ndarray,
+    stride: int,
+    filters: int,
+    masks: np.ndarray,
+    pairs: np.ndarray,
+    word_at: np.ndarray,
+) -> np.ndarray:
+    """Of the pairs (``value * filters + filter``) whose first word held the value's bit, the
+    filters of those whose other seven words hold theirs too (word w of a pair at
+    ``word_at + w * stride``)."""
+    for word in range(1, _WORDS):
+        if not len(pairs):
+            break
+        mask = masks[pairs // filters, word]
+        keep = (words[word_at + word * stride] & mask) == mask
+        pairs, word_at = pairs[keep], word_at[keep]
+    return pairs % filters
+
+
+def _probe_laid(laid: _Laid, values: np.ndarray) -> np.ndarray:
+    """Whether each filter laid out in ``laid`` may hold any of ``values`` (hashes)."""
+    filters, blocks = laid.filters, laid.blocks
+    found = np.zeros(filters, dtype=bool)
     step = max(1, _PROBES_AT_ONCE // max(1, filters))
     for first_value in range(0, len(values), step):
-        h = values[first_value : first_value + step, None]  # (values, 1)
-        # the block each value falls in, in every filter (all have ``blocks`` blocks)
-        block = (((h[:, 0] >> np.uint64(32)) * np.uint64(blocks)) >> np.uint64(32)).astype(np.int64)
-        bit = (((h * salt[None, :]) & low) >> np.uint64(27)).astype(np.uint32)
-        masks = np.uint32(1) << bit
+        block, bit, masks = _value_bits(values[first_value : first_value + step], blocks)
+        pairs = np.flatnonzero(laid.first_bits[block, bit[:, 0]])  # value * filters + filter
+        word_at = block[pairs // filters] * _WORDS * filters + pairs % filters
+        found[_rest_of_words(laid.words, filters, filters, masks, pairs, word_at)] = True
+    return found
+
+
+def _probe_in_place(
+    words: np.ndarray, starts: np.ndarray, blocks: int, values: np.ndarray
+) -> np.ndarray:
+    """Whether each filter of ``blocks`` blocks, starting at word ``starts`` of ``words``, may
+    hold any of ``values`` (hashes): each pair's words read where they are."""
+    filters = len(starts)
+    found = np.zeros(filters, dtype=bool)
+    step = max(1, _PROBES_AT_ONCE // max(1, filters))
+    for first_value in range(0, len(values), step):
+        block, _, masks = _value_bits(values[first_value : first_value + step], blocks)
+        word_at = (starts[None, :] + (block * _WORDS)[:, None]).ravel()
         mask = masks[:, :1]  # the first word's, against every filter at once
-        if by_word:
-            pairs = np.flatnonzero(first_bits[block, bit[:, 0]])  # value * filters + filter
-            word_at = block[pairs // filters] * _WORDS * filters + pairs % filters
-        else:
-            assert starts is not None  # (filters in place)
-            word_at = (starts[None, :] + (block * _WORDS)[:, None]).ravel()
-            pairs = np.flatnonzero((words[word_at].reshape(len(h), filters) & mask) == mask)
-            word_at = word_at[pairs]
-        for word in range(1, _WORDS):
-            if not len(pairs):
-                break
-            mask = masks[pairs // filters, word]
-            keep = (words[word_at + word * stride] & mask) == mask
-            pairs, word_at = pairs[keep], word_at[keep]
-        found[pairs % filters] = True
+        pairs = np.flatnonzero((words[word_at].reshape(len(block), filters) & mask) == mask)
+        found[_rest_of_words(words, 1, filters, masks, pairs, word_at[pairs])] = True
     return found
 
 

@@ -251,13 +251,14 @@ def test_probing_answers_as_each_filter_does_in_every_layout(
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The probe's paths (filters of one size or of several, read in place or laid out word by
-    word, values in one pass or in many, sparse filters where most pairs stop at the first word
+    word, that layout kept for the next probes or not, values in one pass or in many, sparse filters where most pairs stop at the first word
     and dense ones where they go on; the filters at some positions of a column in chunks)
     answer what probing each filter object does."""
     import metadata_table.bloom as bloom
 
     rng = random.Random(seed)
     monkeypatch.setattr(bloom, "_PROBES_AT_ONCE", rng.choice([1, 50, 1 << 21]))
+    monkeypatch.setattr(bloom, "_LAID_KEPT_BYTES", rng.choice([0, 64 << 20]))
     sizes = [rng.randrange(4)] if seed % 2 else [0, 1, 2, 3]
     blooms = []
     for n in range(rng.randrange(1, 80)):
@@ -266,7 +267,8 @@ def test_probing_answers_as_each_filter_does_in_every_layout(
         for key in keys:
             blooms[-1].insert_hash(hash_value(key))
     bitsets = pa.array([bytes(b.bitset) for b in blooms], pa.binary())
-    for count in (1, 7, 8, 63, 64, 300):
+    kept = bloom.FiltersAt(bitsets)  # probed with every count: its laid-out filters kept
+    for count in (1, 7, 8, 63, 64, 300, 8, 1):
         values = [
             hash_value(
                 f"k{rng.randrange(80)}-{rng.randrange(60)}"
@@ -277,6 +279,7 @@ def test_probing_answers_as_each_filter_does_in_every_layout(
         ]
         want = [any(b.might_contain_hash(h) for h in values) for b in blooms]
         assert might_contain_any(bitsets, values).tolist() == want, count
+        assert kept.might_contain_any(values).tolist() == want, count
         # the filters at some positions (-1: none) of the column in chunks, none copied
         cut = sorted(rng.sample(range(len(blooms) + 1), min(3, len(blooms) + 1)))
         chunked = pa.chunked_array(
