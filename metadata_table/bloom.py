@@ -216,7 +216,11 @@ class FiltersAt:
 
     def might_contain_any(self, hashes: Iterable[int]) -> np.ndarray:
         """Per position, whether its filter may hold the value of any of ``hashes``."""
-        values = np.fromiter(hashes, dtype=np.uint64)
+        values = (
+            hashes.astype(np.uint64, copy=False)
+            if isinstance(hashes, np.ndarray)
+            else np.fromiter(hashes, dtype=np.uint64)
+        )
         out = np.ones(self.size, dtype=bool)
         for blocks, parts in self._by_size.items():
             if len(values) >= blocks * _WORDS:

@@ -35,8 +35,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from metadata_table.bloom import BloomSizing
-from metadata_table.layout import RECORD_INDEX
+from metadata_table.layout import BLOOM_FILTERS, RECORD_INDEX
 from metadata_table.migrate import LEGACY_FOLDER, has_legacy_index
+from metadata_table.read.kept import KeptFilters
 from metadata_table.read.snapshot import IndexedSnapshot
 from metadata_table.records import DataFileInfo, placed_keys, read_record_keys
 from metadata_table.table import MetadataTable
@@ -72,6 +73,7 @@ from timeline.failpoints import failpoint
 from timeline.fs_view import (
     BaseFile,
     FileSystemView,
+    KeptBaseFiles,
     base_files_of,
     by_partition,
     parquet_footer,
@@ -186,6 +188,12 @@ class WriteClient:
         self.verified_files: set[str] = set()  # files the key generator was checked against
         #: how the last write found its keys' file groups (see WriteTransaction.tagged_by)
         self.last_tagged_by: list[str] = []
+        #: what one write leaves to the next: the latest base files of the partitions it wrote
+        #: (brought forward from the commits completed since) and their bloom filters (with
+        #: those its commits wrote), so a warm client's upsert into a partition of 10,000
+        #: files neither lists the partition nor reads its filters again
+        self.kept_bases = KeptBaseFiles()
+        self.kept_filters = KeptFilters()
 
     def marker_server_url(self) -> str:
         """The marker server to use: the configured one, or one embedded in this client."""
@@ -341,6 +349,9 @@ class WriteTransaction:
         self.layout = FileLayout()
         self._written = False
         self._state = _TxnState.OPEN
+        #: the bloom_filters records this write's commit wrote (kept by the client once it
+        #: completes)
+        self._bloom_records: pa.Table | None = None
         self._detector = (
             EarlyConflictDetector(
                 self.table,
@@ -423,7 +434,7 @@ class WriteTransaction:
             partitions[p].append(i)
         # the partitions' latest base files as Arrow rows, read once for all of them (from their
         # own listings when they are few): objects only for the groups this write touches
-        listed = self.view.latest_base_table_of(partitions)
+        listed = self.client.kept_bases.latest_base_table_of(self.view, partitions)
         latest = by_partition(listed)
         targets: list[FileGroupWrite] = []
         for partition, rows in sorted(partitions.items()):
@@ -728,7 +739,7 @@ class WriteTransaction:
         """Record key -> file id, for the incoming keys found in the partition's base files (rows
         of the view's base-file table); only files whose bloom filter may hold a key are read
         (when ``bloom_filters`` is completed)."""
-        candidates = self.index.candidate_files(partition, keys, bases)
+        candidates = self.index.candidate_files(partition, keys, bases, self.client.kept_filters)
         found = self._owners(base_files_of(candidates), keys)
         return {key: file_id for key, (_, file_id) in found.items()}
 
@@ -822,6 +833,8 @@ class WriteTransaction:
                 raise CommitStateUnknownError(inflight, e) from e
         self._state = _TxnState.COMMITTED
         self.instant = done
+        if self._bloom_records is not None:
+            self.client.kept_filters.add_records(self._bloom_records)
         self.markers.delete_all()
         self.heartbeat.stop()
         logger.info("write %s committed (%d files)", done, len(self.stats))
@@ -865,9 +878,9 @@ class WriteTransaction:
             return
         infos = [self._infos[s.path] for s in self.stats]
         mdt = MetadataTable(self.table)
-        mdt.write_deltacommit(
-            self.instant_time, mdt.records_of(state.partitions, infos, state), self.markers, lock
-        )
+        records = mdt.records_of(state.partitions, infos, state)
+        mdt.write_deltacommit(self.instant_time, records, self.markers, lock)
+        self._bloom_records = records.get(BLOOM_FILTERS)
 
     def _finalize(self) -> None:
         """Delete data files that have markers but are not in the write stats (partial files of

@@ -68,6 +68,7 @@ from metadata_table.read.filters import (
     parse_filter,
     row_literal,
 )
+from metadata_table.read.kept import KeptFilters
 from metadata_table.read.keyed import KeyedLookup
 from metadata_table.reader import MetadataReader
 from metadata_table.records import RECORD_KEY, python_value, value_texts
@@ -626,17 +627,28 @@ class IndexedSnapshot:
         for both write engines' tagging."""
         if not self.uses(BLOOM_FILTERS):
             return None
-        columns = ["file_name", "bloom_filter"]
-        rows = self.reader.read(
-            BLOOM_FILTERS, partition_prefix(partition), columns=columns, ordered=False
-        )
+        rows = self._partition_filters(partition)
         found = pc.index_in(files.column("file_name"), rows.column("file_name"))
         at = np.asarray(pc.fill_null(found, -1).to_numpy(zero_copy_only=False), dtype=np.int64)
-        behind = self._unapplied_times(BLOOM_FILTERS)
-        if behind:
-            stale = pc.is_in(files.column("instant_time"), pa.array(sorted(behind), pa.string()))
-            at[np.asarray(stale.to_numpy(zero_copy_only=False), dtype=bool)] = -1
+        at[self._unfiltered(files)] = -1
         return rows.column("bloom_filter"), at
+
+    def _partition_filters(self, partition: str) -> pa.Table:
+        """The ``file_name`` and ``bloom_filter`` of every file of ``partition`` the
+        ``bloom_filters`` index holds."""
+        columns = ["file_name", "bloom_filter"]
+        return self.reader.read(
+            BLOOM_FILTERS, partition_prefix(partition), columns=columns, ordered=False
+        )
+
+    def _unfiltered(self, files: pa.Table) -> np.ndarray:
+        """Which of ``files`` (with their ``instant_time``) were written by instants
+        ``bloom_filters`` does not reflect: they must be read whatever a filter says."""
+        behind = self._unapplied_times(BLOOM_FILTERS)
+        if not behind:
+            return np.zeros(files.num_rows, dtype=bool)
+        stale = pc.is_in(files.column("instant_time"), pa.array(sorted(behind), pa.string()))
+        return np.asarray(stale.to_numpy(zero_copy_only=False), dtype=bool)
 
     def key_filters(
         self, partition: str, files: Sequence[BaseFile]
@@ -660,19 +672,39 @@ class IndexedSnapshot:
             for f, value in zip(files, values, strict=True)
         }
 
-    def candidate_files(self, partition: str, keys: Iterable[str], files: pa.Table) -> pa.Table:
+    def candidate_files(
+        self,
+        partition: str,
+        keys: Iterable[str],
+        files: pa.Table,
+        kept: KeptFilters | None = None,
+    ) -> pa.Table:
         """Of ``files`` (rows of base files in ``partition``, as
         :meth:`~timeline.fs_view.FileSystemView.latest_base_table_of` gives them), those whose
         bloom filter may hold one of ``keys`` (:meth:`_key_bitsets`' rule), probed on the
         filters' Arrow buffers for all keys at once: a partition's 1,000 files against 1,000
         keys in a tenth of a second, where a probe per filter object and key was most of an
-        upsert's 3 s."""
-        found = self._key_bitsets(partition, files)
-        if found is None:
+        upsert's 3 s. With ``kept`` (a warm writer's), the partition's filters are those kept,
+        read from the index only when a file has none there (and then kept)."""
+        hashes = np.fromiter((hash_value(k) for k in keys), dtype=np.uint64)
+        if kept is None:
+            found = self._key_bitsets(partition, files)
+            if found is None:
+                return files
+            bitsets, at = found
+            return files.filter(pa.array(might_contain_any(bitsets, hashes, at)))
+        if not self.uses(BLOOM_FILTERS):
             return files
-        bitsets, at = found
-        keep = might_contain_any(bitsets, (hash_value(k) for k in keys), at)
-        return files.filter(pa.array(keep))
+        names = files.column("file_name")
+        unfiltered = self._unfiltered(files)
+        where = kept.positions(partition, names)
+        if where is None or np.any((where < 0) & ~unfiltered):
+            rows = self._partition_filters(partition)
+            kept.put(partition, rows.column("file_name"), rows.column("bloom_filter"))
+            where = kept.positions(partition, names)
+            assert where is not None  # (just kept)
+        where[unfiltered] = -1
+        return files.filter(pa.array(kept.might_contain_any(partition, hashes, where)))
 
     def _bloom_records(self) -> pa.Table:
         """Every live bloom filter record with its file's ``path``; read once per snapshot."""
