@@ -2,7 +2,8 @@
 
 Only :mod:`metadata_table` names, writes or deletes metadata-table files. The indexer (and any
 table service to come) works through :class:`PartitionWriter` on the driver and through
-:class:`PartitionBuild` in Spark tasks, which is small and picklable:
+:class:`PartitionBuild` in Spark tasks, which is small and picklable (it lives in
+:mod:`metadata_table.group_records`, below this module and validate, and is re-exported here):
 
 * schedule: :meth:`PartitionWriter.create_partition` makes every file group of a new partition;
 * build: :meth:`PartitionWriter.begin_build` starts the metadata compaction instant that writes a
