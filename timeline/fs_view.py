@@ -674,9 +674,9 @@ _KEPT_COLUMNS = (*_ORDER_COLUMNS, "path")
 
 
 class KeptBaseFiles:
-    """The latest base files of some partitions (rows of :meth:`FileSystemView.latest_base_table_of`),
-    kept by a warm writer across its commits and brought forward to each new snapshot from the
-    commits completed since, as Apache Hudi's timeline server syncs its file-system view from
+    """The latest base files of some partitions of a copy-on-write table (rows of
+    :meth:`FileSystemView.latest_base_table_of`), kept by a warm writer across its commits and
+    brought forward to each new snapshot from the commits completed since, as Apache Hudi's timeline server syncs its file-system view from
     the new instants rather than list again: at a million files, working out one partition's
     latest files from its listing was a fifth of an upsert.
 
@@ -708,9 +708,12 @@ class KeptBaseFiles:
             cut = by_partition(fresh)
             for partition in missing:
                 self._rows[partition] = cut.get(partition, fresh.slice(0, 0))
+        answer = pa.concat_tables([self._rows[p] for p in wanted]) if wanted else _EMPTY_KEPT
         if sum(t.num_rows for t in self._rows.values()) > KEPT_ROWS_MOST:
-            self._rows = {p: self._rows[p] for p in wanted}
-        return pa.concat_tables([self._rows[p] for p in wanted]) if wanted else _EMPTY_KEPT
+            self._rows = {p: self._rows[p] for p in wanted}  # the partitions of this write
+            if answer.num_rows > KEPT_ROWS_MOST:
+                self._rows = {}  # too many to keep at all
+        return answer
 
     def _bring_forward(self, view: FileSystemView, completed: frozenset[tuple[str, str]]) -> bool:
         """Bring the kept rows forward to ``view``'s snapshot; False when they cannot be."""

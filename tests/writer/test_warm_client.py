@@ -114,3 +114,25 @@ def test_a_warm_clients_next_upsert_neither_lists_nor_reads_filters(
     assert {k: r["fare"] for k, r in after.items()} == {
         f"k{k:04d}": float(40_000 + k) for k in range(0, 120, 3)
     }
+
+
+def test_kept_base_files_let_go_past_their_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client keeps at most KEPT_ROWS_MOST rows: past it, those of its last write's partitions,
+    and none when they alone are more; its answers stay a fresh view's."""
+    from timeline import fs_view
+
+    table = make_table(str(tmp_path / "t"))
+    warm = WriteClient(table, WriteOptions(max_records_per_file=2))
+    warm.upsert(_rows(list(range(30)), 1))  # five files in each city
+    monkeypatch.setattr(fs_view, "KEPT_ROWS_MOST", 7)
+    kept = warm.kept_bases
+    view = FileSystemView(table.timeline, table.timeline.load())
+    want = _kept(view.latest_base_table_of(["la", "sf"])).to_pylist()
+    assert kept.latest_base_table_of(view, ["sf"]).num_rows == 5
+    assert kept.latest_base_table_of(view, ["la", "sf"]).to_pylist() == want
+    assert not kept._rows, "ten rows asked at once: none kept"
+    kept.latest_base_table_of(view, ["sf"])
+    kept.latest_base_table_of(view, ["la"])
+    assert list(kept._rows) == ["la"], "past the limit: the last write's partitions"
