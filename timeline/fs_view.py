@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from timeline.commit_metadata import CommitMetadata
 from timeline.errors import NotParquetError, StorageFileNotFoundError
-from timeline.instant import Action, normalize_timestamp
+from timeline.instant import Action, Instant, normalize_timestamp
 from timeline.log_format import LogFileName
 from timeline.storage import FileInfo, Storage
 from timeline.timeline import META_FOLDER, ActiveTimeline, CommittedWrites, Timeline
@@ -698,10 +698,10 @@ class KeptBaseFiles:
         wanted = sorted(set(partitions))
         if view.as_of is not None:
             return _kept(view.latest_base_table_of(wanted))
-        completed = frozenset((i.timestamp, i.action.value) for i in view.timeline.completed())
+        completed = {(i.timestamp, i.action.value): i for i in view.timeline.completed()}
         if not self._bring_forward(view, completed):
             self._rows = {}
-        self._completed = completed
+        self._completed = frozenset(completed)
         missing = [p for p in wanted if p not in self._rows]
         if missing:
             fresh = _kept(view.latest_base_table_of(missing))
@@ -715,19 +715,21 @@ class KeptBaseFiles:
                 self._rows = {}  # too many to keep at all
         return answer
 
-    def _bring_forward(self, view: FileSystemView, completed: frozenset[tuple[str, str]]) -> bool:
-        """Bring the kept rows forward to ``view``'s snapshot; False when they cannot be."""
+    def _bring_forward(
+        self, view: FileSystemView, completed: dict[tuple[str, str], Instant]
+    ) -> bool:
+        """Bring the kept rows forward to ``view``'s snapshot (whose ``completed`` instants by
+        time and action); False when they cannot be."""
         if not self._rows:
             return True
-        if not self._completed <= completed:
+        if not self._completed <= completed.keys():
             return False
-        new = sorted(completed - self._completed)
+        new = sorted(completed.keys() - self._completed)
         if any(action != Action.COMMIT.value for _, action in new):
             return False
         entries: dict[str, list[FileInfo]] = {}
-        instants = {(i.timestamp, i.action.value): i for i in view.timeline.completed()}
         for key in new:
-            instant = instants[key]
+            instant = completed[key]
             metadata = CommitMetadata.from_bytes(
                 view.active.read_content(instant), view.active.path(instant)
             )

@@ -432,8 +432,9 @@ class WriteTransaction:
         partitions: dict[str, list[int]] = defaultdict(list)
         for i, p in enumerate(parts):
             partitions[p].append(i)
-        # the partitions' latest base files as Arrow rows, read once for all of them (from their
-        # own listings when they are few): objects only for the groups this write touches
+        # the partitions' latest base files as Arrow rows: those the client kept from its last
+        # write, brought forward, or else read once for all of them (from their own listings
+        # when they are few); objects only for the groups this write touches
         listed = self.client.kept_bases.latest_base_table_of(self.view, partitions)
         latest = by_partition(listed)
         targets: list[FileGroupWrite] = []
