@@ -142,7 +142,7 @@ def might_contain_any(
 #: filters of a chunk that a probe copies to probe them with other chunks', at most
 _COPIED_MOST = 4096
 
-#: (hashes x filters) probed at once by :func:`_probe`, at most
+#: (hashes x filters) probed at once by :func:`_probe_laid` and :func:`_probe_in_place`, at most
 _PROBES_AT_ONCE = 1 << 21
 
 
