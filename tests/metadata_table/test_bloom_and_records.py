@@ -250,8 +250,8 @@ def test_probing_many_values_into_many_filters_at_once() -> None:
 def test_probing_answers_as_each_filter_does_in_every_layout(
     seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The probe's paths (filters of one size or of several, read in place or laid out word by
-    word, that layout kept for the next probes or not, values in one pass or in many, sparse filters where most pairs stop at the first word
+    """The probe's paths (filters of one size or of several, read in place or laid out as bit
+    planes, that layout kept for the next probes or not, values in one pass or in many, sparse filters where most pairs stop at the first word
     and dense ones where they go on; the filters at some positions of a column in chunks)
     answer what probing each filter object does."""
     import metadata_table.bloom as bloom
