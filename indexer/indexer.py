@@ -428,7 +428,9 @@ class AsyncIndexer:
     def _build(self, instant: Instant, plan: IndexPlan) -> None:
         state = self.table.reload_index_state()
         builds = [
-            self.writer.begin_build(p.partition, p.index_upto, p.file_groups, p.columns)
+            self.writer.begin_build(
+                p.partition, p.index_upto, p.file_groups, p.columns, state.layout(p.partition)
+            )
             for p in plan.partitions
         ]
         failpoint("build.mid")
@@ -637,7 +639,8 @@ class AsyncIndexer:
                 for name in names:
                     groups = self.writer.ensure_file_groups(name, lock)
                     columns = state.column_stats_columns if self.writer.takes_columns(name) else ()
-                    builds.append(self.writer.begin_build(name, upto, groups, columns))
+                    layout = state.layout(name)
+                    builds.append(self.writer.begin_build(name, upto, groups, columns, layout))
                 failpoint("resync.mid")
             files = self.writer.visible_files(timeline, upto, state, use_index=False)
             sizes = self._run_builds(files, builds, builds[0].instant, "resync")

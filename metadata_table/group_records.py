@@ -31,6 +31,7 @@ from metadata_table.records import DataFile, DataFileInfo, info_of
 from metadata_table.table import split_by_group, write_base_file
 from metadata_table.workers import map_chunks
 from timeline.errors import MarkerAlreadyExistsError
+from timeline.index_state import LAYOUT
 from timeline.keys import KeyGenerator
 from timeline.markers import DirectMarkers, IOType, Marker
 from timeline.storage import Storage
@@ -127,6 +128,8 @@ class PartitionBuild:
     counted: CommittedWrites | None = None
     #: the key generator of a table without meta fields (record keys made from key fields)
     keygen: KeyGenerator | None = None
+    #: the partition's layout (:data:`~timeline.index_state.LAYOUT`), which routes its records
+    layout: int = LAYOUT
 
     def records(self, infos: Sequence[DataFileInfo]) -> pa.Table:
         """This partition's records of some data files (from footers, or log files' records), as
@@ -252,7 +255,8 @@ def file_records(
     for number, build in enumerate(builds):
         if per_build[number]:
             records = pa.concat_tables(per_build[number])
-            for group, table in split_by_group(records, build.groups, build.partition).items():
+            by_group = split_by_group(records, build.groups, build.partition, build.layout)
+            for group, table in by_group.items():
                 if not shuffled:
                     yield number, group, table
                     continue

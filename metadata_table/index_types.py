@@ -39,6 +39,7 @@ from metadata_table.layout import (
     RECORD_INDEX_SCHEMA,
     SECONDARY_INDEX_SCHEMA,
     check_partition,
+    data_file_keys,
     file_group_of,
     hash_groups,
     is_secondary_index,
@@ -122,12 +123,18 @@ class IndexType:
             return latest_live(records, by="key" if self.name == RECORD_INDEX else "record_key")
         return records
 
-    def groups_of(self, records: pa.Table, groups: int) -> np.ndarray:
-        """The file group of each record (of ``groups``)."""
+    def groups_of(self, records: pa.Table, groups: int, layout: int) -> np.ndarray:
+        """The file group of each record (of ``groups``) in a partition of ``layout``
+        (:data:`~timeline.index_state.LAYOUT`): by the hash of the routing column for an index
+        keyed by record key; else by the hash of the record's key, or from layout 2, for an
+        index keyed by data file, of its data file's key (a column_stats key less its column)."""
         if self.keyed_by_record:
             return hash_groups(records.column("key_hash"), groups)
-        keys = records.column("key").to_pylist()
-        return np.fromiter((file_group_of(k, groups) for k in keys), np.int64, len(keys))
+        keys = records.column("key")
+        if self.keyed_by_data_file and self.takes_columns and layout >= 2:
+            keys = data_file_keys(keys)
+        values = keys.to_pylist()
+        return np.fromiter((file_group_of(k, groups) for k in values), np.int64, len(values))
 
     def configured_groups(
         self, config: Config, records: int | None = None, data_files: int | None = None

@@ -20,7 +20,9 @@ Partitions are ``files``, ``column_stats``, ``bloom_filters``, ``partition_stats
 and secondary indexes get one group per ``indexer.record.index.keys.per.file.group`` records of
 the table). A record of a
 partition keyed by data file goes to file group ``crc32(utf8(key)) mod n`` (the same in every
-process and language). The partitions keyed by record key (:func:`keyed_by_record`) route by
+process and language); in a ``column_stats`` partition of layout 2
+(:data:`timeline.index_state.LAYOUT`, recorded per partition in the state), the key is its data
+file's part (:func:`data_file_keys`), so one data file's stats are in one group. The partitions keyed by record key (:func:`keyed_by_record`) route by
 :func:`timeline.hashing.key_hash64` instead (of the record key; of the value for a secondary
 index): group ``(h >> 32) * n >> 32``, so each group holds one range of hashes, and their files
 are sorted by that hash (its top 32 bits are the ``key_hash`` column), so that a key's record is
@@ -136,6 +138,11 @@ def key_columns(keys: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """The column each key of a :func:`keyed_by_column` partition starts with, as
     :func:`column_prefix` writes it (without the ``|``)."""
     return pc.list_element(pc.split_pattern(keys, "|", max_splits=1), 0)
+
+
+def data_file_keys(keys: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """The :func:`file_key` in each :func:`column_stats_key` (what follows its column)."""
+    return pc.list_element(pc.split_pattern(keys, "|", max_splits=1), 1)
 
 
 def keyed_by_record(partition: str) -> bool:
@@ -569,7 +576,8 @@ def read_records(
 def column_values(storage: Storage, path: str, column: str, prefix: str) -> set[Any] | None:
     """The values ``column`` takes in the row groups of a file whose keys may start with
     ``prefix``, from the groups' statistics alone: None when a group has no statistics for it
-    or holds more than one value (or nulls only)."""
+    or holds more than one value (or nulls only). A group of no rows (an empty file's) holds
+    none."""
     metadata = parquet_file(storage, path).metadata
     names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
     if column not in names:
@@ -578,6 +586,8 @@ def column_values(storage: Storage, path: str, column: str, prefix: str) -> set[
     groups = _row_groups_with(metadata, prefix)
     values = set()
     for index in range(metadata.num_row_groups) if groups is None else groups:
+        if metadata.row_group(index).num_rows == 0:
+            continue
         stats = metadata.row_group(index).column(at).statistics
         if stats is None or not stats.has_min_max or stats.min != stats.max:
             return None
@@ -588,13 +598,15 @@ def column_values(storage: Storage, path: str, column: str, prefix: str) -> set[
 def _row_groups_with(metadata: pq.FileMetaData, prefix: str) -> list[int] | None:
     """Row groups whose ``key`` statistics do not rule out a key starting with ``prefix`` (a key
     at or above the prefix that does not start with it is above every key that does); None
-    (every group) when a group has no statistics."""
+    (every group) when a group of rows has no statistics."""
     names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
     if "key" not in names:
         return None
     column = names.index("key")
     groups = []
     for index in range(metadata.num_row_groups):
+        if metadata.row_group(index).num_rows == 0:
+            continue  # (an empty file's one group, which has no statistics)
         stats = metadata.row_group(index).column(column).statistics
         if stats is None or not stats.has_min_max:
             return None

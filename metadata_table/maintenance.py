@@ -35,6 +35,7 @@ from metadata_table.records import (
 )
 from metadata_table.table import MetadataTable
 from timeline.fs_view import FileSystemView
+from timeline.index_state import LAYOUT
 from timeline.instant import Instant, is_after
 from timeline.table import Table
 from timeline.timeline import Timeline
@@ -190,7 +191,13 @@ def initialize(
             )
             records = _base_records(table, timeline, partition, columns, upto, base_infos)
             mdt.write_base_files(
-                partition, records, upto, table.timeline.generator.next(), count, lock
+                partition,
+                records,
+                upto,
+                table.timeline.generator.next(),
+                count,
+                lock,
+                layout=LAYOUT,  # (what a partition made now gets: see add_inflight below)
             )
         by_instant: dict[str, list[DataFileInfo]] = defaultdict(list)
         for info in later:
@@ -204,7 +211,7 @@ def initialize(
                     records = mdt.instant_delta(reader, partition, instant, metadata)
                 else:
                     records = mdt.instant_records(partition, infos, columns or ())
-                mdt.write_logs(partition, instant_time, records, lock)
+                mdt.write_logs(partition, LAYOUT, instant_time, records, lock)
         table.update_metadata_partitions(lock, add_inflight=todo)
         table.update_metadata_partitions(lock, complete=todo)
     return todo
@@ -253,7 +260,13 @@ def compact(
     # every record visible up to W, merged, becomes the new base
     visible = _restricted_reader(mdt, timeline, upto).read(partition)
     return mdt.write_base_files(
-        partition, visible, upto, table.timeline.generator.next(), len(slices), progress=progress
+        partition,
+        visible,
+        upto,
+        table.timeline.generator.next(),
+        len(slices),
+        progress=progress,
+        layout=table.reload_index_state().layout(partition),
     )
 
 

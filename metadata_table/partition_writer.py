@@ -59,7 +59,7 @@ from metadata_table.workers import workers_for as workers_for
 from timeline.commit_metadata import CommitMetadata
 from timeline.errors import StorageFileNotFoundError
 from timeline.fs_view import FileSystemView, parquet_file_rows
-from timeline.index_state import IndexState
+from timeline.index_state import LAYOUT, IndexState
 from timeline.instant import Action, Instant, State, normalize_timestamp
 from timeline.locks import LockHandle
 from timeline.markers import marker_folder
@@ -180,7 +180,10 @@ class PartitionWriter:
         never see a partial set of file groups."""
         empty = index_type(partition).schema.empty_table()
         instant_time = self.table.timeline.generator.next()
-        self._mdt.write_base_files(partition, empty, NOTHING, instant_time, groups, lock)
+        # (no records, so none routed: any layout)
+        self._mdt.write_base_files(
+            partition, empty, NOTHING, instant_time, groups, lock, layout=LAYOUT
+        )
 
     def visible_files(
         self, timeline: Timeline, upto: str, state: IndexState, use_index: bool = True
@@ -208,7 +211,12 @@ class PartitionWriter:
         return bases + logs
 
     def begin_build(
-        self, partition: str, covers_upto: str, groups: int, columns: Sequence[str]
+        self,
+        partition: str,
+        covers_upto: str,
+        groups: int,
+        columns: Sequence[str],
+        layout: int,
     ) -> PartitionBuild:
         instant_time = self.table.timeline.generator.next()
         timeline = self.table.timeline.load()
@@ -220,7 +228,15 @@ class PartitionWriter:
         keygen = virtual_keys(self.table)
         self._mdt.begin_base_files(partition, covers_upto, instant_time, groups)
         return PartitionBuild(
-            partition, groups, tuple(columns), instant_time, covers_upto, older, counted, keygen
+            partition,
+            groups,
+            tuple(columns),
+            instant_time,
+            covers_upto,
+            older,
+            counted,
+            keygen,
+            layout,
         )
 
     def complete_build(
@@ -311,7 +327,7 @@ class PartitionWriter:
                     records[p] = self._mdt.instant_records(p, infos, columns, touched=touched)
                 else:
                     records[p] = self._mdt.instant_delta(reader, p, instant, metadata)
-        self._mdt.apply_completed(instant.timestamp, records, lock)
+        self._mdt.apply_completed(instant.timestamp, records, state, lock)
 
     def apply_removal(self, lock: LockHandle, removal: Removal) -> None:
         """The index's update for a rollback this kernel performs, inside its critical section

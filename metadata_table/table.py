@@ -167,14 +167,17 @@ class MetadataTable:
         groups: int | None = None,
         lock: LockHandle | None = None,
         progress: Callable[[int, int], None] | None = None,
+        *,
+        layout: int,
     ) -> Instant:
         """Write one sorted base file per file group (all groups, empty ones too) as metadata
-        compaction instant ``instant_time``; visible once that instant completes. ``progress``
-        is called with (groups written, groups)."""
+        compaction instant ``instant_time``, the records routed as the partition's ``layout``
+        routes them; visible once that instant completes. ``progress`` is called with (groups
+        written, groups)."""
         count = groups or len(self.file_groups(partition)) or DEFAULT_FILE_GROUPS.get(partition, 1)
         inflight = self.begin_base_files(partition, covers_upto, instant_time, count)
         try:
-            by_group = split_by_group(records, count, partition)
+            by_group = split_by_group(records, count, partition, layout)
             sizes = {}
             for index in range(count):
                 fg = file_group_id(partition, index)
@@ -236,12 +239,13 @@ class MetadataTable:
         data_instant: str,
         records: dict[str, pa.Table],
         markers: MarkerWriter,
+        state: IndexState,
         lock: LockHandle | None = None,
     ) -> None:
         """Write the records data instant ``data_instant`` adds to each partition as one log file
-        per touched file group, as metadata deltacommit ``data_instant``. Every file written gets
-        a marker in the data instant's marker folder first, so rolling the data instant back
-        removes them too."""
+        per touched file group (routed as the partition's layout in ``state`` routes them), as
+        metadata deltacommit ``data_instant``. Every file written gets a marker in the data
+        instant's marker folder first, so rolling the data instant back removes them too."""
 
         def mark(partition_path: str, name: str) -> None:
             markers.create(Marker(f"{METADATA_FOLDER}/{partition_path}", name, IOType.CREATE))
@@ -263,6 +267,7 @@ class MetadataTable:
             written[partition] = self._write_group_logs(
                 partition,
                 groups,
+                state.layout(partition),
                 data_instant,
                 rows,
                 lock,
@@ -274,7 +279,11 @@ class MetadataTable:
         self.timeline.complete(inflight, {"logFiles": written})
 
     def apply_completed(
-        self, data_instant: str, records: dict[str, pa.Table], lock: LockHandle
+        self,
+        data_instant: str,
+        records: dict[str, pa.Table],
+        state: IndexState,
+        lock: LockHandle,
     ) -> None:
         """Apply a data instant that these partitions do not reflect, as metadata deltacommit
         ``data_instant``: one that completed without the index (a commit or clean that did not go
@@ -285,30 +294,37 @@ class MetadataTable:
         if existing is not None and existing.is_completed:
             # our own writer's deltacommit, which missed these partitions: add their logs
             for partition, rows in records.items():
-                self.write_logs(partition, data_instant, rows, lock)
+                self.write_logs(partition, state.layout(partition), data_instant, rows, lock)
             return
         if existing is None:
             self.ensure_properties()
             existing = self.timeline.create_requested(Action.DELTA_COMMIT, timestamp=data_instant)
-        written = {p: self.write_logs(p, data_instant, rows, lock) for p, rows in records.items()}
+        written = {
+            p: self.write_logs(p, state.layout(p), data_instant, rows, lock)
+            for p, rows in records.items()
+        }
         if existing.is_requested:
             existing = self.timeline.transition_to_inflight(existing)
         lock.ensure_valid()
         self.timeline.complete(existing, {"logFiles": written})
 
     def write_logs(
-        self, partition: str, data_instant: str, rows: pa.Table, lock: LockHandle
+        self, partition: str, layout: int, data_instant: str, rows: pa.Table, lock: LockHandle
     ) -> list[str]:
-        """Log files of one data instant for one partition, without markers (used under the lock
-        for instants that are already completed); a log file that exists is kept (its records
-        are the same: they come from the same data files). Returns the partition's log names."""
+        """Log files of one data instant for one partition (of ``layout``), without markers (used
+        under the lock for instants that are already completed); a log file that exists is kept
+        (its records are the same: they come from the same data files). Returns the partition's
+        log names."""
         groups = len(self.file_groups(partition))
-        return self._write_group_logs(partition, groups, data_instant, rows, lock, keep=True)
+        return self._write_group_logs(
+            partition, groups, layout, data_instant, rows, lock, keep=True
+        )
 
     def _write_group_logs(
         self,
         partition: str,
         groups: int,
+        layout: int,
         data_instant: str,
         rows: pa.Table,
         lock: LockHandle | None,
@@ -320,7 +336,7 @@ class MetadataTable:
         before each write, and with ``keep`` a log that exists is kept (an interrupted attempt
         wrote it, from the same data files). Returns the log files' names."""
         names = []
-        for index, part in sorted(split_by_group(rows, groups, partition).items()):
+        for index, part in sorted(split_by_group(rows, groups, partition, layout).items()):
             name = log_file_name(file_group_id(partition, index), data_instant)
             if before is not None:
                 before(name)
@@ -596,7 +612,7 @@ class MetadataTable:
                 logger.warning("%s; the next sync rebuilds it", e)
                 partitions.remove(partition)
         records = self.removal_records(reader, partitions, removal, columns)
-        self.apply_completed(removal.instant.timestamp, records, lock)
+        self.apply_completed(removal.instant.timestamp, records, state, lock)
 
     def tombstones(self, reader: MetadataReader, partition: str, removal: Removal) -> pa.Table:
         """Deletion records, at the removal's instant time, for every record of ``partition``
@@ -690,12 +706,14 @@ def write_base_file(
         return storage.info(f"{partition}/{base_file_name(fg, instant_time)}").size
 
 
-def split_by_group(records: pa.Table, groups: int, partition: str) -> dict[int, pa.Table]:
-    """Records of ``partition`` by file group (of ``groups``), as its index type routes them;
-    each group's records keep their order."""
+def split_by_group(
+    records: pa.Table, groups: int, partition: str, layout: int
+) -> dict[int, pa.Table]:
+    """Records of ``partition`` (of ``layout``) by file group (of ``groups``), as its index type
+    routes them; each group's records keep their order."""
     if records.num_rows == 0:
         return {}
-    index = index_type(partition).groups_of(records, groups)
+    index = index_type(partition).groups_of(records, groups, layout)
     if groups == 1:
         return {0: records}
     return {

@@ -94,6 +94,7 @@ def validate(
             covers_upto="",
             counted=view.committed,
             keygen=virtual_keys(table),
+            layout=state.layout(p),
         )
         for p, columns in wanted.items()
         if p not in others

@@ -880,7 +880,7 @@ class WriteTransaction:
         infos = [self._infos[s.path] for s in self.stats]
         mdt = MetadataTable(self.table)
         records = mdt.records_of(state.partitions, infos, state)
-        mdt.write_deltacommit(self.instant_time, records, self.markers, lock)
+        mdt.write_deltacommit(self.instant_time, records, self.markers, state, lock)
         self._bloom_records = records.get(BLOOM_FILTERS)
 
     def _finalize(self) -> None:

@@ -11,6 +11,7 @@ from indexer.build import _records_task, _write_task
 from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, NOTHING, read_records
 from metadata_table.partition_writer import PartitionWriter
 from metadata_table.table import MetadataTable
+from timeline.index_state import LAYOUT
 from timeline.instant import Action, State
 from writer.client import WriteClient
 
@@ -29,7 +30,7 @@ def test_read_tasks_write_the_bloom_groups_and_shuffle_only_the_rest(tmp_path: P
             writer.create_partition(partition, 2, lock)
     last = table.timeline.load().last_settled_write()
     upto = last.timestamp if last else NOTHING
-    builds = [writer.begin_build(p, upto, 2, ()) for p in types]
+    builds = [writer.begin_build(p, upto, 2, (), LAYOUT) for p in types]
     files = writer.visible_files(table.timeline.load(), upto, table.reload_index_state())
     numbered = [(n, g) for n, b in enumerate(builds) for g in range(b.groups)]
     slots = {key: slot for slot, key in enumerate(numbered)}

@@ -4,6 +4,7 @@ compaction, reads, data skipping and bloom lookups."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import random
 import time
 from pathlib import Path
@@ -14,6 +15,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+import metadata_table.maintenance as maintenance
+import timeline.index_state as index_state
 import writer.client as writer_client
 from metadata_table.index_types import index_type
 from metadata_table.layout import (
@@ -29,9 +32,11 @@ from metadata_table.partition_writer import PartitionWriter
 from metadata_table.read.filters import col
 from metadata_table.read.snapshot import IndexedSnapshot
 from metadata_table.table import MetadataTable
+from metadata_table.validate import validate
 from timeline import Action, Table
 from timeline.config import Config
 from timeline.errors import CommitStateUnknownError, WriteConflictError
+from timeline.index_state import LAYOUT, STATE_FILE
 from timeline.rollback import clean_failed_writes
 from writer.client import Operation, WriteClient
 
@@ -210,6 +215,7 @@ def test_inflight_partitions_are_updated_but_not_read(tmp_path: Path) -> None:
         last.timestamp,
         table.timeline.generator.next(),
         groups=2,
+        layout=LAYOUT,  # what add_inflight gives it below
     )
     with table.lock("test") as lock:
         table.update_metadata_partitions(lock, add_inflight=[COLUMN_STATS])
@@ -551,3 +557,47 @@ def test_file_group_counts_come_from_the_configuration(tmp_path: Path) -> None:
     assert mdt.file_groups(FILES) == ["files-0000-0"]
     WriteClient(table).upsert(rows(keys(0, 40), ts=2))
     assert_exact(table, (FILES, COLUMN_STATS))
+
+
+@pytest.mark.parametrize("layout", [1, 2])
+def test_a_partition_is_written_in_the_layout_it_was_made_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: int
+) -> None:
+    """At layout 2 column_stats' records of one data file go to one file group, so a commit
+    that writes one data file writes one column_stats log file, however many groups there are.
+    A partition made at layout 1 (as releases before layouts made it: format 1 state, records
+    routed by their own key) is written, compacted and validated in that layout by this
+    release, and stays exact."""
+    table = make_table(tmp_path, **{"hoodie.metadata.index.column.stats.file.group.count": "8"})
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 30)))
+    with monkeypatch.context() as old_release:
+        if layout == 1:
+            old_release.setattr(index_state, "LAYOUT", 1)
+            old_release.setattr(maintenance, "LAYOUT", 1)
+        initialize(table, [COLUMN_STATS, BLOOM_FILTERS])
+    state = table.reload_index_state()
+    assert state.layout(COLUMN_STATS) == layout
+    assert json.loads(table.storage.read(STATE_FILE))["version"] == layout
+    mdt = MetadataTable(table)
+    assert len(mdt.file_groups(COLUMN_STATS)) == 8
+
+    def logs_of(instant: str) -> list[str]:
+        delta = mdt.timeline.load().get(instant, Action.DELTA_COMMIT)
+        assert delta is not None and delta.is_completed
+        names: list[str] = mdt.timeline.read_json(delta)["logFiles"][COLUMN_STATS]
+        return names
+
+    new_file = client.insert(rows(keys(100, 110), city="ny-new"))  # one new data file
+    if layout == 2:
+        assert len(logs_of(new_file.timestamp)) == 1
+    else:
+        assert len(logs_of(new_file.timestamp)) > 1  # each column's record in its own group
+    client.upsert(rows(keys(0, 20), ts=2))
+    client.delete(rows(keys(25, 30)))
+    assert maintenance.compact(table, COLUMN_STATS) is not None
+    client.upsert(rows(keys(100, 105), ts=3, city="ny-new"))
+    assert table.reload_index_state().layout(COLUMN_STATS) == layout
+    assert_exact(table, (COLUMN_STATS, BLOOM_FILTERS))
+    reports = validate(table)
+    assert [r.partition for r in reports if not r.ok] == [], [r.to_json() for r in reports]

@@ -22,9 +22,11 @@ from metadata_table.file_cache import DecodedFiles, process_cache
 from metadata_table.layout import (
     BLOOM_FILTERS,
     COLUMN_STATS,
+    COLUMN_STATS_SCHEMA,
     COVERS_UPTO,
     FILES,
     column_prefix,
+    column_values,
     read_records,
     write_records,
 )
@@ -188,6 +190,30 @@ def test_a_columns_stats_are_read_with_one_value_kind(tmp_path: Path) -> None:
     assert sorted(records.column("min_value").to_pylist(), key=str) == sorted(
         ({"float": v["float"]} for v in full.column("min_value").to_pylist()), key=str
     )
+
+
+def test_an_empty_file_does_not_hide_a_columns_value_kind(tmp_path: Path) -> None:
+    """An empty metadata file (a file group a partition's records did not reach: one data
+    file's stats all go to one group) holds one row group without statistics: it holds no
+    value, so a column's value kind is still told, and a prefix read opens no group of it."""
+    table = make_table(tmp_path / "t")
+    storage = table.storage
+    empty = COLUMN_STATS_SCHEMA.empty_table()
+    write_records(storage, "column_stats/empty.parquet", empty)
+    assert pq.ParquetFile(tmp_path / "t" / "column_stats/empty.parquet").metadata.num_row_groups
+    assert column_values(storage, "column_stats/empty.parquet", "value_type", "fare|") == set()
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 10), city="sf"))
+    initialize(table, [COLUMN_STATS], groups={COLUMN_STATS: 4})
+    reader = MetadataTable(table).reader(table.timeline.load())
+    mdt_storage = MetadataTable(table).storage
+    sizes = [
+        read_records(mdt_storage, base.path)[0].num_rows
+        for base, _ in reader.slices(COLUMN_STATS).values()
+        if base is not None
+    ]
+    assert len(sizes) == 4 and 0 in sizes and sum(sizes) > 0
+    assert reader.column_values(COLUMN_STATS, column_prefix("fare"), "value_type") == {"float"}
 
 
 def test_a_file_of_mixed_row_groups_is_read_whole(tmp_path: Path) -> None:

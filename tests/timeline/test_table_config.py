@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from timeline.errors import (
     TableConfigError,
     TableNotFoundError,
 )
-from timeline.index_state import IndexState
+from timeline.index_state import LAYOUT, IndexState
 from timeline.storage import Storage
 from timeline.table import Table, read_table_config
 from timeline.table_config import (
@@ -131,13 +132,46 @@ def test_metadata_partition_transitions() -> None:
         step.with_partitions(complete=["bloom_filters"])
     dropped = step.with_partitions(remove=["files", "column_stats"])
     assert dropped.completed == () and dropped.inflight == ()
+    assert dropped.layouts == {}
+
+
+def test_a_partition_keeps_the_layout_it_was_made_with() -> None:
+    """A partition added now gets the current layout and keeps it (a partition a state of
+    format 1 names has layout 1); dropped, it loses it, and made again it gets the current one.
+    A state with layouts is format 2, one without is written as format 1 (which releases before
+    layouts read)."""
+    old = IndexState.parse(b'{"version": 1, "completed": ["column_stats"]}')
+    assert old.layout("column_stats") == 1
+    assert json.loads(old.to_bytes())["version"] == 1
+    grown = old.with_partitions(add_inflight=["files", "column_stats"])
+    assert grown.layout("files") == LAYOUT == 2 and grown.layout("column_stats") == 1
+    grown = grown.with_partitions(complete=["files"])
+    assert grown.layout("files") == LAYOUT
+    document = json.loads(grown.to_bytes())
+    assert document["version"] == 2 and document["layouts"] == {"files": LAYOUT}
+    assert IndexState.parse(grown.to_bytes()) == grown
+    again = grown.with_partitions(remove=["column_stats"]).with_partitions(
+        add_inflight=["column_stats"]
+    )
+    assert again.layout("column_stats") == LAYOUT
+    back = again.with_partitions(remove=["files", "column_stats"])
+    assert back.layouts == {} and json.loads(back.to_bytes())["version"] == 1
 
 
 @pytest.mark.parametrize(
     ("document", "message"),
     [
         (b"{not json", "not a valid index state file"),
-        (b'{"version": 2}', "format version 2"),
+        (b'{"version": 3}', "format version 3 is not 1 or 2"),
+        (b'{"version": 2, "completed": ["files"], "layouts": []}', "layouts must map"),
+        (
+            b'{"version": 2, "completed": ["files"], "layouts": {"files": 3}}',
+            "has layout 3; this release knows layouts 1 to 2",
+        ),
+        (
+            b'{"version": 2, "completed": ["files"], "layouts": {"column_stats": 2}}',
+            "a layout for metadata partition 'column_stats', which is not there",
+        ),
         (b'{"version": 1, "completed": "files"}', "completed must be a list"),
         (
             b'{"version": 1, "completed": ["files"], "inflight": ["files"]}',
