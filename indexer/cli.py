@@ -31,6 +31,7 @@ from timeline.cli import (
     spark_master_from_args,
 )
 from timeline.config import LOCAL_BUILD_MAX_FILES
+from timeline.index_state import LAYOUT
 from timeline.table import Table
 
 
@@ -234,7 +235,10 @@ def _lag_line(lag: dict[str, Any]) -> str:
             f"; {lag['unapplied_instants']} completed instant(s) not applied, oldest "
             f"{lag['oldest_unapplied_age_seconds']:.0f} s ago (`indexer sync`)"
         )
-    return line + f"; {lag['files']} files, {lag['bytes']} bytes"
+    line += f"; {lag['files']} files, {lag['bytes']} bytes; layout {lag['layout']}"
+    if lag["layout"] < LAYOUT:
+        line += f" (an earlier release's: drop and build it again for layout {LAYOUT})"
+    return line
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -426,7 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
     common(
         status,
         "{table, partitions: {name: state}, lag: {name: {state, reflects_upto, "
-        "unapplied_instants, oldest_unapplied_age_seconds, files, bytes}}, indexing: [...], "
+        "unapplied_instants, oldest_unapplied_age_seconds, files, bytes, layout}}, "
+        "indexing: [...], "
         "unapplied, lost, legacy_index} (see the README)",
     )
     status.set_defaults(func=_status)

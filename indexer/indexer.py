@@ -793,10 +793,11 @@ class AsyncIndexer:
         partitions: dict[str, str],
         behind: dict[str, tuple[Instant, list[str]]],
         described: dict[str, dict[str, Any]],
+        index_state: IndexState,
     ) -> dict[str, dict[str, Any]]:
         """Per partition: its state, the newest data instant it reflects, the completed data
         instants it does not reflect yet (count, and age in seconds of the oldest, from its
-        completion time) and its size on storage."""
+        completion time), its size on storage and its layout."""
         now = time.time()
         out = {}
         for partition, state in sorted(partitions.items()):
@@ -812,6 +813,7 @@ class AsyncIndexer:
                 "oldest_unapplied_age_seconds": oldest,
                 "files": found["files"],
                 "bytes": found["bytes"],
+                "layout": index_state.layout(partition),
             }
         return out
 
@@ -866,7 +868,7 @@ class AsyncIndexer:
         return {
             "table": self.table.base_uri,
             "partitions": partitions,
-            "lag": self._lag(partitions, behind, survey.described),
+            "lag": self._lag(partitions, behind, survey.described, state),
             "indexing": indexing,
             "legacy_index": self.writer.has_legacy_index(),
             "lost": lost,

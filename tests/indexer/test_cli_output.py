@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from timeline.config import LOCK_URL
+from timeline.index_state import STATE_FILE
 
 from .test_indexer import make_table
 
@@ -129,4 +130,13 @@ def test_every_command_that_changes_the_index_answers_json(tmp_path: Path) -> No
     assert as_json("run", "--index-types", "files")["instant"] is None  # nothing to build
     status = as_json("status")
     assert {i["state"] for i in status["indexing"]} == {"completed"}
+    assert {p: row["layout"] for p, row in status["lag"].items()} == {
+        "files": 2,
+        "column_stats": 2,
+    }
     assert as_json("drop", "--index-types", "column_stats") == {"dropped": ["column_stats"]}
+    # a state an earlier release wrote (format 1: every partition at layout 1) is told apart
+    state_file = Path(tmp_path / "t" / STATE_FILE)
+    state_file.write_text(json.dumps({"version": 1, "completed": ["files"]}))
+    text = _indexer(state, "status", table.base_uri, *lock)
+    assert "layout 1 (an earlier release's: drop and build it again for layout 2)" in text.stdout

@@ -94,7 +94,7 @@ def test_a_foreign_commit_is_never_answered_from_a_stale_index(
         assert row["state"] == "completed" and row["reflects_upto"] == applied
         assert row["unapplied_instants"] == 2
         assert 0 <= row["oldest_unapplied_age_seconds"] < 600
-        assert row["files"] >= 1 and row["bytes"] > 0
+        assert row["files"] >= 1 and row["bytes"] > 0 and row["layout"] == 2
 
     synced = indexer_cli(table, "sync")
     assert synced.returncode == 0, synced.stderr
