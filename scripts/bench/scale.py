@@ -15,8 +15,10 @@ scripts/bench/synthetic.py makes (20 rows a file, 100 partitions, 50 commits, ra
   listing worked out again, the decoded index files kept by the process); on a new snapshot
   after a commit of 1,000 rows into one partition (that commit's time reported too; its log
   files decoded); on a kept snapshot. The new-snapshot calls are also timed in a process on
-  pyarrow's default pool. Then 20 upserts of 1,000 new rows into one partition, on one warm
-  client: their p95, and its ratio to the smallest table's;
+  pyarrow's default pool. Then 60 upserts of 1,000 new rows into one partition, on one warm
+  client: their p95 (the 57th of the 60: of 20, the 19th was the worst after the client's
+  first, so one stall of the shared machine was the figure), and its ratio to the smallest
+  table's;
 - ``indexer validate`` in a new process: seconds, ratio to the bound, peak memory (unless
   ``--no-validate``);
 - with ``--cluster``, the same build on a Spark standalone cluster (a master and two workers of
@@ -70,7 +72,7 @@ from timeline.config import Config
 from timeline.memory_pool import use_project_pool
 from writer.client import WriteClient
 base, lock, expr, key, first = sys.argv[1:6]
-UPSERTS = 20
+UPSERTS = 60
 if os.environ.get("AIX_BENCH_POOL") != "default":
     use_project_pool()  # as the README tells a process that reads through the index
 table = Table.open(base, Config.resolve(explicit={"indexer.lock.url": lock}))
