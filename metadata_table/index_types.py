@@ -125,9 +125,10 @@ class IndexType:
 
     def groups_of(self, records: pa.Table, groups: int, layout: int) -> np.ndarray:
         """The file group of each record (of ``groups``) in a partition of ``layout``
-        (:data:`~timeline.index_state.LAYOUT`): by the hash of the routing column for an index
-        keyed by record key; else by the hash of the record's key, or from layout 2, for an
-        index keyed by data file, of its data file's key (a column_stats key less its column)."""
+        (:data:`~timeline.index_state.LAYOUT`): for an index keyed by record key, by the hash
+        of its routing column; else by the hash of its key or, for an index of columns keyed by
+        data file (column_stats) from layout 2, of its data file's key (the key less its
+        column)."""
         if self.keyed_by_record:
             return hash_groups(records.column("key_hash"), groups)
         keys = records.column("key")

@@ -50,7 +50,7 @@ class IndexState:
     inflight: tuple[str, ...] = ()
     column_stats_columns: tuple[str, ...] = ()
     #: partition -> its layout, for the partitions not at layout 1
-    layouts: Mapping[str, int] = field(default_factory=dict)
+    layouts: Mapping[str, int] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         for name in (*self.completed, *self.inflight):
