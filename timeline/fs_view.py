@@ -208,8 +208,10 @@ def _newest_with_tail(keys: pa.Table) -> np.ndarray | None:
 
 
 #: at most this many runs of consecutive rows are cut out of a table as slices by
-#: :func:`_rows_of`, rather than taken
-_RUNS_MOST = 64
+#: :func:`_rows_of`, rather than taken. Each commit since the files index's base file breaks a
+#: run or two (its new files placed among the others): past 64 runs (about 30 commits), a fresh
+#: snapshot of a million files took 1.7 s to prune, against 0.7 s with 543 slices (430 commits)
+_RUNS_MOST = 4096
 
 
 def _rows_of(table: pa.Table, rows: np.ndarray) -> pa.Table:
