@@ -174,31 +174,37 @@ class Instant:
 
     @classmethod
     def from_file_name(cls, name: str) -> Instant:
-        """Parse an instant file name; raises :class:`InvalidInstantError` if it is not one."""
-        parts = name.split(".")
-        if len(parts) not in (2, 3):
-            raise InvalidInstantError(name, "expected <time>.<action>[.requested|.inflight]")
-        ts = parts[0]
-        if not _TIMESTAMP_RE.match(ts):
-            raise InvalidInstantError(
-                name, f"{ts!r} is not a 17-digit (or 14, legacy) instant time"
-            )
-        if len(parts) == 2:
-            if parts[1] == "inflight":
-                return cls(ts, Action.COMMIT, State.INFLIGHT)
-            action = _parse_action(name, parts[1])
-            if action in (Action.COMPACTION, Action.LOG_COMPACTION):
-                raise InvalidInstantError(
-                    name, f"a completed {action} is named .{action.completed_action}"
-                )
-            return cls(ts, action, State.COMPLETED)
+        """Parse an instant file name; raises :class:`InvalidInstantError` if it is not one. A
+        name always means the same instant, so the answers are kept (every load of a timeline
+        parses all its files' names: 2,000 of them took 50 ms of each)."""
+        return _instant_of_file(name)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _instant_of_file(name: str) -> Instant:
+    """:meth:`Instant.from_file_name`, kept (an invalid name raises each time)."""
+    parts = name.split(".")
+    if len(parts) not in (2, 3):
+        raise InvalidInstantError(name, "expected <time>.<action>[.requested|.inflight]")
+    ts = parts[0]
+    if not _TIMESTAMP_RE.match(ts):
+        raise InvalidInstantError(name, f"{ts!r} is not a 17-digit (or 14, legacy) instant time")
+    if len(parts) == 2:
+        if parts[1] == "inflight":
+            return Instant(ts, Action.COMMIT, State.INFLIGHT)
         action = _parse_action(name, parts[1])
-        suffix = parts[2]
-        if suffix == "requested":
-            return cls(ts, action, State.REQUESTED)
-        if suffix == "inflight" and action is not Action.COMMIT:
-            return cls(ts, action, State.INFLIGHT)
-        raise InvalidInstantError(name, f"unknown state suffix {suffix!r} for action {action}")
+        if action in (Action.COMPACTION, Action.LOG_COMPACTION):
+            raise InvalidInstantError(
+                name, f"a completed {action} is named .{action.completed_action}"
+            )
+        return Instant(ts, action, State.COMPLETED)
+    action = _parse_action(name, parts[1])
+    suffix = parts[2]
+    if suffix == "requested":
+        return Instant(ts, action, State.REQUESTED)
+    if suffix == "inflight" and action is not Action.COMMIT:
+        return Instant(ts, action, State.INFLIGHT)
+    raise InvalidInstantError(name, f"unknown state suffix {suffix!r} for action {action}")
 
 
 def _parse_action(name: str, value: str) -> Action:

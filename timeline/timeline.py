@@ -216,7 +216,7 @@ def _fold(entries: Iterable[str]) -> Timeline:
     instants: list[Instant] = []
     for timestamp, parsed_files in by_time.items():
         actions = {i.action for i in parsed_files}
-        latest: dict[Action, State] = {}
+        latest: dict[Action, Instant] = {}  # (the parsed instant itself when it names its family)
         for item in parsed_files:
             family = item.action
             if item.is_completed:
@@ -225,15 +225,17 @@ def _fold(entries: Iterable[str]) -> Timeline:
                     family = Action.COMPACTION
                 elif family is Action.DELTA_COMMIT and Action.LOG_COMPACTION in actions:
                     family = Action.LOG_COMPACTION
-            if family not in latest or item.state.rank > latest[family].rank:
-                latest[family] = item.state
+            held = latest.get(family)
+            if held is None or item.state.rank > held.state.rank:
+                same = item.action is family
+                latest[family] = item if same else Instant(timestamp, family, item.state)
         if len(latest.keys() - {Action.SAVEPOINT}) > 1:  # a savepoint takes its commit's time
             logger.warning(
                 "instant time %s is used by several actions (%s); instant times must be unique",
                 timestamp,
                 ", ".join(sorted(a.value for a in latest)),
             )
-        instants.extend(Instant(timestamp, action, state) for action, state in latest.items())
+        instants.extend(latest.values())
     return Timeline(tuple(sorted(instants)), tuple(skipped))
 
 
@@ -250,8 +252,7 @@ class ActiveTimeline:
 
     def load(self) -> Timeline:
         """A fresh snapshot of the timeline (one listing of ``.hoodie/``)."""
-        names = [e.name for e in self.storage.list(META_FOLDER) if not e.is_dir]
-        return _fold(names)
+        return _fold(self.storage.file_names(META_FOLDER))
 
     def path(self, instant: Instant, state: State | None = None) -> str:
         return f"{META_FOLDER}/{instant.file_name_for(state or instant.state)}"

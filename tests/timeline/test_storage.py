@@ -70,6 +70,10 @@ def test_list_flat_and_recursive(storage: Storage) -> None:
     ]
     assert storage.list("missing") == []
     assert storage.list("missing", recursive=True) == []
+    # the names alone: files only, sorted, as list gives them
+    assert storage.file_names("p") == ["1.parquet", "2.parquet"]
+    assert storage.file_names("p") == [f.name for f in flat if not f.is_dir]
+    assert storage.file_names("missing") == []
 
 
 def test_delete_file_and_folder(storage: Storage) -> None:
@@ -127,6 +131,7 @@ def test_local_listing_hides_temp_files_and_base_uri_forms(tmp_path: Any) -> Non
     (tmp_path / ".tmp-aix-leftover").write_bytes(b"")
     storage.create("real", b"")
     assert [f.path for f in storage.list()] == ["real"]
+    assert storage.file_names() == ["real"]
     assert normalize_base_uri("s3://b/p/") == "s3://b/p"
 
 

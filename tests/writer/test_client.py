@@ -298,7 +298,14 @@ def test_a_table_without_indexes_never_reads_metadata(
         touched.append(self.uri(path))
         return real_list(self, path, recursive)
 
+    real_names = Storage.file_names
+
+    def recording_names(self: Storage, path: str = "") -> Any:
+        touched.append(self.uri(path))
+        return real_names(self, path)
+
     monkeypatch.setattr(Storage, "list", recording_list)
+    monkeypatch.setattr(Storage, "file_names", recording_names)
     WriteClient(table).insert(rows(("a", "sf", 1, 1.0)))
     assert touched and not [p for p in touched if "/.hoodie/.async-indexer" in p]
 
