@@ -168,6 +168,24 @@ def test_typed_column_stats_from_the_footer(tmp_path: Path) -> None:
     assert built.bloom is not None and SplitBlockBloomFilter(built.bloom).might_contain("x")
 
 
+def test_files_of_one_parquet_schema_and_other_arrow_types_are_indexed_as_each_says() -> None:
+    """What a footer's columns are indexed as is worked out once per schema and reused for the
+    next file of that schema; a file whose Parquet schema is the same but whose stored Arrow
+    schema gives another type (a duration kept as int64) is worked out again."""
+    from metadata_table.records import column_aggregates
+
+    durations = pa.table({"d": pa.array([1, 2], pa.duration("s")), "x": [1, 2]})
+    integers = pa.table({"d": pa.array([1, 2], pa.int64()), "x": [1, 2]})
+    first, second = (
+        pq.ParquetFile(pa.BufferReader(_parquet(t))).metadata for t in (durations, integers)
+    )
+    assert first.schema.equals(second.schema)
+    for _ in range(2):
+        assert sorted(column_aggregates(first)) == ["x"]  # a duration is not indexed
+        assert sorted(column_aggregates(second)) == ["d", "x"]
+    assert column_aggregates(second)["d"].maximum == 2
+
+
 def test_footer_reads_do_not_read_the_data(tmp_path: Path) -> None:
     data = _parquet(
         pa.table({"_hoodie_record_key": [f"k{i}" for i in range(200_000)]}),
