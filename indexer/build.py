@@ -35,6 +35,7 @@ from metadata_table.partition_writer import (
     chunked,
     file_records,
     hold_group_records,
+    in_key_order,
     workers_for,
 )
 from timeline.failpoints import current, task_failpoint
@@ -112,6 +113,7 @@ def run_build(
     data file), the read tasks are that partition's file groups, each over the data files whose
     records go there; each writes its group's base file, and only the other partitions' records
     are shuffled (``parallelism`` is then the number of those file groups)."""
+    files = in_key_order(files)  # so each task's sorted runs follow one another
     numbered = [(n, g) for n, b in enumerate(builds) for g in range(b.groups)]
     slot_builds = [(builds[n], g) for n, g in numbered]
     slots = {key: slot for slot, key in enumerate(numbered)}
@@ -177,14 +179,15 @@ def run_build_local(
     """:func:`run_build` without Spark, so no JVM to start. The chunks of data files are read by
     ``workers`` workers (0: one per core, at most four; processes from
     :data:`~metadata_table.workers.PROCESS_MIN_FILES` data files on, else threads), their
-    records coming back to this process as Arrow tables, in chunk order. Past ``memory_mb`` of
+    records coming back to this process as Arrow tables, in chunk order (the files taken in key
+    order, so each file group's sorted runs follow one another). Past ``memory_mb`` of
     records held, they are spilled per file group to Arrow files in a temporary folder (as
     Spark's shuffle spills), so memory does not grow with the table. The file groups are then
     written by as many threads, each from its group's records alone (Parquet writes, hashing
     and sorting run outside the GIL). Progress counts chunks of data files read, then file
     groups written."""
     workers, processes = workers_for(len(files), workers)
-    chunks = chunked(files, workers, RECORDS_CHUNK)
+    chunks = chunked(in_key_order(files), workers, RECORDS_CHUNK)
     groups = [(n, build, g) for n, build in enumerate(builds) for g in range(build.groups)]
     total = len(chunks) + len(groups)
     logger.info(

@@ -53,6 +53,7 @@ from metadata_table.partition_writer import (
     PartitionWriter,
     key_fields_refusal,
     secondary_index_refusal,
+    start_record_workers,
 )
 from timeline.config import (
     FILES_WITH_OTHERS,
@@ -147,6 +148,8 @@ class ScheduleResult:
     scheduled: list[str]
     skipped: dict[str, str]  # partition -> why
     lock_seconds: float
+    #: the latest file slices' files the new partitions were laid out for (None: not counted)
+    data_files: int | None = None
 
 
 class AsyncIndexer:
@@ -296,7 +299,9 @@ class AsyncIndexer:
             upto,
             seconds,
         )
-        return ScheduleResult(requested, todo, skipped, seconds)
+        return ScheduleResult(
+            requested, todo, skipped, seconds, size.data_files if size is not None else None
+        )
 
     def _columns(
         self, state: IndexState, todo: Sequence[str], columns: Sequence[str]
@@ -771,6 +776,10 @@ class AsyncIndexer:
                 scheduled = self.schedule(index_types, columns)
                 if scheduled.instant is None:
                     return None
+                files = scheduled.data_files
+                if files is not None and self.engine(files) == "local":
+                    # the build's worker processes start while it lists the table
+                    start_record_workers(files, self.table.config.get(LOCAL_BUILD_WORKERS))
                 return self.execute(scheduled.instant.timestamp)
             except IndexBuildAbortedError as e:
                 if attempt >= self.options.retries:

@@ -29,7 +29,7 @@ from metadata_table.layout import (
 )
 from metadata_table.records import DataFile, DataFileInfo, info_of
 from metadata_table.table import split_by_group, write_base_file
-from metadata_table.workers import map_chunks
+from metadata_table.workers import map_chunks, start_processes, workers_for
 from timeline.errors import MarkerAlreadyExistsError
 from timeline.index_state import LAYOUT
 from timeline.keys import KeyGenerator
@@ -226,9 +226,9 @@ def file_records(
     """(build index, file group, records) for ``files``: each file read once (a base file's
     footer, a log file's blocks of :attr:`PartitionBuild.counted` instants), and per
     file group of each build one Arrow table; no row is ever a Python object (a Spark task's
-    body). With ``shuffled`` (Spark) the tables go as Arrow IPC stream bytes, those of an index
-    keyed by record key as runs in file order (the write step merges the tasks' runs); in one
-    process they stay tables."""
+    body). Each table is a run in file order (the write step lays the tasks' runs end to end,
+    or merges them); with ``shuffled`` (Spark) it goes as Arrow IPC stream bytes, in one
+    process it stays a table."""
     per_build: list[list[pa.Table]] = [[] for _ in builds]
     chunk: list[DataFileInfo] = []
     # the builds of one job cover the same instant (one plan, or one resync)
@@ -257,12 +257,9 @@ def file_records(
             records = pa.concat_tables(per_build[number])
             by_group = split_by_group(records, build.groups, build.partition, build.layout)
             for group, table in by_group.items():
-                if not shuffled:
-                    yield number, group, table
-                    continue
-                if build.row_columns is not None:  # a sorted run: the writer merges runs
-                    table = in_file_order(build.partition, table)
-                yield number, group, _ipc(table)
+                # a sorted run: the writer lays runs end to end (merges those of record keys)
+                table = in_file_order(build.partition, table)
+                yield number, group, _ipc(table) if shuffled else table
 
 
 def hold_group_records(
@@ -284,6 +281,21 @@ def hold_group_records(
             held.add((number, group), builds[number].conformed(part))
         if progress is not None:
             progress(done)
+
+
+def in_key_order(files: Sequence[DataFile]) -> list[DataFile]:
+    """Data files in the order of their keys (:func:`file_key`): read in chunks in this order,
+    the sorted runs of a partition keyed by data file follow one another without overlapping,
+    so the write step lays them end to end instead of sorting every record."""
+    return sorted(files, key=lambda file: file_key(file[0], file[1]))
+
+
+def start_record_workers(files: int, configured: int = 0) -> None:
+    """Start the worker processes' fork server of :func:`hold_group_records` over ``files``
+    data files now, when it reads them with processes (``configured`` workers, 0: the
+    default), so it is up by the time the caller has listed them."""
+    if workers_for(files, configured)[1]:
+        start_processes(__name__)
 
 
 def _chunk_records(

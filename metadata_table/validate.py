@@ -19,7 +19,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from metadata_table.group_records import GroupRecords, PartitionBuild, hold_group_records
+from metadata_table.group_records import (
+    RECORDS_CHUNK,
+    GroupRecords,
+    PartitionBuild,
+    hold_group_records,
+)
 from metadata_table.index_types import index_type
 from metadata_table.layout import file_group_id, key_columns, keyed_by_column
 from metadata_table.maintenance import build_records, per_file, rebuilt_files
@@ -32,9 +37,6 @@ from timeline.fs_view import FileSystemView
 from timeline.table import Table
 
 logger = logging.getLogger(__name__)
-
-#: data files a worker of the rebuild reads at a time
-CHUNK_FILES = 2_000
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ def validate(
     ]
     files = rebuilt_files(view) if builds else []
     workers, processes = workers_for(len(files), table.config.get(LOCAL_BUILD_WORKERS))
-    chunks = chunked(files, workers, CHUNK_FILES)
+    chunks = chunked(files, workers, RECORDS_CHUNK)
     total = len(chunks) + sum(b.groups for b in builds) + len(others)
     done = 0
 

@@ -480,8 +480,8 @@ class FileSystemView:
         return bases if pc.all(wanted).as_py() else bases.filter(wanted)
 
     @cached_property
-    def _all_files(self) -> tuple[list[BaseFile], list[LogFile]]:
-        """One listing of the data folders: its base files and log files."""
+    def _log_files(self) -> list[LogFile]:
+        """The listing's log files (objects for them alone)."""
         logs: list[LogFile] = []
         listed = self._listed
         dotted = listed.filter(pc.starts_with(listed.column("file_name"), "."))
@@ -494,18 +494,37 @@ class FileSystemView:
             log = LogFile.parse(partition, name, size)
             if log is not None:
                 logs.append(log)
-        ordered = self._base_table.sort_by([(c, "ascending") for c in _ORDER_COLUMNS])
-        return base_files_of(ordered), logs
+        return logs
 
-    @property
+    @cached_property
+    def _ordered_bases(self) -> pa.Table:
+        """:meth:`_base_table` in :meth:`all_base_files`' order."""
+        return self._base_table.sort_by([(c, "ascending") for c in _ORDER_COLUMNS])
+
+    def committed_base_files(self, upto: str) -> list[tuple[str, str, int, str]]:
+        """(partition path, file name, size, instant) of each committed base file written at
+        or before ``upto``, in :meth:`all_base_files`' order: from the listing's columns, with
+        no object made per file (what an index build reads)."""
+        bases = self._ordered_bases
+        encoded = pc.dictionary_encode(bases.column("instant_time")).combine_chunks()
+        limit = normalize_timestamp(upto)
+        wanted = [
+            t in self._committed and normalize_timestamp(t) <= limit
+            for t in encoded.dictionary.to_pylist()
+        ]
+        bases = bases.filter(pc.take(pa.array(wanted, pa.bool_()), encoded.indices))
+        columns = ("partition_path", "file_name", "size", "instant_time")
+        return list(zip(*(bases.column(c).to_pylist() for c in columns), strict=True))
+
+    @cached_property
     def all_base_files(self) -> list[BaseFile]:
         """Every base file in storage, committed or not (one listing of the data folders)."""
-        return self._all_files[0]
+        return base_files_of(self._ordered_bases)
 
     @property
     def all_log_files(self) -> list[LogFile]:
         """Every log file in storage, of any slice, committed or not."""
-        return self._all_files[1]
+        return self._log_files
 
     @cached_property
     def pending_compactions(self) -> set[str]:
@@ -546,6 +565,18 @@ class FileSystemView:
     def latest_paths(self) -> set[str]:
         """Paths of the files of every latest file slice."""
         return {path for s in self._latest_slices for path in s.paths}
+
+    def latest_file_count(self) -> int:
+        """How many files the latest file slices have (``len(latest_paths())``): worked out on
+        Arrow arrays when no slice has a log file (then each slice is its base file alone)."""
+        if not self.committed_log_files:
+            return int(self.latest_base_table.num_rows)
+        return len(self.latest_paths())
+
+    @property
+    def lists_storage(self) -> bool:
+        """Whether this view lists the data folders (not a listing it was given)."""
+        return self._listing is None
 
     @cached_property
     def _latest_slices(self) -> list[FileSlice]:
@@ -861,6 +892,26 @@ def _list_partitions(storage: Storage, partitions: list[str]) -> list[FileInfo]:
     """The files in the folders of ``partitions`` ("" is the base path), not in their
     subfolders (another partition's, or ``.hoodie/``); a missing folder holds none."""
     return [e for partition in partitions for e in storage.list(partition) if not e.is_dir]
+
+
+def data_file_paths(storage: Storage) -> pa.Table:
+    """The files :func:`_list_data_files` lists, as a table of :data:`_LISTED` whose sizes are
+    not listed (0): a view of it counts the latest file slices' files (or names them) without
+    a stat a file."""
+    paths: list[str] = []
+    for entry in storage.list():
+        if entry.is_dir:
+            if entry.name != META_FOLDER:
+                paths.extend(storage.file_paths(entry.path))
+        else:
+            paths.append(entry.path)
+    partitions, names = [], []
+    for path in paths:
+        partition, _, name = path.rpartition("/")
+        partitions.append(partition)
+        names.append(name)
+    columns = [pa.array(c, pa.string()) for c in (partitions, names, paths)]
+    return pa.table([*columns, pa.repeat(pa.scalar(0, pa.int64()), len(paths))], names=_LISTED)
 
 
 def _list_data_files(storage: Storage) -> list[FileInfo]:

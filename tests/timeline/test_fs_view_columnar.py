@@ -16,7 +16,14 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from timeline.fs_view import BaseFile, FileSystemView, _order, base_files_of, by_partition
+from timeline.fs_view import (
+    BaseFile,
+    FileSystemView,
+    _order,
+    base_files_of,
+    by_partition,
+    data_file_paths,
+)
 from timeline.instant import normalize_timestamp
 from timeline.storage import FileInfo, Storage
 
@@ -138,6 +145,19 @@ def test_the_latest_base_files_follow_the_rule(
         p: base_files_of(r) for p, r in cut.items()
     }
     assert scoped.latest_base_files([]) == [] and "_listed" not in scoped.__dict__
+    # what a build reads: committed base files up to an instant, from columns, in file order
+    for upto in INSTANTS:
+        limit = normalize_timestamp(upto)
+        assert view.committed_base_files(upto) == [
+            (b.partition_path, b.file_name, b.size, b.instant_time)
+            for b in sorted(bases, key=_order)
+            if b.instant_time in committed and normalize_timestamp(b.instant_time) <= limit
+        ]
+    # the latest slices' files counted (on Arrow arrays when no slice has a log file)
+    counted = _view(listing, committed, replaced)
+    counted.__dict__["pending_compactions"] = set()
+    view.__dict__["pending_compactions"] = set()
+    assert counted.latest_file_count() == len(view.latest_paths())
 
 
 def test_many_partitions_are_read_from_the_whole_listing_once() -> None:
@@ -247,3 +267,34 @@ def test_a_view_of_the_storage_lists_the_asked_partitions_folders_alone(tmp_path
         ]
     assert listed == list(names) and "_listed" not in view.__dict__
     assert [b.file_name for b in view.latest_base_files()] == sorted(names.values())
+
+
+def test_a_listing_by_name_counts_what_a_listing_with_sizes_does(tmp_path: Path) -> None:
+    """The data folders listed by name alone (no stat a file, sizes 0) name the files a listing
+    with sizes names: nested partitions and the base path's files in, ``.hoodie/`` and
+    temporary files out; so a view of it counts the same latest files."""
+    files = [
+        "f0-0_0-1-2_20240101000000000.parquet",
+        "a/f1-0_0-1-2_20240101000000000.parquet",
+        "a/f1-0_0-1-2_20240101000000500.parquet",
+        "a/.f1-0_20240101000000500.log.1_0-1-2",
+        "a/b/f2-0_0-1-2_20240101000000000.parquet",
+        "a/b/.hoodie_partition_metadata",
+        "ab/f3-0_0-1-2_20240101000000000.parquet",
+    ]
+    for path in [*files, ".hoodie/f9-0_0-1-2_20240101000000000.parquet", "a/.tmp-aix-x"]:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_bytes(b"xyz")
+    storage = Storage(str(tmp_path))
+    assert storage.file_paths("a") == sorted(p for p in files if p.startswith("a/"))
+    named = data_file_paths(storage)
+    assert sorted(named.column("path").to_pylist()) == sorted(files)
+    assert set(named.column("size").to_pylist()) == {0}
+    counts = []
+    for listing in (None, lambda: named):
+        view = FileSystemView(SimpleNamespace(storage=storage), None, listing=listing)  # type: ignore[arg-type]
+        view.__dict__["_committed"] = {"20240101000000000", "20240101000000500"}
+        view.__dict__["_replaced"] = set()
+        view.__dict__["pending_compactions"] = set()
+        counts.append((view.latest_file_count(), sorted(view.latest_paths())))
+    assert counts[0] == counts[1] and counts[0][0] == 5

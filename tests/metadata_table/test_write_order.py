@@ -1,0 +1,105 @@
+"""A metadata file keeps its records in key order, in row groups cut where a stats partition's
+column changes and every ROW_GROUP_ROWS rows. A build's workers send sorted runs over data files
+taken in key order: those are laid end to end without a sort and give the file a sort gives;
+runs that overlap, and records in no order, are sorted one row group at a time."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from metadata_table import layout
+from metadata_table.group_records import in_key_order
+from metadata_table.layout import COLUMN_STATS, FILES, column_stats_key, file_key, write_records
+from timeline.storage import Storage
+
+COLUMNS = ["a", "b|c", "z"]
+SCHEMA = pa.schema([("key", pa.string()), ("n", pa.int64())])
+
+
+def _records(partition: str, files: list[tuple[str, str]]) -> pa.Table:
+    """Records of ``files`` (partition, name) in the order a build's worker makes them: per
+    file, and per column of a stats partition."""
+    if partition == COLUMN_STATS:
+        keys = [column_stats_key(c, p, n) for p, n in files for c in COLUMNS]
+    else:
+        keys = [file_key(p, n) for p, n in files]
+    return pa.table({"key": keys, "n": list(range(len(keys)))}, schema=SCHEMA)
+
+
+def _written(tmp_path: Path, partition: str, records: pa.Table, name: str) -> pq.ParquetFile:
+    storage = Storage(str(tmp_path))
+    write_records(storage, f"{partition}/{name}.parquet", records, "1")
+    return pq.ParquetFile(tmp_path / partition / f"{name}.parquet")
+
+
+def _row_groups(file: pq.ParquetFile) -> list[int]:
+    return [file.metadata.row_group(g).num_rows for g in range(file.metadata.num_row_groups)]
+
+
+names = st.lists(
+    st.tuples(st.sampled_from(["p1", "p1/x", "p|2", "p%3"]), st.text("abc_1", min_size=1)),
+    unique=True,
+    max_size=60,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(files=names, chunk=st.integers(1, 9), rows=st.sampled_from([2, 3, 16_384]))
+def test_runs_over_files_in_key_order_are_laid_end_to_end_as_a_sort_orders_them(
+    tmp_path_factory: pytest.TempPathFactory, files: list[tuple[str, str]], chunk: int, rows: int
+) -> None:
+    tmp_path = tmp_path_factory.mktemp("order")
+    ordered = in_key_order([(p, n, 1, "1") for p, n in files])
+    assert ordered == sorted(ordered, key=lambda f: file_key(f[0], f[1]))
+    old = layout.ROW_GROUP_ROWS, layout._MOST_PIECES
+    layout.ROW_GROUP_ROWS, layout._MOST_PIECES = rows, 1  # runs of one file each, too
+    try:
+        for partition in (FILES, COLUMN_STATS):
+            runs = [
+                layout.in_file_order(
+                    partition,
+                    _records(partition, [(p, n) for p, n, _, _ in ordered[i : i + chunk]]),
+                )
+                for i in range(0, len(ordered), chunk)
+            ]
+            records = pa.concat_tables(runs) if runs else _records(partition, [])
+            if records.num_rows > 1:  # the runs are laid end to end: no sort
+                merged = layout._merged_runs(partition, records)
+                assert merged is not None and layout.file_order(partition, merged) is None
+            expected = records.sort_by("key")
+            mine = _written(tmp_path, partition, records, "runs")
+            sorted_ = _written(tmp_path, partition, expected, "sorted")
+            assert mine.read().equals(sorted_.read())
+            assert _row_groups(mine) == _row_groups(sorted_)
+    finally:
+        layout.ROW_GROUP_ROWS, layout._MOST_PIECES = old
+
+
+@settings(max_examples=40, deadline=None)
+@given(files=names, seed=st.integers(0, 2**16))
+def test_overlapping_runs_and_records_in_no_order_are_sorted(
+    tmp_path_factory: pytest.TempPathFactory, files: list[tuple[str, str]], seed: int
+) -> None:
+    tmp_path = tmp_path_factory.mktemp("order")
+    for partition in (FILES, COLUMN_STATS):
+        records = _records(partition, files)
+        order = random.Random(seed).sample(range(records.num_rows), records.num_rows)
+        shuffled = records.take(pa.array(order, pa.int64()))
+        written = _written(tmp_path, partition, shuffled, "any").read()
+        assert written.column("key").to_pylist() == sorted(records.column("key").to_pylist())
+
+
+def test_two_runs_over_the_same_files_are_not_laid_end_to_end() -> None:
+    """Runs whose key ranges overlap (files not taken in key order) need the sort."""
+    first = _records(COLUMN_STATS, [("p1", "a"), ("p1", "c")])
+    second = _records(COLUMN_STATS, [("p1", "b")])
+    records = pa.concat_tables([layout.in_file_order(COLUMN_STATS, t) for t in (first, second)])
+    assert layout._merged_runs(COLUMN_STATS, records) is None
+    assert layout.file_order(COLUMN_STATS, records) is not None
