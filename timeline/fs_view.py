@@ -905,13 +905,7 @@ def data_file_paths(storage: Storage) -> pa.Table:
                 paths.extend(storage.file_paths(entry.path))
         else:
             paths.append(entry.path)
-    partitions, names = [], []
-    for path in paths:
-        partition, _, name = path.rpartition("/")
-        partitions.append(partition)
-        names.append(name)
-    columns = [pa.array(c, pa.string()) for c in (partitions, names, paths)]
-    return pa.table([*columns, pa.repeat(pa.scalar(0, pa.int64()), len(paths))], names=_LISTED)
+    return _as_listed(FileInfo(path, 0, False) for path in paths)
 
 
 def _list_data_files(storage: Storage) -> list[FileInfo]:
