@@ -507,11 +507,10 @@ def _merged_runs(partition: str, records: pa.Table) -> pa.Table | None:
     n = len(keys)
     if n < 2 or keyed_by_record(partition):
         return None
-    cut = pc.less(keys.slice(1), keys.slice(0, n - 1))
+    cut = pc.less(keys.slice(1), keys.slice(0, n - 1)).to_numpy(zero_copy_only=False)
     if keyed_by_column(partition):
-        column = key_columns(keys)
-        cut = pc.or_(cut, pc.not_equal(column.slice(1), column.slice(0, n - 1)))
-    starts = np.concatenate([[0], np.flatnonzero(cut.to_numpy(zero_copy_only=False)) + 1])
+        cut = cut | _column_changes(keys)
+    starts = np.concatenate([[0], np.flatnonzero(cut) + 1])
     if len(starts) > max(64, n // _MOST_PIECES):
         return None
     ends = np.append(starts[1:], n)
@@ -553,6 +552,14 @@ def _write_options(partition: str) -> dict[str, Any]:
     }
 
 
+def _column_changes(keys: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Of a stats partition's keys (at least two), whether each one's column differs from the
+    one before it (one flag per key after the first)."""
+    column = key_columns(keys)
+    changed = pc.not_equal(column.slice(1), column.slice(0, len(column) - 1))
+    return np.asarray(changed.to_numpy(zero_copy_only=False), dtype=bool)
+
+
 def _row_groups(partition: str, keys: pa.ChunkedArray | pa.Array) -> list[tuple[int, int]]:
     """(start, end) of each row group of a file of ``partition`` whose keys, in file order, are
     ``keys``: at most :data:`ROW_GROUP_ROWS` rows each and, in a stats partition, each column's
@@ -560,9 +567,7 @@ def _row_groups(partition: str, keys: pa.ChunkedArray | pa.Array) -> list[tuple[
     ``value_type`` statistics tell its value kind)."""
     starts = [0, len(keys)]
     if keyed_by_column(partition) and len(keys) > 1:
-        column = key_columns(keys)
-        changed = pc.not_equal(column.slice(1), column.slice(0, len(column) - 1))
-        starts = [0, *(np.flatnonzero(changed.to_numpy(zero_copy_only=False)) + 1), len(keys)]
+        starts = [0, *(np.flatnonzero(_column_changes(keys)) + 1), len(keys)]
     return [
         (at, min(at + ROW_GROUP_ROWS, end))
         for start, end in pairwise(starts)

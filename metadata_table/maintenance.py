@@ -115,11 +115,7 @@ def build_records(
 def rebuilt_files(view: FileSystemView) -> list[DataFile]:
     """The data files a rebuild of ``view``'s snapshot reads: every committed base file, then
     every log file (whose committed blocks count)."""
-    files: list[DataFile] = [
-        (b.partition_path, b.file_name, b.size, b.instant_time)
-        for b in view.all_base_files
-        if view.is_committed(b.instant_time)
-    ]
+    files: list[DataFile] = view.committed_base_files()
     files += [(log.partition_path, log.file_name, log.size, "") for log in view.committed_log_files]
     return files
 

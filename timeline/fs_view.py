@@ -501,15 +501,15 @@ class FileSystemView:
         """:meth:`_base_table` in :meth:`all_base_files`' order."""
         return self._base_table.sort_by([(c, "ascending") for c in _ORDER_COLUMNS])
 
-    def committed_base_files(self, upto: str) -> list[tuple[str, str, int, str]]:
-        """(partition path, file name, size, instant) of each committed base file written at
-        or before ``upto``, in :meth:`all_base_files`' order: from the listing's columns, with
-        no object made per file (what an index build reads)."""
+    def committed_base_files(self, upto: str | None = None) -> list[tuple[str, str, int, str]]:
+        """(partition path, file name, size, instant) of each committed base file (written at
+        or before ``upto``, if given), in :meth:`all_base_files`' order: from the listing's
+        columns, with no object made per file (what an index build and a rebuild read)."""
         bases = self._ordered_bases
         encoded = pc.dictionary_encode(bases.column("instant_time")).combine_chunks()
-        limit = normalize_timestamp(upto)
+        limit = None if upto is None else normalize_timestamp(upto)
         wanted = [
-            t in self._committed and normalize_timestamp(t) <= limit
+            t in self._committed and (limit is None or normalize_timestamp(t) <= limit)
             for t in encoded.dictionary.to_pylist()
         ]
         bases = bases.filter(pc.take(pa.array(wanted, pa.bool_()), encoded.indices))
