@@ -1,7 +1,8 @@
 """Heartbeats: how a writer shows it is alive (docs/architecture.md §7.4).
 
-A writer of instant T touches ``.hoodie/.heartbeat/<T>`` every ``interval`` seconds from a
-background thread; liveness is the file's modification time. T's heartbeat is *expired* when the
+A writer of instant T touches ``.hoodie/.heartbeat/<T>`` every ``interval`` seconds, on a fixed
+clock, from a background thread, without an fsync (a beat lost in an OS crash died with its
+writer); liveness is the file's modification time. T's heartbeat is *expired* when the
 file is missing or ``now - mtime > interval * tolerable_misses``: enough to stop waiting for T.
 A writer checks its own heartbeat before it commits (:meth:`Heartbeat.ensure_alive`). Rolling T
 back takes proof that its writer is dead, which a missing file is not where writers write none
@@ -90,23 +91,30 @@ class Heartbeat:
     def beat(self, periodic: bool = False) -> None:
         """Touch the heartbeat file now (``periodic``: from the background thread)."""
         self.storage.overwrite(
-            self.path, str(int(self._clock() * 1000)).encode(), periodic=periodic
+            self.path, str(int(self._clock() * 1000)).encode(), periodic=periodic, durable=False
         )
         self.beats += 1
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
+    def _run(self, due: float) -> None:
+        # Beats keep to a fixed clock: waiting a whole interval after each beat returned would
+        # add every write's latency to the gap between two beats' mtimes.
+        while not self._stop.wait(max(0.0, due - time.monotonic())):
             try:
                 self.beat(periodic=True)
             except Exception as e:  # keep beating; the writer learns of expiry in ensure_alive()
                 logger.warning("heartbeat of %s failed: %s", self.instant_time, e)
+            due = max(due + self.interval, time.monotonic())  # late: beat again at once
 
     def start(self) -> Heartbeat:
         if self._thread is not None:
             raise RuntimeError(f"heartbeat of {self.instant_time} already started")
+        first = time.monotonic()
         self.beat()
         self._thread = threading.Thread(
-            target=self._run, name=f"heartbeat-{self.instant_time}", daemon=True
+            target=self._run,
+            args=(first + self.interval,),
+            name=f"heartbeat-{self.instant_time}",
+            daemon=True,
         )
         self._thread.start()
         logger.debug("heartbeat of %s started (every %.1fs)", self.instant_time, self.interval)

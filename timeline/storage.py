@@ -113,7 +113,9 @@ class _Backend:
     def create(self, path: str, data: bytes) -> None:
         raise NotImplementedError
 
-    def overwrite(self, path: str, data: bytes) -> None:
+    def overwrite(self, path: str, data: bytes, durable: bool = True) -> None:
+        """``durable``: on the disk before it is visible (local files: fsync), where the store
+        makes that a separate step."""
         raise NotImplementedError
 
     def read(self, path: str) -> bytes:
@@ -172,7 +174,7 @@ class _LocalBackend(_Backend):
         rel = full[len(prefix) :] if full.startswith(prefix) else os.path.relpath(full, root)
         return rel.replace(os.sep, "/")
 
-    def _write_temp(self, path: str, data: bytes) -> str:
+    def _write_temp(self, path: str, data: bytes, durable: bool = True) -> str:
         folder = os.path.dirname(path)
         os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=_TEMP_PREFIX)
@@ -181,7 +183,8 @@ class _LocalBackend(_Backend):
             with os.fdopen(fd, "wb") as out:
                 out.write(data)
                 out.flush()
-                os.fsync(out.fileno())
+                if durable:
+                    os.fsync(out.fileno())
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -197,8 +200,8 @@ class _LocalBackend(_Backend):
             os.unlink(tmp)
         _drop_hadoop_checksum(path)
 
-    def overwrite(self, path: str, data: bytes) -> None:
-        tmp = self._write_temp(path, data)
+    def overwrite(self, path: str, data: bytes, durable: bool = True) -> None:
+        tmp = self._write_temp(path, data, durable)
         try:
             os.replace(tmp, path)
         except BaseException:
@@ -357,8 +360,8 @@ class _FsspecBackend(_Backend):
         except FileNotFoundError:
             return False
 
-    def overwrite(self, path: str, data: bytes) -> None:
-        self.fs.pipe_file(path, data)
+    def overwrite(self, path: str, data: bytes, durable: bool = True) -> None:
+        self.fs.pipe_file(path, data)  # an object store's PUT is durable when it returns
 
     def read(self, path: str) -> bytes:
         data: bytes = self.fs.cat_file(path)
@@ -552,18 +555,23 @@ class Storage:
         with self._translate("create", path):
             self._backend.create(full, data)
 
-    def overwrite(self, path: str, data: bytes, periodic: bool = False) -> None:
+    def overwrite(
+        self, path: str, data: bytes, periodic: bool = False, durable: bool = True
+    ) -> None:
         """Replace the content of ``path`` atomically: readers see the old or the new bytes.
 
         ``periodic`` marks writes a background thread repeats on a clock (heartbeats, lease
         renewals): they are no ordered step of a protocol, so crash tests count them apart
-        (failpoint ``storage.periodic``, not ``storage.write``)."""
+        (failpoint ``storage.periodic``, not ``storage.write``). ``durable=False`` lets a local
+        file skip its fsync, for writes whose loss in an OS crash is harmless (a heartbeat: the
+        writer died with the machine) and whose latency is not (a heartbeat's mtime is taken
+        when its bytes are written, before the fsync, so a slow disk ages it before it shows)."""
         full = self.uri(path)
         self._count("overwrite")
         point = "storage.periodic" if periodic else "storage.write"
         failpoint(point, detail=f"overwrite {path}")
         with self._translate("overwrite", path):
-            self._backend.overwrite(full, data)
+            self._backend.overwrite(full, data, durable)
 
     def read(self, path: str) -> bytes:
         full = self.uri(path)

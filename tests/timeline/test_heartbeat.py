@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -73,16 +74,63 @@ def test_failed_beats_do_not_stop_the_thread(
     calls = {"n": 0}
     real = storage.overwrite
 
-    def flaky(path: str, data: bytes, periodic: bool = False) -> None:
+    def flaky(path: str, data: bytes, periodic: bool = False, durable: bool = True) -> None:
         calls["n"] += 1
         if calls["n"] <= 2:
             raise OSError("throttled")
-        real(path, data, periodic)
+        real(path, data, periodic, durable)
 
     monkeypatch.setattr(storage, "overwrite", flaky)
     time.sleep(0.6)
     heartbeat.stop()
     assert calls["n"] >= 4, "the thread kept beating after failures"
+
+
+def _never_expires(heartbeat: Heartbeat, seconds: float) -> list[float]:
+    """The ages seen over ``seconds`` of sampling a live heartbeat that had expired."""
+    expired: list[float] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if heartbeat.is_expired():
+            expired.append(heartbeat_age(heartbeat.storage, heartbeat.instant_time) or -1.0)
+        time.sleep(0.02)
+    return expired
+
+
+def test_a_slow_fsync_does_not_age_a_live_heartbeat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The mtime is taken when the bytes are written; an fsync before the rename would show the
+    # beat 0.35 s old, and 0.3 s later it would pass the 0.6 s window (a loaded CI machine's disk
+    # once made a live writer refuse its own commit that way).
+    real_fsync = os.fsync
+
+    def slow_fsync(fd: int) -> None:
+        time.sleep(0.35)
+        real_fsync(fd)
+
+    storage = Storage(str(tmp_path))
+    monkeypatch.setattr(os, "fsync", slow_fsync)
+    with Heartbeat(storage, T, interval=0.3, tolerable_misses=2) as heartbeat:
+        assert _never_expires(heartbeat, 2.5) == []
+        assert heartbeat.beats >= 6
+
+
+def test_slow_writes_do_not_push_the_beats_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each write lands at once and answers 0.4 s later: a whole interval's wait after each answer
+    # would space the mtimes 0.7 s apart, past the 0.6 s window; on a fixed clock they are 0.4 s.
+    storage = Storage(str(tmp_path))
+    real = storage.overwrite
+
+    def slow(path: str, data: bytes, periodic: bool = False, durable: bool = True) -> None:
+        real(path, data, periodic, durable)
+        time.sleep(0.4)
+
+    monkeypatch.setattr(storage, "overwrite", slow)
+    with Heartbeat(storage, T, interval=0.3, tolerable_misses=2) as heartbeat:
+        assert _never_expires(heartbeat, 2.5) == []
 
 
 def test_invalid_settings() -> None:
