@@ -12,6 +12,8 @@ local      write a temp file, fsync, ``link()`` into place write a temp file, fs
 memory     check and write under a process-wide lock      write
 ========== ============================================== ==========================================
 
+A local overwrite with ``durable=False`` (a heartbeat) skips its fsync.
+
 Any other fsspec scheme may be read, but writes that need create-if-absent raise
 :class:`UnsupportedStorageError`: the kernel never falls back to ``exists()`` then write.
 

@@ -86,8 +86,9 @@ def test_failed_beats_do_not_stop_the_thread(
     assert calls["n"] >= 4, "the thread kept beating after failures"
 
 
-def _never_expires(heartbeat: Heartbeat, seconds: float) -> list[float]:
-    """The ages seen over ``seconds`` of sampling a live heartbeat that had expired."""
+def _expired_ages(heartbeat: Heartbeat, seconds: float) -> list[float]:
+    """The ages at which ``heartbeat``, sampled for ``seconds``, was seen expired (none: it
+    never was)."""
     expired: list[float] = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -112,7 +113,7 @@ def test_a_slow_fsync_does_not_age_a_live_heartbeat(
     storage = Storage(str(tmp_path))
     monkeypatch.setattr(os, "fsync", slow_fsync)
     with Heartbeat(storage, T, interval=0.3, tolerable_misses=2) as heartbeat:
-        assert _never_expires(heartbeat, 2.5) == []
+        assert _expired_ages(heartbeat, 2.5) == []
         assert heartbeat.beats >= 6
 
 
@@ -130,7 +131,7 @@ def test_slow_writes_do_not_push_the_beats_apart(
 
     monkeypatch.setattr(storage, "overwrite", slow)
     with Heartbeat(storage, T, interval=0.3, tolerable_misses=2) as heartbeat:
-        assert _never_expires(heartbeat, 2.5) == []
+        assert _expired_ages(heartbeat, 2.5) == []
 
 
 def test_invalid_settings() -> None:
