@@ -2,8 +2,9 @@
 daemon builds all three indexes and a cleaner rolls back failed writes, on local files and on S3
 (moto). Every writer keeps a log of what it committed. At the end, a replay of the committed
 operations in commit (completion) order must equal what our reader and hudi-rs read (so every
-conflict was detected: a lost update would show), every writer must have made progress (no
-deadlock), and every index must equal the from-scratch build.
+conflict was detected: a lost update would show), every writer must have finished attempts (no
+deadlock; under optimistic concurrency one may lose every race, as Hudi's may), the writers
+together must have committed, and every index must equal the from-scratch build.
 
 The table uses the bucket layout (4 buckets per partition) with the bucket conflict strategy, so
 writers of the same keys always meet in the same file group and a key deleted and re-inserted
@@ -207,7 +208,13 @@ def test_writers_daemon_and_cleaner(
     logs = [json.loads(Path(o).read_text()) for o in outs]
     errors = [e for log in logs for e in log["errors"]]
     assert not errors, errors
-    assert all(log["commits"] for log in logs), "a writer never committed (deadlock?)"
+    # Optimistic concurrency promises progress to the writers together, not to each: on S3 an
+    # attempt takes seconds, the unluckiest writers lose two races in three (4 commits to 9
+    # conflicts in a quiet run), and CI once saw a writer lose
+    # all of its (Hudi's writers may too). A writer stuck in a lock finishes no attempt at all.
+    tried = [(len(log["commits"]), log["conflicts"]) for log in logs]
+    assert all(c + k for c, k in tried), f"a writer never finished an attempt: {tried}"
+    assert sum(c for c, _ in tried) >= WRITERS, f"(commits, conflicts) of each writer: {tried}"
     logged = {c["instant"]: c for log in logs for c in log["commits"]}
     clean_failed_writes(table)
     timeline = table.timeline.load()
