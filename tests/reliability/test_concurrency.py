@@ -210,8 +210,8 @@ def test_writers_daemon_and_cleaner(
     assert not errors, errors
     # Optimistic concurrency promises progress to the writers together, not to each: on S3 an
     # attempt takes seconds, the unluckiest writers lose two races in three (4 commits to 9
-    # conflicts in a quiet run), and CI once saw a writer lose
-    # all of its (Hudi's writers may too). A writer stuck in a lock finishes no attempt at all.
+    # conflicts in a quiet run), and CI once saw a writer lose all of its (Hudi's writers may
+    # too). A writer stuck in a lock finishes no attempt at all.
     tried = [(len(log["commits"]), log["conflicts"]) for log in logs]
     assert all(c + k for c, k in tried), f"a writer never finished an attempt: {tried}"
     assert sum(c for c, _ in tried) >= WRITERS, f"(commits, conflicts) of each writer: {tried}"
