@@ -218,3 +218,28 @@ def test_compaction_reports_progress_per_file_group(tmp_path: Path) -> None:
     assert {t for _, _, t in calls} == {total}
     done = [d for _, d, _ in calls]
     assert done == sorted(done) and done[-1] == total and set(range(1, total + 1)) <= set(done)
+
+
+def test_output_commands_exit_0_quietly_when_their_reader_closes_the_pipe(
+    tmp_path: Path,
+) -> None:
+    from writer.client import WriteClient
+
+    table, lock = _table(tmp_path / "t")
+    WriteClient(table).insert(rows(keys(0, 3000)))  # about 400 KB of JSON: more than a pipe holds
+    python = sys.executable
+    for module, args in (
+        ("metadata_table", ["query", table.base_uri, "--format", "json"]),
+        ("metadata_table", ["query", table.base_uri, "--format", "csv"]),
+        ("metadata_table", ["changes", table.base_uri, "--begin", "0" * 17, "--format", "json"]),
+    ):
+        command = " ".join([python, "-m", module, *args, *lock])
+        done = subprocess.run(
+            ["bash", "-c", f"set -o pipefail; {command} | head -1"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, (args, done.stderr)
+        assert done.stderr == "", (args, done.stderr)
+        assert len(done.stdout.splitlines()) == 1

@@ -183,7 +183,8 @@ def run(
 ) -> int:
     """Parse, set up logging, run. An :class:`TableError` becomes one line ``error: ...`` and
     exit 1; so does any other error unless ``-v`` asks for its traceback. Either names Spark's
-    log file when this process started Spark quietly."""
+    log file when this process started Spark quietly. A reader that closes stdout early (a pipe
+    into ``head``) ends the command quietly with exit 0."""
     args = parser.parse_args(argv)
     if getattr(args, "help_config", False):
         print(help_config())
@@ -197,7 +198,13 @@ def run(
         os.environ[spark.VERBOSE_ENV] = "1"  # Spark's own log on stderr too
     use_project_pool()
     try:
-        return main(args)
+        code = main(args)
+        sys.stdout.flush()  # a reader gone since the last write shows here
+        return code
+    except BrokenPipeError as e:
+        if _stdout_closed():
+            return _reader_gone()
+        return _unexpected(e, args)  # a socket of ours, not the reader
     except TableError as e:
         print(f"error: {e}", file=sys.stderr)
         _name_spark_log()
@@ -205,13 +212,40 @@ def run(
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except Exception as e:  # a Spark job or a bug: one line, the traceback with -v
-        if getattr(args, "verbose", False):
-            raise
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        print(f"error: {type(e).__name__}: {first} (run with -v for details)", file=sys.stderr)
-        _name_spark_log()
-        return EXIT_ERROR
+    except Exception as e:
+        return _unexpected(e, args)
+
+
+def _unexpected(e: Exception, args: argparse.Namespace) -> int:
+    """A Spark job's failure or a bug: one line, the traceback with ``-v``."""
+    if getattr(args, "verbose", False):
+        raise e
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    print(f"error: {type(e).__name__}: {first} (run with -v for details)", file=sys.stderr)
+    _name_spark_log()
+    return EXIT_ERROR
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader is gone (poll answers POLLERR on its write end)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def _reader_gone() -> int:
+    """The reader of stdout closed it (``... | head -1``): the output it wanted is out, so exit 0
+    as ``cat`` and ``grep`` do under ``set -o pipefail``; stdout is pointed at /dev/null so that
+    the interpreter's own flush at exit does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_OK
 
 
 def _name_spark_log() -> None:
