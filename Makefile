@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 # setuptools warns on every editable install of a flat layout: not the user's concern
 PIP    := PYTHONWARNINGS=ignore $(PY) -m pip
 
-.PHONY: demo test test-fast test-hudi hudi-peer soak lint bench bench-markers bench-scan bench-mor bench-record-index bench-scale system-deps clean
+.PHONY: demo demo-deps test test-fast test-hudi hudi-peer soak lint bench bench-markers bench-scan bench-mor bench-record-index bench-scale system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -20,11 +20,15 @@ $(VENV)/.installed-test: pyproject.toml | $(PY)
 	$(PIP) install -q -e '.[test]'
 	touch $@ $(VENV)/.installed
 
-# Java for Spark, PostgreSQL server binaries for the lock tests: installed with apt when absent.
-system-deps:
-	@bash scripts/ensure-system-deps.sh
+# What the OS must provide, installed with apt when absent (scripts/ensure-system-deps.sh): the
+# demo needs a Java runtime alone; the tests also Maven, PostgreSQL's server and Chromium.
+demo-deps:
+	@bash scripts/ensure-system-deps.sh demo
 
-demo: $(VENV)/.installed system-deps
+system-deps:
+	@bash scripts/ensure-system-deps.sh test
+
+demo: $(VENV)/.installed demo-deps
 	$(PY) scripts/demo.py
 
 # Apache Hudi 0.15 for the tests that run it (marked `hudi`): its own virtualenv (.venv-hudi, pyspark
