@@ -107,13 +107,13 @@ def _write_spark(
     from pyspark.sql import SparkSession
 
     from timeline.spark import spark_session
-    from writer.spark import SparkWriteClient
+    from writer.spark import SparkWriteClient, arrow_frame
 
     callers = SparkSession.getActiveSession()  # main() called in a process that has a session
     spark = spark_session(spark_master_from_args(args), spark_conf_from_args(args))
     try:
         if args.input.lower().endswith(".csv") or args.input.lower().endswith(JSON_SUFFIXES):
-            frame = _arrow_frame(spark, read_input(args.input))
+            frame = arrow_frame(spark, read_input(args.input))
         else:
             frame = spark.read.parquet(args.input)
         with SparkWriteClient(table, spark, options) as client:
@@ -121,10 +121,6 @@ def _write_spark(
     finally:
         if callers is None:  # the session is ours; the caller's one is left running
             spark.stop()
-
-
-def _arrow_frame(spark: Any, data: pa.Table) -> Any:
-    return spark.createDataFrame(data.to_pandas())
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -41,6 +41,7 @@ from metadata_table.read.kept import KeptFilters
 from metadata_table.read.snapshot import IndexedSnapshot
 from metadata_table.records import DataFileInfo, placed_keys, read_record_keys
 from metadata_table.table import MetadataTable
+from timeline.arrow_types import as_stored
 from timeline.commit_metadata import CommitMetadata, WriteStat
 from timeline.config import (
     ASYNC_CONFLICT_PERIOD_MS,
@@ -416,6 +417,7 @@ class WriteTransaction:
             raise BadRecordsError(clash[0], "input may not carry Hudi meta columns")
         if data.num_rows == 0:
             return []
+        data = as_stored(data)  # string_view, dictionaries, large types: as the table stores them
         keygen = self.client.keygen
         assert keygen is not None, "the client checked the table when the write started"
         keys = keygen.record_keys(data)

@@ -37,6 +37,7 @@ import pyarrow.compute as pc
 
 from metadata_table.bloom import BloomSizing
 from metadata_table.records import DataFileInfo, read_record_keys
+from timeline.arrow_types import as_stored
 from timeline.commit_metadata import WriteStat
 from timeline.errors import BadRecordsError, FileAlreadyExistsError, SparkWriteError, TableError
 from timeline.failpoints import armed, current, task_failpoint
@@ -75,6 +76,12 @@ SLOW = "spark.write.slow"
 FAILPOINT_CLAIMS = ".hoodie/.aux/failpoints"
 
 
+def arrow_frame(spark: Any, data: pa.Table) -> Any:
+    """An Arrow table as a Spark DataFrame, its columns first in the types a table stores
+    (Spark takes no ``string_view`` or dictionary)."""
+    return spark.createDataFrame(as_stored(data).to_pandas())
+
+
 class SparkWriteClient(WriteClient):
     """A :class:`WriteClient` whose writes take Spark DataFrames and run on ``spark``.
 
@@ -105,7 +112,10 @@ class SparkWriteClient(WriteClient):
         self.last_tag_files_read = 0
 
     def write(self, operation: Operation, data: Any) -> Instant:
-        """Write the DataFrame ``data`` as one commit (see the module docstring)."""
+        """Write the DataFrame ``data`` (or an Arrow table, handed to Spark) as one commit (see
+        the module docstring)."""
+        if isinstance(data, pa.Table):
+            data = arrow_frame(self.spark, data)
         txn = self.start(operation)
         try:
             try:
