@@ -408,10 +408,12 @@ class UnknownColumnError(TableError, ValueError):
 class FilterTypeError(TableError, ValueError):
     """A filter compares a column with a value its type cannot hold (a string with a number)."""
 
-    def __init__(self, column: str, column_type: str, value: object) -> None:
+    def __init__(
+        self, column: str, column_type: str, value: object, syntax: str | None = None
+    ) -> None:
         super().__init__(
             f"filter compares column {column!r} ({column_type}) with {value!r}, "
-            f"which is not a {column_type}"
+            f"which is not a {column_type}" + (f"; write {syntax}" if syntax else "")
         )
         self.column = column
         self.column_type = column_type

@@ -4,7 +4,9 @@ Build filters in code (``col("fare") > 10``, ``col("city").isin(["sf", "la"])``,
 ``a | b``, ``~a``) or parse text (``fare > 10 AND city IN ('sf', 'la')``). Supported: ``=``,
 ``!=`` (or ``<>``), ``<``, ``<=``, ``>``, ``>=``, ``[NOT] BETWEEN x AND y``, ``[NOT] IN (...)``,
 ``IS [NOT] NULL``, ``AND``, ``OR``, ``NOT``, parentheses, over top-level columns; literals are
-numbers, 'strings', TRUE/FALSE, DATE 'yyyy-mm-dd' and TIMESTAMP 'yyyy-mm-dd hh:mm:ss' (UTC). As
+numbers, 'strings', TRUE/FALSE, DATE 'yyyy-mm-dd' and TIMESTAMP 'yyyy-mm-dd hh:mm:ss' (UTC); a
+quoted ISO date or timestamp compared with a date or timestamp column reads as one (see
+:meth:`Expr.bind`, which every reader calls with the table's schema first). As
 in SQL, a comparison with a null is not true, and ``NOT`` of it is not true either: negations are
 pushed down to the comparisons when a filter is built (``NOT fare > 10`` is ``fare <= 10``), so
 every node below is a positive test.
@@ -132,6 +134,16 @@ class Expr:
         """This filter over rows of ``schema`` (see the module)."""
         raise NotImplementedError
 
+    def bind(self, schema: pa.Schema) -> Expr:
+        """This filter checked against a table's ``schema`` and its literals read as their
+        columns read them: every column must exist (:class:`UnknownColumnError` names the
+        table's), and a quoted ISO date or timestamp compared with a date or timestamp column
+        is one, as Spark, DuckDB and Trino read ``o_orderdate >= '1995-01-01'``; a literal
+        the column cannot hold is a :class:`FilterTypeError` naming the syntax that works.
+        Every reader binds a filter before it uses one, so the index, the rows and Spark all
+        see the same values."""
+        raise NotImplementedError
+
     def __and__(self, other: Expr) -> Expr:
         return And(self, other)
 
@@ -182,6 +194,9 @@ class Compare(Expr):
 
     def negate(self) -> Expr:
         return Compare(self.column, _NEGATED[self.op], self.value)
+
+    def bind(self, schema: pa.Schema) -> Expr:
+        return Compare(self.column, self.op, bound_literal(schema, self.column, self.value))
 
     def expression(self, schema: pa.Schema) -> pc.Expression:
         field, value = pc.field(self.column), row_literal(schema, self.column, self.value)
@@ -288,6 +303,10 @@ class In(Expr):
     def negate(self) -> Expr:
         return In(self.column, self.values, not self.negated)
 
+    def bind(self, schema: pa.Schema) -> Expr:
+        values = tuple(bound_literal(schema, self.column, v) for v in self.values)
+        return In(self.column, values, self.negated)
+
     def expression(self, schema: pa.Schema) -> pc.Expression:
         field = pc.field(self.column)
         kind = schema.field(_check_column(schema, self.column)).type
@@ -322,6 +341,10 @@ class IsNull(Expr):
     def negate(self) -> Expr:
         return IsNull(self.column, not self.negated)
 
+    def bind(self, schema: pa.Schema) -> Expr:
+        _check_column(schema, self.column)
+        return self
+
     def expression(self, schema: pa.Schema) -> pc.Expression:
         _check_column(schema, self.column)
         field = pc.field(self.column)
@@ -355,6 +378,9 @@ class And(Expr):
     def negate(self) -> Expr:
         return Or(self.left.negate(), self.right.negate())
 
+    def bind(self, schema: pa.Schema) -> Expr:
+        return And(self.left.bind(schema), self.right.bind(schema))
+
     def expression(self, schema: pa.Schema) -> pc.Expression:
         return self.left.expression(schema) & self.right.expression(schema)
 
@@ -376,6 +402,9 @@ class Or(Expr):
 
     def negate(self) -> Expr:
         return And(self.left.negate(), self.right.negate())
+
+    def bind(self, schema: pa.Schema) -> Expr:
+        return Or(self.left.bind(schema), self.right.bind(schema))
 
     def expression(self, schema: pa.Schema) -> pc.Expression:
         return self.left.expression(schema) | self.right.expression(schema)
@@ -432,6 +461,39 @@ def _check_column(schema: pa.Schema, column: str) -> str:
     return column
 
 
+def literal_syntax(kind: pa.DataType) -> str:
+    """How a filter writes a value of a column of type ``kind``, for error messages."""
+    if pa.types.is_date(kind):
+        return "a date: DATE '1995-01-31' or '1995-01-31'"
+    if pa.types.is_timestamp(kind):
+        return "a timestamp (UTC): TIMESTAMP '1995-01-31 12:00:00' or '1995-01-31 12:00:00'"
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return "quoted text: 'abc'"
+    if pa.types.is_boolean(kind):
+        return "TRUE or FALSE"
+    if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind):
+        return "a number, unquoted: 42 or 4.5"
+    return f"a value of type {kind}"
+
+
+def bound_literal(schema: pa.Schema, column: str, value: Any) -> Any:
+    """``value`` as ``column`` reads it (see :meth:`Expr.bind`): a quoted ISO date or
+    timestamp compared with a date or timestamp column becomes one; the result is checked by
+    :func:`row_literal`, so a value the column cannot hold fails here, naming the syntax."""
+    kind = schema.field(_check_column(schema, column)).type
+    if isinstance(value, str) and (pa.types.is_date(kind) or pa.types.is_timestamp(kind)):
+        try:
+            parsed = dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise FilterTypeError(column, str(kind), value, literal_syntax(kind)) from None
+        if pa.types.is_date(kind) and parsed.time() == dt.time() and parsed.tzinfo is None:
+            value = parsed.date()
+        else:
+            value = parsed
+    row_literal(schema, column, value)
+    return value
+
+
 def row_literal(schema: pa.Schema, column: str, value: Any) -> pa.Scalar:
     """``value`` as a scalar of ``column``'s type (a date for a date column, the column's unit
     and zone for a timestamp, an exact decimal), or a :class:`FilterTypeError` naming both."""
@@ -449,7 +511,7 @@ def row_literal(schema: pa.Schema, column: str, value: Any) -> pa.Scalar:
     try:
         return pa.scalar(value, type=kind)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as e:
-        raise FilterTypeError(column, str(kind), value) from e
+        raise FilterTypeError(column, str(kind), value, literal_syntax(kind)) from e
 
 
 # --- parsing -------------------------------------------------------------------------------------

@@ -229,8 +229,7 @@ class TableScan:
         instant = self._latest_instant()
         if self.row_filter is None:
             return ScanPlan(files, len(files), instant, None, unused=_no_filter())
-        self._check_filter_columns()
-        pruned = snapshot.prune(self.row_filter)
+        pruned = snapshot.prune(self.bound_filter)
         dropped, unapplied, unused = {}, {}, {}
         if snapshot.uses(PARTITION_STATS) and not snapshot.unapplied(PARTITION_STATS):
             dropped[PARTITION_STATS] = pruned.files_in_pruned_partitions
@@ -379,12 +378,12 @@ class TableScan:
         }
         if self.row_filter is None:
             return ScanPlan(files, len(files), instant, begin, unused=_no_filter())
-        self._check_filter_columns()
+        bound = self.bound_filter
         snapshot = self.snapshot
         if not snapshot.uses(COLUMN_STATS):
             unused[COLUMN_STATS] = _why_unused(snapshot, COLUMN_STATS)
             return ScanPlan(files, len(files), instant, begin, unused=unused)
-        pruned = snapshot.prune_files(self.row_filter, files)
+        pruned = snapshot.prune_files(bound, files)
         unapplied = {COLUMN_STATS: pruned.unapplied} if pruned.unapplied else {}
         dropped = {COLUMN_STATS: pruned.pruned}
         return ScanPlan(
@@ -435,11 +434,12 @@ class TableScan:
         types only widened, so it holds every older file's columns)."""
         return self.snapshot.table_schema
 
-    def _check_filter_columns(self) -> None:
-        if self.row_filter is not None and len(self.table_schema):
-            for column in sorted(self.row_filter.columns()):
-                if self.table_schema.get_field_index(column) < 0:
-                    raise UnknownColumnError(column, self.table_schema.names)
+    @cached_property
+    def bound_filter(self) -> Expr | None:
+        """The row filter checked against the table's schema, its literals read as their
+        columns read them (a quoted date compared with a date column is a date): what the plan,
+        the rows and Spark use."""
+        return None if self.row_filter is None else self.snapshot.bind(self.row_filter)
 
     @cached_property
     def output_schema(self) -> pa.Schema:
@@ -454,7 +454,8 @@ class TableScan:
     # --- reading ---------------------------------------------------------------------------------
 
     def _arrow_filter(self) -> pc.Expression | None:
-        expr = None if self.row_filter is None else self.row_filter.expression(self.table_schema)
+        bound = self.bound_filter
+        expr = None if bound is None else bound.expression(self.table_schema)
         plan = self.plan()
         if plan.begin is not None:
             window = (pc.field(COMMIT_TIME) > plan.begin) & (pc.field(COMMIT_TIME) <= plan.snapshot)
@@ -540,7 +541,8 @@ class TableScan:
 
             return spark.createDataFrame([], from_arrow_schema(self.output_schema))
         frame = spark.read.option("mergeSchema", "true").parquet(*paths)
-        condition = None if self.row_filter is None else spark_condition(self.row_filter, functions)
+        bound = self.bound_filter
+        condition = None if bound is None else spark_condition(bound, functions)
         if plan.begin is not None:
             column = functions.col(COMMIT_TIME)
             window = (column > plan.begin) & (column <= plan.snapshot)

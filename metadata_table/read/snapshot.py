@@ -298,8 +298,7 @@ class IndexedSnapshot:
         dropped first by ``partition_stats``, then the slices of the others by ``column_stats``
         (a slice is kept when any of its files may match); evaluated on Arrow arrays over all
         partitions or files at once, or one by one when the types need Python's comparison."""
-        if isinstance(expr, str):
-            expr = parse_filter(expr)
+        expr = self.bind(expr)
         listing = self._listing
         partitions, of_file = self._partitions
         selected = np.arange(listing.size)
@@ -340,6 +339,15 @@ class IndexedSnapshot:
             secondary_indexes=used,
             secondary_pruned=secondary_pruned,
         )
+
+    def bind(self, expr: Expr | str) -> Expr:
+        """``expr`` (parsed when text) checked against the table's schema, its literals read as
+        their columns read them (:meth:`~metadata_table.read.filters.Expr.bind`); as it is
+        when the table holds no data file yet (no schema to check against)."""
+        if isinstance(expr, str):
+            expr = parse_filter(expr)
+        schema = self.table_schema
+        return expr.bind(schema) if len(schema) else expr
 
     # --- secondary indexes -----------------------------------------------------------------------
 
@@ -454,6 +462,7 @@ class IndexedSnapshot:
         """:meth:`prune` over any ``files`` (say, a listing as of an earlier instant), by
         ``column_stats`` only: a file's stats never change, while ``partition_stats`` describe
         the latest files."""
+        expr = self.bind(expr)
         if not self.uses(COLUMN_STATS):
             return PruneResult(list(files), len(files), used_index=False, slices=_as_slices(files))
         listing = _Listing.of_base_files(files)

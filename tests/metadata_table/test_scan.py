@@ -23,10 +23,12 @@ from metadata_table import load_table
 from metadata_table.layout import COLUMN_STATS, FILES, PARTITION_STATS, PARTITIONS
 from metadata_table.maintenance import initialize
 from metadata_table.read.filters import And, Compare, Expr, In, IsNull, Or, col, parse_filter
+from metadata_table.read.snapshot import IndexedSnapshot
 from timeline import Table
 from timeline.config import LOCK_URL
 from timeline.errors import (
     FilterSyntaxError,
+    FilterTypeError,
     SnapshotUnavailableError,
     TableConfigError,
     UnknownColumnError,
@@ -351,6 +353,57 @@ def test_bad_filters_and_columns_are_named(tables: list[Table]) -> None:
         trips.scan("fares > 1").plan()
     with pytest.raises(UnknownColumnError, match=r"no column 'nope'"):
         trips.scan("", ("uuid", "nope")).to_arrow()
+
+
+def test_a_quoted_iso_date_compared_with_a_date_column_reads_as_a_date(
+    tables: list[Table],
+) -> None:
+    """As Spark, DuckDB and Trino read ``day BETWEEN '2026-01-02' AND '2026-01-04'``: the same
+    rows and the same plan as with DATE literals, in scans, prune() and Arrow filters."""
+    table = tables[0]
+    trips = load_table(table.base_uri, config=table.config)
+    quoted = "day BETWEEN '2026-01-02' AND '2026-01-04' AND fare > 10"
+    typed = "day BETWEEN DATE '2026-01-02' AND DATE '2026-01-04' AND fare > 10"
+    expected = full_read(table, parse_filter(typed))
+    assert expected and scanned(table, quoted) == expected
+    assert trips.scan(quoted).plan().files == trips.scan(typed).plan().files
+    snapshot = IndexedSnapshot(table)
+    assert snapshot.prune(quoted).candidates == snapshot.prune(typed).candidates
+    before = snapshot.prune("day < '2026-01-01'")  # column_stats compared dates, not strings
+    assert before.pruned > 0
+    assert before.candidates == snapshot.prune("day < DATE '2026-01-01'").candidates
+    assert scanned(table, "day IN ('2026-01-03', '2026-01-05')") == full_read(
+        table, parse_filter("day IN (DATE '2026-01-03', DATE '2026-01-05')")
+    )
+
+
+def test_a_literal_a_column_cannot_hold_names_the_syntax_that_works(tables: list[Table]) -> None:
+    trips = load_table(tables[0].base_uri, config=tables[0].config)
+    for text, syntax in (
+        ("day = 'soon'", "DATE '1995-01-31' or '1995-01-31'"),
+        ("price > 'cheap'", "a number, unquoted"),
+        ("city = 5", "quoted text"),
+    ):
+        with pytest.raises(FilterTypeError) as raised:
+            trips.scan(text).plan()
+        assert syntax in str(raised.value), str(raised.value)
+        with pytest.raises(FilterTypeError):  # prune() says the same
+            IndexedSnapshot(tables[0]).prune(text)
+
+
+def test_every_command_checks_a_filters_columns_the_same_way(tables: list[Table]) -> None:
+    table = tables[0]
+    with pytest.raises(UnknownColumnError, match="no column 'fares'"):
+        IndexedSnapshot(table).prune("fares > 5")
+    for args in (
+        ["prune", table.base_uri, "--filter", "fares > 5"],
+        ["query", table.base_uri, "fares > 5"],
+        ["query", table.base_uri, "fares > 5", "--explain"],
+    ):
+        done = _cli(table, *args)
+        assert done.returncode == 1, args
+        assert done.stderr.startswith("error: no column 'fares' in the table"), done.stderr
+        assert done.stdout == ""
 
 
 # --- time travel and incremental reads --------------------------------------------------------
