@@ -128,18 +128,24 @@ def _prune(args: argparse.Namespace) -> int:
                     "total": result.total,
                     "pruned": result.pruned,
                     "used_index": result.used_index,
+                    "dropped": result.dropped,
+                    "unused": result.unused,
+                    "unapplied": {k: list(v) for k, v in result.unapplied.items()},
                 }
             )
         )
         return EXIT_OK
     for file_slice in result.slices:  # a base file, then its log files (merge-on-read)
         print(" ".join(file_slice.paths))
-    note = "" if result.used_index else " (column_stats is not completed: nothing can be pruned)"
     unit = "file slices" if snapshot.merge_on_read else "files"
     print(
-        f"{len(result.slices)} of {result.total} {unit} may match; {result.pruned} pruned{note}",
+        f"{len(result.slices)} of {result.total} {unit} may match; {result.pruned} pruned",
         file=sys.stderr,
     )
+    for index, count in result.dropped.items():
+        print(f"  {index}: dropped {count}", file=sys.stderr)
+    for index, why in result.unused.items():
+        print(f"  {index}: not used ({why})", file=sys.stderr)
     return EXIT_OK
 
 
@@ -344,11 +350,14 @@ def _init(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-_QUERY_HELP = """Reads rows through the index: every completed index that can drop files does
-(partition_stats drops whole partitions, column_stats files, bloom_filters files that cannot hold
-a record key asked for by _hoodie_record_key = or IN), only the kept files and the needed
-columns are read, and the filter is applied to every row. Files of instants an index does not
-reflect yet are always read. --explain shows what each index dropped."""
+_QUERY_HELP = """Reads rows through the index: every completed index that can drop files does,
+in turn (partition_stats drops whole partitions, column_stats files, record_index the files
+that hold none of the record keys asked for by = or IN on the key fields or on
+_hoodie_record_key, a secondary index those without a value asked for, bloom_filters files
+whose filter holds none of the keys), only the kept files and the needed columns are read, and
+the filter is applied to every row. Files of instants an index does not reflect yet are always
+read. --explain shows what each index dropped, and why any was not used. A quoted date or
+timestamp compared with a date or timestamp column reads as one ('1995-01-31')."""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -848,6 +848,23 @@ def read_parquet(storage: Storage, path: str, columns: list[str] | None = None) 
     return read_parquet_file(parquet_file(storage, path), path, columns)
 
 
+def read_parquet_head(storage: Storage, path: str, columns: list[str], rows: int) -> pa.Table:
+    """The first ``rows`` rows of some columns of a Parquet file, by ranged reads through
+    Arrow's file system (the footer and the first pages of those columns), on this thread."""
+    fs, root = storage.arrow_filesystem()
+    try:
+        with fs.open_input_file(f"{root.rstrip('/')}/{path}") as source:
+            file = pq.ParquetFile(source)
+            batch = next(file.iter_batches(rows, columns=columns, use_threads=False), None)
+    except FileNotFoundError as e:
+        raise StorageFileNotFoundError(path) from e
+    except (pa.ArrowInvalid, OSError) as e:
+        raise NotParquetError(path, str(e).splitlines()[0]) from e
+    if batch is None:
+        return file.schema_arrow.empty_table().select(columns)
+    return pa.Table.from_batches([batch])
+
+
 def read_columns(
     storage: Storage,
     path: str,

@@ -20,12 +20,17 @@ The names:
   incremental read: the latest values of the rows that commits after ``begin`` (up to ``end``)
   wrote, as Hudi's incremental query gives them.
 * A :class:`TableScan` plans first (:meth:`~TableScan.plan`, :meth:`~TableScan.explain`): the
-  snapshot's files, then every completed index that can drop some (``partition_stats`` drops
-  whole partitions, ``column_stats`` files, ``bloom_filters`` files that cannot hold a record
-  key the filter asks for), each counted; files of instants an index does not reflect yet are
-  kept. It then reads only the kept files, only the columns it returns and those the filter
-  needs, streaming through Arrow with Parquet row-group statistics, and applies the whole filter
-  to every row: an index only ever drops files, it never decides a row.
+  snapshot's files, then every completed index that can drop some, in turn
+  (:meth:`IndexedSnapshot.prune <metadata_table.read.snapshot.IndexedSnapshot.prune>`:
+  ``partition_stats`` whole partitions, ``column_stats`` files, ``record_index`` the files
+  that hold none of the record keys the filter asks for, by ``=`` or ``IN`` on the key fields
+  or on ``_hoodie_record_key``, each secondary index those without a value asked for,
+  ``bloom_filters`` files whose filter holds none of the keys), each credited with what it
+  dropped, and each index that dropped nothing with why; files of instants an index does not
+  reflect yet are kept. It then reads only the kept files, only the columns it returns and
+  those the filter needs, streaming through Arrow with Parquet row-group statistics, and
+  applies the whole filter to every row: an index only ever drops files, it never decides a
+  row.
 * Outputs: :meth:`~TableScan.to_arrow_batch_reader` (memory bounded by Arrow's read-ahead, not
   the result), :meth:`~TableScan.to_arrow`, :meth:`~TableScan.to_pandas`,
   :meth:`~TableScan.to_duckdb`, :meth:`~TableScan.to_polars` (DuckDB and Polars are the optional
@@ -48,7 +53,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, PARTITION_STATS
+from metadata_table.layout import (
+    BLOOM_FILTERS,
+    COLUMN_STATS,
+    PARTITION_STATS,
+    RECORD_INDEX,
+)
 from metadata_table.read.filters import And, Compare, Expr, In, IsNull, Or, parse_filter
 from metadata_table.read.snapshot import IndexedSnapshot
 from metadata_table.reader import MetadataReader
@@ -139,7 +149,8 @@ class ScanPlan:
     #: the instant the scan reads the table as of; for changes, the window (begin, end]
     snapshot: str
     begin: str | None
-    #: per index used: files it dropped; partition_stats also counts partitions
+    #: per index used, in the order applied: the files it dropped beyond those before it;
+    #: partition_stats also counts partitions
     dropped: dict[str, int] = field(default_factory=dict)
     partitions: int = 0
     partitions_dropped: int = 0
@@ -227,46 +238,20 @@ class TableScan:
         snapshot = self.snapshot
         files = snapshot.view.latest_base_files()
         instant = self._latest_instant()
-        if self.row_filter is None:
-            return ScanPlan(files, len(files), instant, None, unused=_no_filter())
-        pruned = snapshot.prune(self.bound_filter)
-        dropped, unapplied, unused = {}, {}, {}
-        if snapshot.uses(PARTITION_STATS) and not snapshot.unapplied(PARTITION_STATS):
-            dropped[PARTITION_STATS] = pruned.files_in_pruned_partitions
-        else:
-            unused[PARTITION_STATS] = _why_unused(snapshot, PARTITION_STATS)
-        if snapshot.uses(COLUMN_STATS):
-            dropped[COLUMN_STATS] = pruned.pruned - pruned.files_in_pruned_partitions
-            if pruned.unapplied:
-                unapplied[COLUMN_STATS] = pruned.unapplied
-        else:
-            unused[COLUMN_STATS] = _why_unused(snapshot, COLUMN_STATS)
-        kept = pruned.candidates
-        keys = _record_keys(self.row_filter)
-        if keys is None:
-            unused[BLOOM_FILTERS] = (
-                "the filter asks for no record key (=, IN on _hoodie_record_key)"
-            )
-        elif not snapshot.uses(BLOOM_FILTERS) and not snapshot.uses(COLUMN_STATS):
-            unused[BLOOM_FILTERS] = _why_unused(snapshot, BLOOM_FILTERS)
-        else:
-            may_hold = {p for paths in snapshot.lookup_keys(keys).values() for p in paths}
-            before = len(kept)
-            kept = [f for f in kept if f.path in may_hold]
-            dropped[BLOOM_FILTERS] = before - len(kept)
-            behind = snapshot.unapplied(BLOOM_FILTERS) if snapshot.uses(BLOOM_FILTERS) else []
-            if behind:
-                unapplied[BLOOM_FILTERS] = tuple(i.timestamp for i in behind)
+        bound = self.bound_filter
+        if bound is None:
+            return ScanPlan(files, len(files), instant, None, unused=self._no_filter())
+        pruned = snapshot.prune(bound)
         return ScanPlan(
-            kept,
+            pruned.candidates,
             len(files),
             instant,
             None,
-            dropped,
+            pruned.dropped,
             pruned.partitions,
             pruned.partitions_pruned,
-            unapplied,
-            unused,
+            pruned.unapplied,
+            pruned.unused,
         )
 
     def _plan_as_of(self, as_of: str) -> ScanPlan:
@@ -372,29 +357,29 @@ class TableScan:
     ) -> ScanPlan:
         """A plan over ``files`` that only ``column_stats`` may prune (``partition_stats``
         describe the latest files, and the key lookup the latest listing)."""
+        bound = self.bound_filter
+        if bound is None:
+            return ScanPlan(files, len(files), instant, begin, unused=self._no_filter())
+        pruned = self.snapshot.prune_files(bound, files)
         unused = {
             PARTITION_STATS: f"it describes the latest files, not {what}",
-            BLOOM_FILTERS: f"the key lookup serves the latest files, not {what}",
+            **pruned.unused,
         }
-        if self.row_filter is None:
-            return ScanPlan(files, len(files), instant, begin, unused=_no_filter())
-        bound = self.bound_filter
-        snapshot = self.snapshot
-        if not snapshot.uses(COLUMN_STATS):
-            unused[COLUMN_STATS] = _why_unused(snapshot, COLUMN_STATS)
-            return ScanPlan(files, len(files), instant, begin, unused=unused)
-        pruned = snapshot.prune_files(bound, files)
-        unapplied = {COLUMN_STATS: pruned.unapplied} if pruned.unapplied else {}
-        dropped = {COLUMN_STATS: pruned.pruned}
+        for index in (RECORD_INDEX, *self.snapshot.secondary_indexes, BLOOM_FILTERS):
+            unused[index] = f"the key lookup serves the latest files, not {what}"
         return ScanPlan(
             pruned.candidates,
             len(files),
             instant,
             begin,
-            dropped,
-            unapplied=unapplied,
+            pruned.dropped,
+            unapplied=pruned.unapplied,
             unused=unused,
         )
+
+    def _no_filter(self) -> dict[str, str]:
+        names = (PARTITION_STATS, COLUMN_STATS, RECORD_INDEX, *self.snapshot.secondary_indexes)
+        return {name: "no filter" for name in (*names, BLOOM_FILTERS)}
 
     def explain(self) -> str:
         """The plan in words: what is read, and what each index dropped or why it was not used."""
@@ -585,39 +570,6 @@ def _spark_value(value: Any) -> Any:
     if isinstance(value, dt.datetime) and value.tzinfo is None:
         return value.replace(tzinfo=dt.UTC)
     return value
-
-
-def _record_keys(expr: Expr) -> list[str] | None:
-    """The record keys a filter confines rows to (``_hoodie_record_key = 'k'`` or ``IN``, at
-    its top level or in one of its top-level conjuncts), or None."""
-    if isinstance(expr, Compare) and expr.column == RECORD_KEY and expr.op == "=":
-        return [str(expr.value)] if isinstance(expr.value, str) else None
-    if isinstance(expr, In) and expr.column == RECORD_KEY and not expr.negated:
-        return (
-            [str(v) for v in expr.values] if all(isinstance(v, str) for v in expr.values) else None
-        )
-    if isinstance(expr, And):
-        left, right = _record_keys(expr.left), _record_keys(expr.right)
-        if left is not None and right is not None:
-            return sorted(set(left) & set(right))
-        return left if left is not None else right
-    return None
-
-
-def _no_filter() -> dict[str, str]:
-    return {name: "no filter" for name in (PARTITION_STATS, COLUMN_STATS, BLOOM_FILTERS)}
-
-
-def _why_unused(snapshot: IndexedSnapshot, partition: str) -> str:
-    if partition not in snapshot.completed:
-        return "not built"
-    lost = snapshot.lost(partition)
-    if lost:
-        return f"lost: {lost}"
-    behind = snapshot.unapplied(partition)
-    if behind:
-        return f"it does not reflect {', '.join(i.timestamp for i in behind)} yet"
-    return "nothing to use it for"
 
 
 def _optional(module: str, extra: str) -> Any:

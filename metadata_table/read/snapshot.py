@@ -57,6 +57,7 @@ from metadata_table.layout import (
     partition_prefix,
     secondary_index_partition,
 )
+from metadata_table.read import key_filter
 from metadata_table.read.filters import (
     And,
     ColumnArrays,
@@ -83,11 +84,13 @@ from timeline.fs_view import (
     FileSystemView,
     LogFile,
     base_files_of,
+    read_parquet_head,
     read_parquet_schema,
     take_rows,
     with_base_name_fields,
 )
 from timeline.hashing import CHECK_SEED, key_hash64
+from timeline.index_state import IndexState
 from timeline.instant import Action, Instant
 from timeline.removals import REMOVAL_ACTIONS
 from timeline.table import Table
@@ -97,42 +100,71 @@ from timeline.timeline import Timeline
 logger = logging.getLogger(__name__)
 
 
+#: the order in which :meth:`IndexedSnapshot.prune` applies the indexes (every secondary index
+#: between record_index and bloom_filters)
+PRUNE_ORDER = (PARTITION_STATS, COLUMN_STATS, RECORD_INDEX, SECONDARY_INDEX_PREFIX, BLOOM_FILTERS)
+
+
 @dataclass(frozen=True)
 class PruneResult:
     #: the base files of the kept slices (on a copy-on-write table, the kept files)
     candidates: list[BaseFile]
     #: slices (of the listing) before pruning
     total: int
-    used_index: bool
-    #: completed data instants the index does not reflect yet; their files were kept
-    unapplied: tuple[str, ...] = ()
     #: data partitions listed, and those dropped whole by ``partition_stats``
     partitions: int = 0
     partitions_pruned: int = 0
-    #: slices in the partitions ``partition_stats`` dropped (the rest of ``pruned`` went by
-    #: ``column_stats``)
-    files_in_pruned_partitions: int = 0
     #: the kept file slices, whose files a reader merges (log-only slices included)
     slices: list[FileSlice] = field(default_factory=list)
-    #: the secondary indexes (with the record index) that answered ``=`` and ``IN``, and the
-    #: slices they dropped beyond the others
-    secondary_indexes: tuple[str, ...] = ()
-    secondary_pruned: int = 0
+    #: per index applied, in the order applied (:data:`PRUNE_ORDER`): the slices it dropped
+    #: beyond those before it
+    dropped: dict[str, int] = field(default_factory=dict)
+    #: per index not applied: why
+    unused: dict[str, str] = field(default_factory=dict)
+    #: per index applied: completed data instants it does not reflect yet (their files kept)
+    unapplied: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def pruned(self) -> int:
         return self.total - len(self.slices)
+
+    @property
+    def used_index(self) -> bool:
+        return bool(self.dropped)
+
+
+class _Stages:
+    """The kept files of a listing as one index after another drops some, and what each
+    dropped: a slice goes when none of its files may match (a stage's answer is taken per
+    slice first, so a base file one index keeps and a log file another keeps keep it)."""
+
+    def __init__(self, listing: _Listing) -> None:
+        self.listing = listing
+        self.keep = np.ones(listing.size, dtype=bool)
+        self.dropped: dict[str, int] = {}
+
+    def apply(self, index: str, mask: np.ndarray) -> None:
+        before = self.listing.count_kept(self.keep)
+        self.keep &= self.listing.by_slice(mask)
+        self.dropped[index] = (
+            self.dropped.get(index, 0) + before - self.listing.count_kept(self.keep)
+        )
 
 
 class IndexedSnapshot:
     def __init__(self, table: Table, timeline: Timeline | None = None) -> None:
         self.table = table
         self.timeline = timeline if timeline is not None else table.timeline.load()
+        #: why the index's state file could not be read (then no index is used), or None
+        self.state_error: str | None = None
         try:
-            self.completed = set(table.reload_index_state().completed)
+            state = table.reload_index_state()
         except IndexStateError as e:
             logger.warning("the index of %s is not used: %s", table.base_uri, e)
-            self.completed = set()
+            self.state_error = str(e)
+            state = IndexState()
+        self.completed = set(state.completed)
+        self.inflight = set(state.inflight)
         self._view: FileSystemView | None = None
         self._unapplied: dict[str, list[Instant]] = {}
         self._lost: dict[str, str | None] = {}
@@ -294,51 +326,166 @@ class IndexedSnapshot:
         return out
 
     def prune(self, expr: Expr | str) -> PruneResult:
-        """The latest file slices that may hold rows matching ``expr``: whole data partitions
-        dropped first by ``partition_stats``, then the slices of the others by ``column_stats``
-        (a slice is kept when any of its files may match); evaluated on Arrow arrays over all
-        partitions or files at once, or one by one when the types need Python's comparison."""
+        """The latest file slices that may hold rows matching ``expr``, each index that can
+        drop some applied in turn (:data:`PRUNE_ORDER`): ``partition_stats`` drops whole data
+        partitions by their aggregated stats, ``column_stats`` files by theirs, ``record_index``
+        the slices that hold none of the record keys the filter asks for (:mod:`.key_filter`:
+        ``=`` or ``IN`` on the key fields or on ``_hoodie_record_key``), each secondary index
+        those without a value its column's ``=`` or ``IN`` asks for, and ``bloom_filters`` files
+        whose filter holds none of the keys. A slice is kept when any of its files may match;
+        files of instants an index does not reflect are kept by it. The result says what each
+        index dropped beyond those before it, and why any was not used."""
         expr = self.bind(expr)
         listing = self._listing
         partitions, of_file = self._partitions
-        selected = np.arange(listing.size)
-        dropped = 0
-        by_partition = self._partition_keep(expr)
-        if by_partition is not None:
-            selected = np.flatnonzero(by_partition[of_file])
-            dropped = int(len(partitions) - np.count_nonzero(by_partition))
-        keep = np.zeros(listing.size, dtype=bool)
-        behind: tuple[str, ...] = ()
-        if not self.uses(COLUMN_STATS):
-            keep[selected] = True
+        stages = _Stages(listing)
+        unused: dict[str, str] = {}
+        unapplied: dict[str, tuple[str, ...]] = {}
+        keys, why_no_keys = self.asked_keys(expr)
+        stats_expr = expr
+        asks_by_fields = keys is not None and RECORD_KEY not in expr.columns()
+        if asks_by_fields and self._stores_keys and len(keys or ()) <= _KEY_RANGE_KEYS:
+            # the stats of _hoodie_record_key are key ranges: column_stats tests the keys too
+            stats_expr = And(expr, In(RECORD_KEY, tuple(keys or ())))
+
+        by_partition, why = self._partition_keep(stats_expr)
+        dropped_partitions = 0
+        if by_partition is None:
+            unused[PARTITION_STATS] = why or self.why_unused(PARTITION_STATS)
         else:
-            arrays = self._listing_stats(expr.columns())
-            if by_partition is not None:
+            stages.apply(PARTITION_STATS, by_partition[of_file])
+            dropped_partitions = int(len(partitions) - np.count_nonzero(by_partition))
+
+        if not self.uses(COLUMN_STATS):
+            unused[COLUMN_STATS] = self.why_unused(COLUMN_STATS)
+        else:
+            selected = np.flatnonzero(stages.keep)
+            arrays = self._listing_stats(stats_expr.columns())
+            if not arrays:
+                unused[COLUMN_STATS] = _no_stats(stats_expr)
+            else:
                 indices = pa.array(selected, pa.int64())
                 arrays = {c: None if a is None else a.take(indices) for c, a in arrays.items()}
-            keep[selected], behind = self._keep_by_file_stats(expr, listing, selected, arrays)
-        secondary, used = self._secondary_keep(expr, listing)
-        secondary_pruned = 0
-        if secondary is not None:
-            before = listing.count_kept(keep)
-            keep &= secondary
-            secondary_pruned = before - listing.count_kept(keep)
-        kept = listing.kept_slices(keep)
-        in_dropped = 0
-        if by_partition is not None:
-            in_dropped = listing.count - listing.count_kept(by_partition[of_file])
+                mask = np.zeros(listing.size, dtype=bool)
+                mask[selected], behind = self._keep_by_file_stats(
+                    stats_expr, listing, selected, arrays
+                )
+                stages.apply(COLUMN_STATS, mask | ~stages.keep)
+                if behind:
+                    unapplied[COLUMN_STATS] = behind
+
+        exact = False
+        if keys is None:
+            unused[RECORD_INDEX] = why_no_keys
+        elif not self.uses(RECORD_INDEX):
+            unused[RECORD_INDEX] = self.why_unused(RECORD_INDEX)
+        else:
+            holders = {p for where in self.record_locations(keys).values() for p in where.paths}
+            held = pc.is_in(listing.paths, value_set=pa.array(sorted(holders), pa.string()))
+            touched = self.record_index_touched()
+            mask = np.asarray(held.to_numpy(zero_copy_only=False), dtype=bool)
+            stages.apply(RECORD_INDEX, mask | listing.in_partitions(touched))
+            behind_ri = self.unapplied(RECORD_INDEX)
+            if behind_ri:
+                unapplied[RECORD_INDEX] = tuple(i.timestamp for i in behind_ri)
+            exact = not touched
+
+        self._secondary_stages(expr, listing, stages, unused, unapplied)
+
+        if keys is None:
+            unused[BLOOM_FILTERS] = why_no_keys
+        elif not self.uses(BLOOM_FILTERS):
+            unused[BLOOM_FILTERS] = self.why_unused(BLOOM_FILTERS)
+        elif exact:
+            unused[BLOOM_FILTERS] = "record_index answered the record keys exactly"
+        else:
+            blooms = self._listing_blooms(listing)
+            behind_bf = self._unapplied_times(BLOOM_FILTERS)
+            mask = blooms.might_contain_any([hash_value(k) for k in keys])
+            mask = mask | listing.written_by(behind_bf)
+            if RECORD_INDEX in stages.dropped:  # it answered outside the partitions it lags in
+                mask = mask | ~listing.in_partitions(self.record_index_touched())
+            stages.apply(BLOOM_FILTERS, mask)
+            if behind_bf:
+                unapplied[BLOOM_FILTERS] = tuple(sorted(behind_bf))
+
+        kept = listing.kept_slices(stages.keep)
         return PruneResult(
             [s.base_file for s in kept if s.base_file is not None],
             listing.count,
-            used_index=by_partition is not None or self.uses(COLUMN_STATS) or bool(used),
-            unapplied=behind,
             partitions=len(partitions),
-            partitions_pruned=dropped,
-            files_in_pruned_partitions=in_dropped,
+            partitions_pruned=dropped_partitions,
             slices=kept,
-            secondary_indexes=used,
-            secondary_pruned=secondary_pruned,
+            dropped=stages.dropped,
+            unused=unused,
+            unapplied=unapplied,
         )
+
+    def why_unused(self, partition: str) -> str:
+        """Why reads do not use ``partition`` (or, when they do, that nothing asked for it)."""
+        if self.state_error is not None:
+            return f"the index's state file cannot be read: {self.state_error}"
+        if partition in self.inflight:
+            return "being built (inflight): readers use it once it completes"
+        if partition not in self.completed:
+            return "not built"
+        lost = self.lost(partition)
+        if lost:
+            return f"lost: {lost}"
+        behind = self.unapplied(partition)
+        if behind and partition in (PARTITION_STATS, FILES):
+            return f"it does not reflect {', '.join(i.timestamp for i in behind)} yet"
+        return "nothing to use it for"
+
+    # --- record keys asked for ------------------------------------------------------------------
+
+    @cached_property
+    def _stores_keys(self) -> bool:
+        """Whether the table's files store their record keys (``_hoodie_record_key``)."""
+        return (
+            self.table.table_config.populate_meta_fields and RECORD_KEY in self.table_schema.names
+        )
+
+    def asked_keys(self, expr: Expr) -> tuple[list[str] | None, str]:
+        """The record keys ``expr`` (bound) confines rows to (:mod:`.key_filter`), or None and
+        why not."""
+        fields = self.table.table_config.record_key_fields
+        by_fields, why_fields = self._key_fields_make_keys
+        keys = key_filter.asked_keys(expr, fields, self.table_schema, by_fields)
+        if keys is not None:
+            return keys, ""
+        named = " and ".join(fields) if fields else RECORD_KEY
+        why = f"the filter has no = or IN on the record key: {named}, or {RECORD_KEY}"
+        if why_fields and any(f in expr.columns() for f in fields):
+            why = why_fields
+        return None, why
+
+    @cached_property
+    def _key_fields_make_keys(self) -> tuple[bool, str]:
+        """Whether record keys made from the key fields' values are the keys the table's files
+        store (checked on rows of its newest base file: a table an older Hudi wrote may key
+        one field as ``f:v``), and why not."""
+        fields = self.table.table_config.record_key_fields
+        if not fields or not self._stores_keys:
+            return bool(fields), ""  # virtual keys: the index keys rows by the key fields
+        newest = self.newest_base_file
+        if newest is None:
+            return True, ""
+        top = sorted({f.partition(".")[0] for f in fields})
+        if any(c not in self.table_schema.names for c in top):
+            return False, f"the key fields {', '.join(fields)} are not columns of the files"
+        rows = read_parquet_head(self.table.storage, newest.path, [*top, RECORD_KEY], 64)
+        try:
+            made = key_filter.key_generator(fields).record_keys(rows)
+        except TableError:
+            made = []
+        stored = rows.column(RECORD_KEY).to_pylist()
+        if made != stored:
+            return False, (
+                f"the record keys in {newest.path} are not made from "
+                f"{', '.join(fields)} as this release makes them; filter on {RECORD_KEY}"
+            )
+        return True, ""
 
     def bind(self, expr: Expr | str) -> Expr:
         """``expr`` (parsed when text) checked against the table's schema, its literals read as
@@ -412,15 +559,59 @@ class IndexedSnapshot:
             return pa.schema([])
         return read_parquet_schema(self.table.storage, newest.path)
 
+    def _secondary_stages(
+        self,
+        expr: Expr,
+        listing: _Listing,
+        stages: _Stages,
+        unused: dict[str, str],
+        unapplied: dict[str, tuple[str, ...]],
+    ) -> None:
+        """Apply each secondary index that answers some of ``expr`` (:meth:`_secondary_keep`),
+        one after another by name, then any answer only they give together (an ``OR`` of two
+        indexed columns), credited to both; say why each of the others was not used."""
+        answered = []
+        for partition in self.secondary_indexes:
+            column = partition[len(SECONDARY_INDEX_PREFIX) :]
+            if not self.uses(partition):
+                unused[partition] = self.why_unused(partition)
+            elif not self.uses(RECORD_INDEX):
+                unused[partition] = (
+                    f"it finds records through record_index, which is {self.why_unused(RECORD_INDEX)}"
+                )
+            else:
+                mask = self._secondary_keep(expr, listing, {partition})
+                if mask is None:
+                    unused[partition] = f"the filter asks for no value of {column} (= or IN)"
+                    continue
+                answered.append(partition)
+                stages.apply(partition, mask)
+                behind = self._touched_by(partition) | self._touched_by(RECORD_INDEX)
+                if behind:
+                    unapplied[partition] = tuple(sorted(behind))
+        if len(answered) > 1:
+            together = self._secondary_keep(expr, listing, set(answered))
+            if together is not None:
+                stages.apply(" and ".join(answered), together)
+
+    @property
+    def secondary_indexes(self) -> list[str]:
+        """The secondary index partitions the table has, completed or being built."""
+        return sorted(
+            p for p in {*self.completed, *self.inflight} if p.startswith(SECONDARY_INDEX_PREFIX)
+        )
+
+    def _touched_by(self, partition: str) -> set[str]:
+        return {i.timestamp for i in self.unapplied(partition)}
+
     def _secondary_keep(
-        self, expr: Expr, listing: _Listing
-    ) -> tuple[np.ndarray | None, tuple[str, ...]]:
+        self, expr: Expr, listing: _Listing, partitions: set[str]
+    ) -> np.ndarray | None:
         """Which files of ``listing`` may hold a row matching ``expr`` by its ``=`` and ``IN``
-        on columns with a secondary index: exactly those of the slices holding a matching
-        record, and every file of a partition an instant either index does not reflect wrote
-        to; None where no secondary index answers. ``AND`` narrows, ``OR`` needs both sides
-        answered; anything else keeps every file."""
-        used: list[str] = []
+        on columns whose secondary index is one of ``partitions``: exactly those of the slices
+        holding a matching record, and every file of a partition an instant either index does
+        not reflect wrote to; None where none of them answers. ``AND`` narrows, ``OR`` needs
+        both sides answered; anything else keeps every file."""
 
         def mask(node: Expr) -> np.ndarray | None:
             if isinstance(node, And | Or):
@@ -441,7 +632,7 @@ class IndexedSnapshot:
             else:
                 return None
             partition = self.secondary_index_used(column)
-            if partition is None or column not in self.table_schema.names:
+            if partition not in partitions or column not in self.table_schema.names:
                 return None
             try:
                 found = self.records_with(column, values)
@@ -452,11 +643,9 @@ class IndexedSnapshot:
             held = pc.is_in(listing.paths, value_set=pa.array(sorted(holders), pa.string()))
             keep = np.asarray(held.to_numpy(zero_copy_only=False), dtype=bool)
             keep |= listing.in_partitions(touched)
-            used.append(partition)
             return keep
 
-        result = mask(expr)
-        return result, tuple(dict.fromkeys(used))
+        return mask(expr)
 
     def prune_files(self, expr: Expr, files: Sequence[BaseFile]) -> PruneResult:
         """:meth:`prune` over any ``files`` (say, a listing as of an earlier instant), by
@@ -464,14 +653,22 @@ class IndexedSnapshot:
         the latest files."""
         expr = self.bind(expr)
         if not self.uses(COLUMN_STATS):
-            return PruneResult(list(files), len(files), used_index=False, slices=_as_slices(files))
+            unused = {COLUMN_STATS: self.why_unused(COLUMN_STATS)}
+            return PruneResult(list(files), len(files), slices=_as_slices(files), unused=unused)
         listing = _Listing.of_base_files(files)
         arrays = self._arrow_stats(expr.columns(), listing.paths)
+        if not arrays:
+            unused = {COLUMN_STATS: _no_stats(expr)}
+            return PruneResult(list(files), len(files), slices=_as_slices(files), unused=unused)
         everything = np.arange(listing.size)
         keep, behind = self._keep_by_file_stats(expr, listing, everything, arrays)
         kept = [files[int(i)] for i in np.flatnonzero(keep)]
         return PruneResult(
-            kept, len(files), used_index=True, unapplied=behind, slices=_as_slices(kept)
+            kept,
+            len(files),
+            slices=_as_slices(kept),
+            dropped={COLUMN_STATS: len(files) - len(kept)},
+            unapplied={COLUMN_STATS: behind} if behind else {},
         )
 
     def _keep_by_file_stats(
@@ -561,27 +758,30 @@ class IndexedSnapshot:
             self._partition_aligned[column] = (rows.num_rows > 0, arrays)
         return self._partition_aligned[column]
 
-    def _partition_keep(self, expr: Expr) -> np.ndarray | None:
+    def _partition_keep(self, expr: Expr) -> tuple[np.ndarray | None, str | None]:
         """Per listed data partition, whether ``partition_stats`` says it may hold a matching
-        row; None when ``partition_stats`` is not used (not completed, lost, or behind)."""
+        row; None when ``partition_stats`` is not used (not completed, lost, or behind: see
+        :meth:`why_unused`), or holds no usable stats of the filter's columns (and then why)."""
         if not self.uses(PARTITION_STATS) or self.unapplied(PARTITION_STATS):
-            return None
+            return None, None
         names, listed = self._partition_names
         arrays: dict[str, ColumnArrays | None] = {}
         for column in sorted(expr.columns()):
             recorded, aligned = self._partition_arrays(column)
             if recorded:  # else no partition has stats for it: nothing is dropped on it
                 arrays[column] = aligned
+        if not arrays:
+            return None, _no_stats(expr)
         mask = expr.mask(arrays, len(names)) if None not in arrays.values() else None
         if mask is not None:
-            return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)
+            return np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool), None
         stats: dict[str, dict[str, ColumnStats]] = defaultdict(dict)
         where = dict(zip(names.to_pylist(), listed.tolist(), strict=True))
         for column in arrays:
             for row in self._partition_records(column).to_pylist():
                 if where.get(row["partition"]) == row["file_count"]:
                     stats[row["partition"]][column] = _column_stats(row)
-        return np.array([expr.might_match(stats[n]) for n in names.to_pylist()], dtype=bool)
+        return np.array([expr.might_match(stats[n]) for n in names.to_pylist()], dtype=bool), None
 
     @property
     def merge_on_read(self) -> bool:
@@ -987,6 +1187,15 @@ class _Listing:
         np.logical_or.at(keep, self.slice_of, keep_file)
         return np.flatnonzero(keep)
 
+    def by_slice(self, keep_file: np.ndarray) -> np.ndarray:
+        """Per file, whether any file of its slice is kept in ``keep_file``."""
+        if self._slices is None:
+            return keep_file
+        keep = np.zeros(len(self._slices), dtype=bool)
+        np.logical_or.at(keep, self.slice_of, keep_file)
+        out: np.ndarray = keep[self.slice_of]
+        return out
+
     def count_kept(self, keep_file: np.ndarray) -> int:
         return len(self._kept(keep_file))
 
@@ -1036,6 +1245,15 @@ class _Listing:
             return np.zeros(self.size, dtype=bool)
         by = pc.fill_null(pc.is_in(self.written_at, value_set=pa.array(sorted(instants))), False)
         return np.asarray(by.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+#: at most this many record keys a filter asks for are also tested against the key ranges of
+#: column_stats (``_hoodie_record_key``): each is a comparison over every file
+_KEY_RANGE_KEYS = 100
+
+
+def _no_stats(expr: Expr) -> str:
+    return f"it holds no stats of {', '.join(sorted(expr.columns()))}"
 
 
 def _written_at(file: BaseFile | LogFile) -> str | None:
