@@ -30,7 +30,7 @@ from timeline.cli import (
     config_from_args,
     run_subcommands,
 )
-from timeline.errors import ConfigError, FilterTypeError, UnknownColumnError
+from timeline.errors import ConfigError, FilterTypeError, InputFileError, UnknownColumnError
 from timeline.table import Table
 
 
@@ -150,17 +150,18 @@ def _prune(args: argparse.Namespace) -> int:
 
 
 def _lookup(args: argparse.Namespace) -> int:
-    if (args.keys is None) == (args.column is None):
+    by_key = args.keys is not None or args.key or args.keys_from is not None or args.where
+    if bool(by_key) == (args.column is not None):
         raise ConfigError(
-            "--keys", "name record keys (--keys), or a column and values (--column, --values)"
+            "--key",
+            "name record keys (--key, --keys, --keys-from or --where), or a column and values "
+            "(--column, --values)",
         )
     table = Table.open(args.base, config_from_args(args))
     snapshot = IndexedSnapshot(table)
     if args.column is not None:
         return _lookup_values(snapshot, args)
-    keys = [k for k in args.keys.split(",") if k]
-    if not keys:
-        raise ConfigError("--keys", "name at least one record key")
+    keys = _record_keys_of(args, table, snapshot)
     found = snapshot.lookup_keys(keys, args.partition)
     indexes = snapshot.key_indexes()
     exact = indexes == [RECORD_INDEX]
@@ -177,6 +178,47 @@ def _lookup(args: argparse.Namespace) -> int:
     kind = "exact" if exact else "the files that may hold them"
     print(f"answered by {answered} ({kind})", file=sys.stderr)
     return EXIT_OK
+
+
+def _record_keys_of(args: argparse.Namespace, table: Table, snapshot: IndexedSnapshot) -> list[str]:
+    """The record keys ``lookup`` is asked for, in the order given, each once: ``--key``
+    (repeatable, taken whole), ``--keys`` (comma-separated, for keys without commas),
+    ``--keys-from`` (one a line; ``-`` is stdin) and ``--where`` (a filter on the key fields,
+    whose = and IN make keys as the table's key generator does)."""
+    fields = table.table_config.record_key_fields
+    keys: list[str] = list(args.key)
+    if args.keys is not None:
+        if len(fields) > 1:
+            raise ConfigError(
+                "--keys",
+                f"this table's record keys hold commas ({','.join(f'{f}:...' for f in fields)}); "
+                "give each key with --key, or one a line with --keys-from, or ask by the key "
+                f'fields with --where "{" AND ".join(f"{f} = ..." for f in fields)}"',
+            )
+        keys += [k for k in args.keys.split(",") if k]
+    if args.keys_from is not None:
+        keys += _lines(args.keys_from)
+    if args.where:
+        asked, why = snapshot.asked_keys(snapshot.bind(args.where))
+        if asked is None:
+            raise ConfigError("--where", why)
+        keys += asked
+    if not keys:
+        raise ConfigError("--key", "name at least one record key")
+    return list(dict.fromkeys(keys))
+
+
+def _lines(path: str) -> list[str]:
+    """The non-empty lines of a file (``-``: stdin), without their line ends."""
+    if path == "-":
+        text = sys.stdin.read()
+    else:
+        try:
+            with open(path) as f:
+                text = f.read()
+        except OSError as e:
+            raise InputFileError(path, e.strerror or str(e)) from e
+    return [line.rstrip("\r") for line in text.split("\n") if line.strip()]
 
 
 def _lookup_values(snapshot: IndexedSnapshot, args: argparse.Namespace) -> int:
@@ -390,7 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
     lookup = sub.add_parser(
         "lookup",
         help="where record keys, or the records holding column values, are",
-        description="For each record key (--keys): with record_index completed, exactly the "
+        description="For each record key (--key, --keys, --keys-from, or the keys a --where "
+        "filter on the key fields names): with record_index completed, exactly the "
         "files of the file slice that holds it (and its partition, file group and slice "
         "instant); otherwise the files of the latest slices that may hold it, narrowed by "
         "bloom_filters and by column_stats' record key ranges where they are completed (a "
@@ -400,7 +443,24 @@ def build_parser() -> argparse.ArgumentParser:
         "answered and whether the answer is exact.",
     )
     lookup.add_argument("base", help="table base path")
-    lookup.add_argument("--keys", help="comma-separated record keys")
+    lookup.add_argument(
+        "--key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="a record key, taken whole (repeatable): a complex key generator's keys hold "
+        "commas, e.g. --key 'l_orderkey:1,l_linenumber:2'",
+    )
+    lookup.add_argument("--keys", help="comma-separated record keys (keys without commas)")
+    lookup.add_argument(
+        "--keys-from", metavar="FILE", help="record keys, one a line, from FILE (- for stdin)"
+    )
+    lookup.add_argument(
+        "--where",
+        metavar="FILTER",
+        help="the keys a filter on the record key fields names, made as the table's key "
+        'generator makes them, e.g. "l_orderkey = 1 AND l_linenumber IN (1, 2)"',
+    )
     lookup.add_argument("--column", help="a column with a secondary index (with --values)")
     lookup.add_argument("--values", help="comma-separated values of --column")
     lookup.add_argument("--partition", help="only this data partition (default: all; --keys)")

@@ -328,7 +328,8 @@ class UnsupportedTypeError(TableError):
 
 
 class InputFileError(TableError):
-    """A file of records given to ``indexer-write`` cannot be read."""
+    """A file given to a command (records to ``indexer-write``, keys to ``lookup``) cannot be
+    read."""
 
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(f"cannot read input {path}: {reason}")

@@ -128,3 +128,59 @@ def test_lookup_and_dump_through_the_record_and_secondary_indexes(tmp_path: Path
     assert set(lines[0]) == {"record_key", "partition_path", "file_id", "instant"}
     assert {line["record_key"]: line["partition_path"] for line in lines}["k0007"] == "la"
     assert all(line["instant"] for line in lines)
+
+
+def test_lookup_takes_keys_of_any_key_generator(tmp_path: Path) -> None:
+    """A complex key holds commas: --key takes one whole, --keys-from one a line (stdin too),
+    --where makes keys from the key fields; --keys, which splits at commas, says so."""
+    import pyarrow as pa
+
+    from metadata_table.maintenance import initialize
+
+    lock = f"sqlite:///{tmp_path / 'locks.sqlite'}"
+    conf = ["--conf", f"indexer.lock.url={lock}"]
+    base = str(tmp_path / "t")
+    config = Config.resolve(explicit={"indexer.lock.url": lock})
+    table = Table.create(base, "lines", ["order", "line"], ["mode"], config=config)
+    WriteClient(table).insert(
+        pa.table(
+            {
+                "order": pa.array([i // 4 for i in range(40)], pa.int64()),
+                "line": pa.array([i % 4 + 1 for i in range(40)], pa.int32()),
+                "mode": [["AIR", "RAIL"][i % 2] for i in range(40)],
+            }
+        )
+    )
+    initialize(table, ["files", "record_index"])
+    key = "order:7,line:2"
+
+    def found(*args: str, stdin: str | None = None) -> dict[str, list[str]]:
+        done = subprocess.run(
+            [sys.executable, "-m", "metadata_table", "lookup", base, *args, "--json", *conf],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        answer: dict[str, list[str]] = json.loads(done.stdout)["keys"]
+        return answer
+
+    by_key = found("--key", key, "--key", "order:99,line:1")
+    assert len(by_key[key]) == 1 and by_key["order:99,line:1"] == []
+    assert by_key[key][0].startswith("RAIL/")  # row 29: order 7, line 2, mode RAIL
+    keys_file = tmp_path / "keys.txt"
+    keys_file.write_text(f"{key}\n\norder:8,line:1\n")
+    from_file = found("--keys-from", str(keys_file))
+    assert list(from_file) == [key, "order:8,line:1"] and from_file[key] == by_key[key]
+    assert found("--keys-from", "-", stdin=f"{key}\n") == {key: by_key[key]}
+    where = found("--where", "order = 7 AND line IN (2, 3)")
+    assert sorted(where) == [key, "order:7,line:3"] and where[key] == by_key[key]
+    split = _run("lookup", base, "--keys", key, *conf)
+    assert split.returncode == 1 and split.stdout == ""
+    assert "record keys hold commas" in split.stderr and "--key" in split.stderr
+    assert len(split.stderr.strip().splitlines()) == 1
+    partial = _run("lookup", base, "--where", "order = 7", *conf)
+    assert partial.returncode == 1 and "order and line" in partial.stderr
+    missing = _run("lookup", base, "--keys-from", str(tmp_path / "nope.txt"), *conf)
+    assert missing.returncode == 1 and "nope.txt" in missing.stderr
