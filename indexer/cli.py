@@ -249,6 +249,9 @@ def _status(args: argparse.Namespace) -> int:
     width = max(map(len, [*PARTITIONS, *status["lag"]]))
     for partition, lag in status["lag"].items():
         print(f"  {partition:<{width}} {_lag_line(lag)}")
+        if partition in status["columns"]:
+            columns = ", ".join(status["columns"][partition]) or "(none yet: no data file)"
+            print(f"  {'':<{width}} columns: {columns}")
         if partition in status["lost"]:
             lost = status["lost"][partition]
             print(f"  {'':<{width}} lost: {lost} (`indexer sync` rebuilds it)")

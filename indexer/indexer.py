@@ -267,6 +267,7 @@ class AsyncIndexer:
             skipped = {p: "already completed" for p in types if p in state.completed}
             skipped.update({p: "already being built" for p in types if p in state.inflight})
             todo = [p for p in types if p not in skipped]
+            chosen = self._columns(state, types, columns)  # columns asked of one built: refused
             if not todo:
                 return ScheduleResult(None, [], skipped, time.monotonic() - started)
             timeline = self.table.timeline.load().require_valid()
@@ -276,7 +277,6 @@ class AsyncIndexer:
             instant_time = self.table.timeline.generator.next(
                 after=newest.timestamp if newest else None
             )
-            chosen = self._columns(state, todo, columns)
             plans = []
             for partition in todo:
                 groups = self.writer.configured_groups(partition, size)
@@ -307,18 +307,23 @@ class AsyncIndexer:
         self, state: IndexState, todo: Sequence[str], columns: Sequence[str]
     ) -> tuple[str, ...]:
         """The columns the partitions that take columns (column_stats, partition_stats) index:
-        one choice for all of them, so a new one takes the choice of those that exist."""
+        one choice for all of them, so a new one takes the choice of those that exist; asking
+        one that exists (or is being built) for a column it does not index is refused, saying
+        how to rebuild it, rather than answered "nothing to build"."""
         existing = [p for p in state.partitions if self.writer.takes_columns(p)]
         if not existing or not any(self.writer.takes_columns(p) for p in todo):
             return tuple(columns)
         current = state.column_stats_columns
-        if columns and tuple(columns) != current:
+        missing = [c for c in columns if current and c not in current]
+        if missing:
+            names = ",".join(existing)
             raise ConfigError(
                 "--columns",
-                f"{', '.join(existing)} already index{'es' if len(existing) == 1 else ''} "
-                f"{', '.join(current) or 'every column'}, and every index of columns indexes "
-                "the same ones: leave --columns out, or drop "
-                f"{', '.join(existing)} first to choose others",
+                f"{names} already index{'es' if len(existing) == 1 else ''} "
+                f"{', '.join(current)}, not {', '.join(missing)} (every index of columns "
+                f"indexes the same ones): to index them too, `indexer drop "
+                f"{self.table.base_uri} --index-types {names}`, then build again with "
+                f"--columns {','.join(dict.fromkeys([*current, *missing]))}",
             )
         return current
 
@@ -837,7 +842,7 @@ class AsyncIndexer:
 
     def status(self) -> dict[str, Any]:
         state = self.table.reload_index_state()
-        survey = self.writer.survey(state.completed, state.inflight)
+        survey = self.writer.survey(state)
         behind, lost = survey.unapplied, survey.lost
         partitions = {p: "lost" if p in lost else "completed" for p in state.completed}
         partitions.update({p: "inflight" for p in state.inflight})
@@ -877,6 +882,7 @@ class AsyncIndexer:
         return {
             "table": self.table.base_uri,
             "partitions": partitions,
+            "columns": survey.columns,
             "lag": self._lag(partitions, behind, survey.described, state),
             "indexing": indexing,
             "legacy_index": self.writer.has_legacy_index(),

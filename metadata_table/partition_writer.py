@@ -46,12 +46,14 @@ from metadata_table.index_types import index_type
 from metadata_table.layout import (
     FILES,
     NOTHING,
+    is_secondary_index,
+    secondary_column,
 )
 from metadata_table.maintenance import compact
 from metadata_table.migrate import MigrationResult, has_legacy_index, migrate
 from metadata_table.partition_stats import superseded
 from metadata_table.reader import MetadataReader
-from metadata_table.records import DataFile, DataFileInfo, info_of, virtual_keys
+from metadata_table.records import DataFile, DataFileInfo, indexed_columns, info_of, virtual_keys
 from metadata_table.records import key_fields_refusal as key_fields_refusal
 from metadata_table.records import secondary_index_refusal as secondary_index_refusal
 from metadata_table.table import MetadataTable
@@ -78,6 +80,8 @@ class Survey:
     unapplied: dict[str, tuple[Instant, list[str]]]
     lost: dict[str, str]
     described: dict[str, dict[str, Any]]
+    #: per partition that indexes some columns, which (:meth:`PartitionWriter.survey`)
+    columns: dict[str, list[str]]
 
 
 def _unapplied(
@@ -388,18 +392,34 @@ class PartitionWriter:
         """Completed partitions whose files vanished or were replaced, with the reason."""
         return _lost(self._mdt.reader(self.table.timeline.load()), partitions)
 
-    def survey(self, completed: Sequence[str], inflight: Sequence[str]) -> Survey:
+    def survey(self, state: IndexState) -> Survey:
         """What status reports, from one snapshot read once: the unapplied instants and lost
         partitions of the completed partitions, and of every partition the newest data instant
-        it reflects (None when lost), its files and bytes."""
-        reader = self._mdt.reader(self.table.timeline.load())
+        it reflects (None when lost), its files and bytes, and the columns it indexes: those
+        column_stats and partition_stats were asked for (all: every top-level column of a type
+        they index, in the table's newest schema), a secondary index's own column."""
+        from metadata_table.read.snapshot import IndexedSnapshot
+
+        completed, inflight = state.completed, state.inflight
+        timeline = self.table.timeline.load()
+        reader = self._mdt.reader(timeline)
         lost = _lost(reader, completed)
         described = {}
+        columns: dict[str, list[str]] = {}
         for partition in [*completed, *inflight]:
             files, size = reader.size(partition)
             reflects = None if partition in lost else reader.reflects_upto(partition)
             described[partition] = {"reflects_upto": reflects, "files": files, "bytes": size}
-        return Survey(_unapplied(reader, completed, lost) if completed else {}, lost, described)
+            if is_secondary_index(partition):
+                columns[partition] = [secondary_column(partition)]
+            elif self.takes_columns(partition):
+                asked = list(state.column_stats_columns)
+                if not asked:  # every column: the newest file's, read with the same reader
+                    snapshot = IndexedSnapshot(self.table, timeline, reader)
+                    asked = indexed_columns(snapshot.table_schema)
+                columns[partition] = asked
+        unapplied = _unapplied(reader, completed, lost) if completed else {}
+        return Survey(unapplied, lost, described, columns)
 
     # --- maintenance -------------------------------------------------------------------------------
 

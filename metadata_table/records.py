@@ -462,6 +462,12 @@ def value_kind(t: pa.DataType) -> str | None:
     return None if kind is None else _VALUE_TYPE[kind]
 
 
+def indexed_columns(schema: pa.Schema) -> list[str]:
+    """The top-level columns of ``schema`` whose stats column_stats keeps (nested ones and
+    types without an order are skipped, as Hudi skips them)."""
+    return [f.name for f in schema if value_kind(f.type) is not None]
+
+
 def _normalize(kind: str, value: Any) -> Any:
     if value is None:
         return None

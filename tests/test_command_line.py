@@ -243,3 +243,38 @@ def test_output_commands_exit_0_quietly_when_their_reader_closes_the_pipe(
         assert done.returncode == 0, (args, done.stderr)
         assert done.stderr == "", (args, done.stderr)
         assert len(done.stdout.splitlines()) == 1
+
+
+def test_status_names_the_columns_each_index_covers_and_run_refuses_a_column_it_lacks(
+    tmp_path: Path,
+) -> None:
+    from writer.client import WriteClient
+
+    table, lock = _table(tmp_path / "t")
+    WriteClient(table).insert(rows(keys(0, 30)))
+    base = table.base_uri
+
+    def indexer(*args: str) -> subprocess.CompletedProcess[str]:
+        return _run("indexer", *args, base, *lock)
+
+    built = indexer("run", "--index-types", "column_stats,partition_stats", "--columns", "fare,ts")
+    assert built.returncode == 0, built.stderr
+    built = indexer("run", "--index-types", "record_index,secondary_index", "--columns", "when")
+    assert built.returncode == 0, built.stderr
+    status = json.loads(indexer("status", "--json").stdout)
+    assert status["columns"] == {
+        "column_stats": ["fare", "ts"],
+        "partition_stats": ["fare", "ts"],
+        "secondary_index_when": ["when"],
+    }
+    text = indexer("status").stdout
+    assert text.count("columns: fare, ts") == 2 and "columns: when" in text
+
+    more = indexer("run", "--index-types", "column_stats", "--columns", "city")
+    assert more.returncode == 1 and more.stdout == ""
+    [line] = more.stderr.strip().splitlines()
+    assert "already index fare, ts, not city" in line
+    assert f"indexer drop {base} --index-types column_stats,partition_stats" in line
+    assert "--columns fare,ts,city" in line
+    same = indexer("run", "--index-types", "column_stats", "--columns", "fare")
+    assert same.returncode == 0 and same.stdout.startswith("nothing to build")

@@ -152,9 +152,13 @@ class _Stages:
 
 
 class IndexedSnapshot:
-    def __init__(self, table: Table, timeline: Timeline | None = None) -> None:
+    def __init__(
+        self, table: Table, timeline: Timeline | None = None, reader: MetadataReader | None = None
+    ) -> None:
         self.table = table
         self.timeline = timeline if timeline is not None else table.timeline.load()
+        if reader is not None:  # a caller's reader of the same timeline: read once
+            self.__dict__["reader"] = reader
         #: why the index's state file could not be read (then no index is used), or None
         self.state_error: str | None = None
         try:
