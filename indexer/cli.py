@@ -31,6 +31,8 @@ from timeline.cli import (
     spark_master_from_args,
 )
 from timeline.config import LOCAL_BUILD_MAX_FILES
+from timeline.errors import TableError
+from timeline.health import TimelineProblem
 from timeline.index_state import LAYOUT
 from timeline.table import Table
 
@@ -131,17 +133,41 @@ def _drop(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _problems(found: list[TimelineProblem], error: TableError | None = None) -> int:
+    """Print what is wrong in the timeline (and the error it caused) on stderr; exit 1 when
+    anything is."""
+    for problem in found:
+        print(f"problem: {problem}", file=sys.stderr)
+    if error is not None:
+        print(f"error: {error}", file=sys.stderr)
+    return EXIT_ERROR if found or error is not None else EXIT_OK
+
+
 def _sync(args: argparse.Namespace) -> int:
     bar = Progress(enabled=False if args.json else None)
+    indexer = _indexer(args, bar)
+    found = indexer.problems()
     try:
-        result = _indexer(args, bar).sync()
+        result = indexer.sync()
+    except TableError as e:
+        if not found:
+            raise
+        if args.json:
+            _print_json({"problems": [p.to_json() for p in found], "error": str(e)})
+        return _problems(found, e)
     finally:
         bar.close()
     if args.json:
-        return _print_json(
-            {"applied": result.applied, "resynced": result.resynced, "lost": result.lost}
+        _print_json(
+            {
+                "applied": result.applied,
+                "resynced": result.resynced,
+                "lost": result.lost,
+                "problems": [p.to_json() for p in found],
+            }
         )
-    if not result:
+        return EXIT_ERROR if found else EXIT_OK
+    if not result and not found:
         print("in sync: every completed partition reflects every completed instant")
     by_reason: dict[str, list[str]] = {}
     for partition, why in result.resynced.items():
@@ -150,20 +176,34 @@ def _sync(args: argparse.Namespace) -> int:
         print(f"rebuilt {', '.join(partitions)} from storage: {why}")
     for instant, partitions in result.applied.items():
         print(f"applied {instant} to {', '.join(partitions)}")
-    return EXIT_OK
+    return _problems(found)
 
 
 def _validate(args: argparse.Namespace) -> int:
-    writer = _indexer(args).writer
+    indexer = _indexer(args)
+    found = indexer.problems(newest=None)  # every completed instant read
     bar = Progress(enabled=False if args.json else None)
     try:
-        reports = writer.validate(bar.step("validate"))
+        reports = indexer.writer.validate(bar.step("validate"))
+    except TableError as e:
+        if not found:
+            raise
+        if args.json:
+            answer = {"ok": False, "timeline": [p.to_json() for p in found], "error": str(e)}
+            print(json.dumps(answer, indent=2))
+        return _problems(found, e)
     finally:
         bar.close()
-    ok = all(r.ok for r in reports)
+    ok = all(r.ok for r in reports) and not found
     if args.json:
-        print(json.dumps({"ok": ok, "partitions": [r.to_json() for r in reports]}, indent=2))
+        answer = {
+            "ok": ok,
+            "timeline": [p.to_json() for p in found],
+            "partitions": [r.to_json() for r in reports],
+        }
+        print(json.dumps(answer, indent=2))
         return EXIT_OK if ok else EXIT_ERROR
+    _problems(found)
     if not reports:
         print("no completed metadata partition to validate")
     for report in reports:
@@ -242,9 +282,20 @@ def _lag_line(lag: dict[str, Any]) -> str:
 
 
 def _status(args: argparse.Namespace) -> int:
-    status = _indexer(args).status()
+    indexer = _indexer(args)
+    found = indexer.problems()
+    try:
+        status = indexer.status()
+    except TableError as e:
+        if not found:
+            raise
+        if args.json:
+            _print_json({"problems": [p.to_json() for p in found], "error": str(e)})
+        return _problems(found, e)
+    status["problems"] = [p.to_json() for p in found]
     if args.json:
-        return _print_json(status)
+        _print_json(status)
+        return EXIT_ERROR if found else EXIT_OK
     print(f"table {status['table']}")
     width = max(map(len, [*PARTITIONS, *status["lag"]]))
     for partition, lag in status["lag"].items():
@@ -270,7 +321,7 @@ def _status(args: argparse.Namespace) -> int:
             f"  indexing {item['timestamp']} {item['state']:<10} {','.join(item['partitions'])} "
             f"up to {item['index_upto_instant']}"
         )
-    return EXIT_OK
+    return _problems(found)
 
 
 def _serve(args: argparse.Namespace) -> int:

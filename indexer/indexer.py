@@ -74,6 +74,7 @@ from timeline.errors import (
     TableError,
 )
 from timeline.failpoints import failpoint
+from timeline.health import QUICK_CHECK_INSTANTS, TimelineProblem, timeline_problems
 from timeline.index_state import IndexState
 from timeline.instant import (
     WRITE_ACTIONS,
@@ -839,6 +840,11 @@ class AsyncIndexer:
         except TableError:
             completed = instant.timestamp
         return parse_instant_time(completed).timestamp()
+
+    def problems(self, newest: int | None = QUICK_CHECK_INSTANTS) -> list[TimelineProblem]:
+        """What is wrong in the table's timeline and index state file (:mod:`timeline.health`),
+        reading the newest ``newest`` completed instants (None: all of them)."""
+        return timeline_problems(self.table, newest)
 
     def status(self) -> dict[str, Any]:
         state = self.table.reload_index_state()

@@ -278,3 +278,33 @@ def test_status_names_the_columns_each_index_covers_and_run_refuses_a_column_it_
     assert "--columns fare,ts,city" in line
     same = indexer("run", "--index-types", "column_stats", "--columns", "fare")
     assert same.returncode == 0 and same.stdout.startswith("nothing to build")
+
+
+def test_the_health_checks_name_a_corrupt_commit(tmp_path: Path) -> None:
+    """With the latest commit file corrupted, reads and writes fail naming it; validate, sync,
+    status and show say so too (they answered ok, in sync and completed)."""
+    from metadata_table.maintenance import initialize
+    from writer.client import WriteClient
+
+    table, lock = _table(tmp_path / "t")
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 30)))
+    initialize(table, ["files", "column_stats"])
+    latest = client.upsert(rows(keys(0, 5), ts=2)).timestamp
+    Path(table.storage.uri(f".hoodie/{latest}.commit")).write_text("garbage")
+    named = f".hoodie/{latest}.commit: the completed commit cannot be read"
+    for module, *args in (
+        ("indexer", "validate"),
+        ("indexer", "sync"),
+        ("indexer", "status"),
+        ("timeline", "show"),
+    ):
+        done = _run(module, *args, table.base_uri, *lock)
+        assert done.returncode == 1, (args, done.stdout, done.stderr)
+        assert f"problem: {named}" in done.stderr, (args, done.stderr)
+        assert "restore the file" in done.stderr
+        assert "in sync" not in done.stdout
+    shown = json.loads(_run("timeline", "show", table.base_uri, "--json", *lock).stdout)
+    assert [r["problem"] is not None for r in shown] == [False, True]
+    checked = _run("indexer", "validate", table.base_uri, "--json", *lock)
+    assert json.loads(checked.stdout)["timeline"][0]["path"] == f".hoodie/{latest}.commit"

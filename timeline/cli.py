@@ -274,22 +274,29 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from timeline.health import timeline_problems
+
     table = Table.open(args.base, config_from_args(args))
     timeline = table.timeline.load()
+    problems = timeline_problems(table)
+    by_file = {p.path: p for p in problems}
     rows = [
         {
             "timestamp": i.timestamp,
             "action": i.action.value,
             "state": i.state.value,
             "completion_time": table.timeline.completion_time(i) if i.is_completed else None,
+            "problem": (
+                by_file[table.timeline.path(i)].what if table.timeline.path(i) in by_file else None
+            ),
         }
         for i in timeline
     ]
-    for skipped in timeline.skipped:
-        print(f"warning: skipped .hoodie/{skipped.name}: {skipped.reason}", file=sys.stderr)
+    for problem in problems:
+        print(f"problem: {problem}", file=sys.stderr)
     if args.json:
         print(json.dumps(rows, indent=2))
-        return EXIT_OK
+        return EXIT_ERROR if problems else EXIT_OK
     cfg, state = table.table_config, table.reload_index_state()
     print(f"table {cfg.name} ({cfg.table_type.value}) at {table.base_uri}")
     print(
@@ -305,11 +312,12 @@ def _show(args: argparse.Namespace) -> int:
         return EXIT_OK
     print(f"{'TIMESTAMP':<18} {'ACTION':<14} {'STATE':<10} COMPLETION TIME")
     for row in rows:
+        mark = f"  ! {row['problem']}" if row["problem"] else ""
         print(
             f"{row['timestamp']:<18} {row['action']:<14} {row['state']:<10} "
-            f"{row['completion_time'] or '-'}"
+            f"{row['completion_time'] or '-'}{mark}"
         )
-    return EXIT_OK
+    return EXIT_ERROR if problems else EXIT_OK
 
 
 def _clean(args: argparse.Namespace) -> int:

@@ -43,7 +43,12 @@ def read_table_config(storage: Storage) -> TableConfig:
     except StorageFileNotFoundError:
         if isinstance(primary_error, StorageFileNotFoundError):
             raise TableNotFoundError(storage.base_uri) from primary_error
-        raise primary_error from None
+        assert isinstance(primary_error, TableConfigError)
+        raise TableConfigError(
+            primary_error.path,
+            f"{primary_error.reason}; every reader and writer needs it: restore it from a copy "
+            f"(there is no {BACKUP_FILE} to fall back on)",
+        ) from None
     logger.warning("%s unusable (%s); using %s", PROPERTIES_FILE, primary_error, BACKUP_FILE)
     return config
 

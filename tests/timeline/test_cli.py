@@ -51,12 +51,14 @@ def test_init_then_show(tmp_path: Path) -> None:
             "action": "commit",
             "state": "completed",
             "completion_time": table.timeline.completion_time(commit),
+            "problem": None,
         },
         {
             "timestamp": pending.timestamp,
             "action": "clean",
             "state": "requested",
             "completion_time": None,
+            "problem": None,
         },
     ]
     human = _run("show", base)
@@ -78,14 +80,17 @@ def test_errors_exit_1_with_a_message(tmp_path: Path) -> None:
     assert bad_name.returncode == 1 and "invalid table name" in bad_name.stderr
 
 
-def test_stray_instant_file_is_reported_not_fatal(tmp_path: Path) -> None:
+def test_stray_instant_file_is_reported_and_the_timeline_still_listed(tmp_path: Path) -> None:
     base = tmp_path / "t"
     assert _run("init", str(base), "--table-name", "t", "--record-key", "id").returncode == 0
     (base / ".hoodie" / "20261121101500123.bogus").write_text("")
     shown = _run("show", str(base), "--json")
-    assert shown.returncode == 0
+    assert shown.returncode == 1  # the timeline is listed; writes stop at such a file
     assert json.loads(shown.stdout) == []
-    assert "skipped .hoodie/20261121101500123.bogus: unknown action 'bogus'" in shown.stderr
+    assert (
+        "problem: .hoodie/20261121101500123.bogus: named like an instant but not one "
+        "(unknown action 'bogus')" in shown.stderr
+    )
 
 
 def test_help_explains(tmp_path: Path) -> None:
