@@ -321,10 +321,12 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _clean(args: argparse.Namespace) -> int:
-    from timeline.rollback import clean_failed_writes
+    from timeline.config import HEARTBEAT_INTERVAL_MS, HEARTBEAT_TOLERABLE_MISSES
+    from timeline.rollback import clean_failed_writes, pending_writes
 
     table = Table.open(args.base, config_from_args(args))
     rolled_back = clean_failed_writes(table)
+    left = pending_writes(table)
     if args.json:
         print(
             json.dumps(
@@ -332,17 +334,28 @@ def _clean(args: argparse.Namespace) -> int:
                     "rolled_back": [
                         {"timestamp": i.timestamp, "action": i.action.value, "state": i.state.value}
                         for i in rolled_back
-                    ]
+                    ],
+                    "pending": [p.to_json() for p in left],
                 }
             )
         )
-    else:
-        for instant in rolled_back:
-            print(
-                f"rolled back {instant.timestamp} ({instant.action.value}, {instant.state.value})"
-            )
-        if not rolled_back:
-            print("no failed writes")
+        table.close()
+        return EXIT_OK
+    for instant in rolled_back:
+        print(f"rolled back {instant.timestamp} ({instant.action.value}, {instant.state.value})")
+    for pending in left:
+        what = f"{pending.instant.action.value}, {pending.instant.state.value}"
+        print(f"left {pending.instant.timestamp} ({what}): {pending.why}")
+    if any(p.heartbeat_age is not None for p in left):
+        interval, misses = HEARTBEAT_INTERVAL_MS, HEARTBEAT_TOLERABLE_MISSES
+        print(
+            f"(a writer counts as dead {table.heartbeat_expiry_seconds:g} s after its last "
+            f"beat: {interval.key}={table.config.get(interval)} x "
+            f"{misses.key}={table.config.get(misses)}; give clean the writers' own settings, "
+            "with --conf or the --config file, if they run with others)"
+        )
+    if not rolled_back and not left:
+        print("no failed writes, and no pending write")
     table.close()
     return EXIT_OK
 
@@ -444,7 +457,12 @@ def build_parser() -> argparse.ArgumentParser:
             "whose writer's heartbeat expired: delete the files its markers name, write a "
             "rollback instant listing them, remove its markers and heartbeat. On a "
             "merge-on-read table failed deltacommits are left to Apache Hudi's own rollback "
-            "(their log appends need rollback command blocks)."
+            "(their log appends need rollback command blocks). Then lists the pending writes it "
+            "left and why: a writer alive or not yet provably dead (with the time until its "
+            "heartbeat expires), no heartbeat file. A writer counts as dead after "
+            "hoodie.client.heartbeat.interval_in_ms x hoodie.client.heartbeat.tolerable.misses "
+            "(2 minutes by default): give clean the writers' own settings (--conf, or the "
+            "--config file's entry for the table, as the writers read it)."
         ),
     )
     clean.add_argument("base", help="table base path")

@@ -30,9 +30,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from timeline.config import FAILED_WRITES_POLICY
 from timeline.errors import CorruptInstantError, StorageFileNotFoundError
 from timeline.fs_view import FileSystemView
-from timeline.heartbeat import heartbeat_path
+from timeline.heartbeat import heartbeat_age, heartbeat_path
 from timeline.hudi_avro import avro_file
 from timeline.instant import Action, Instant, State
 from timeline.locks import LockHandle
@@ -217,7 +218,71 @@ def _rollback_target(table: Table, pending: Instant) -> str | None:
         return None
 
 
-def _left_to_hudi(table: Table, instant: Instant) -> bool:
+@dataclass(frozen=True)
+class PendingWrite:
+    """A pending write the cleaner leaves, and why (what ``indexer-table clean`` reports)."""
+
+    instant: Instant
+    #: seconds since its writer's last beat (None: no heartbeat file)
+    heartbeat_age: float | None
+    #: the age past which its writer counts as dead: interval x tolerable misses, as the
+    #: cleaner's configuration says (the writer's own settings may differ)
+    expires_after: float
+    why: str
+
+    @property
+    def expires_in(self) -> float | None:
+        if self.heartbeat_age is None:
+            return None
+        return max(0.0, self.expires_after - self.heartbeat_age)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "timestamp": self.instant.timestamp,
+            "action": self.instant.action.value,
+            "state": self.instant.state.value,
+            "heartbeat_age_seconds": _rounded(self.heartbeat_age),
+            "expires_in_seconds": _rounded(self.expires_in),
+            "why": self.why,
+        }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def pending_writes(table: Table) -> list[PendingWrite]:
+    """The pending writes :func:`clean_failed_writes` would leave now, and why: a writer alive
+    or not yet provably dead (its heartbeat's age, and how long until it expires), no heartbeat
+    file under the EAGER policy, a merge-on-read deltacommit left to Hudi, the NEVER policy."""
+    policy = table.config.get(FAILED_WRITES_POLICY)
+    limit = table.heartbeat_expiry_seconds
+    out = []
+    for instant in table.timeline.load().pending():
+        if instant.action not in ROLLBACK_ACTIONS:
+            continue
+        age = heartbeat_age(table.storage, instant.timestamp)
+        if policy == "NEVER":
+            why = f"{FAILED_WRITES_POLICY.key}=NEVER: nothing is rolled back"
+        elif _left_to_hudi(table, instant, warn=False):
+            why = "a deltacommit of a merge-on-read table: left to Apache Hudi's rollback"
+        elif age is None and policy != "LAZY":
+            why = (
+                "no heartbeat file: under EAGER (Apache Hudi's default) its writer rolls it back "
+                f"when it next starts; {FAILED_WRITES_POLICY.key}=LAZY if every writer heartbeats"
+            )
+        elif age is not None and age <= limit:
+            why = (
+                f"its writer is alive or not yet provably dead: heartbeat {age:.1f} s old, "
+                f"rolled back once older than {limit:g} s (in {limit - age:.1f} s)"
+            )
+        else:
+            continue  # provably dead: the cleaner rolls it back
+        out.append(PendingWrite(instant, age, limit, why))
+    return out
+
+
+def _left_to_hudi(table: Table, instant: Instant, warn: bool = True) -> bool:
     """A failed deltacommit of a merge-on-read table: rolling back its log appends takes rollback
     command blocks (without them, once the failed instant is older than the active timeline,
     Hudi's reader counts its blocks again), which this kernel does not write; Apache Hudi's own
@@ -226,12 +291,13 @@ def _left_to_hudi(table: Table, instant: Instant) -> bool:
         return False
     if table.table_config.table_type is not TableType.MERGE_ON_READ:
         return False
-    logger.warning(
-        "failed write %s of merge-on-read table %s left to Apache Hudi's rollback (its log "
-        "appends need rollback command blocks)",
-        instant,
-        table.base_uri,
-    )
+    if warn:
+        logger.warning(
+            "failed write %s of merge-on-read table %s left to Apache Hudi's rollback (its log "
+            "appends need rollback command blocks)",
+            instant,
+            table.base_uri,
+        )
     return True
 
 

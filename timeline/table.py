@@ -243,5 +243,10 @@ class Table:
         age = heartbeat_age(self.storage, instant_time)
         if age is None:
             return policy == "LAZY"
-        limit = self.config.heartbeat_interval_seconds * self.config.get(HEARTBEAT_TOLERABLE_MISSES)
-        return age > limit
+        return age > self.heartbeat_expiry_seconds
+
+    @property
+    def heartbeat_expiry_seconds(self) -> float:
+        """The heartbeat age past which a writer counts as dead: the interval times the misses
+        tolerated, as this table's configuration says (a writer's own settings may differ)."""
+        return self.config.heartbeat_interval_seconds * self.config.get(HEARTBEAT_TOLERABLE_MISSES)

@@ -20,7 +20,7 @@ from timeline.instant import Instant, State
 from timeline.locks import LockHandle
 from timeline.markers import DirectMarkers, IOType, Marker
 from timeline.removals import Removal, parse_removal
-from timeline.rollback import RollbackPlan, clean_failed_writes
+from timeline.rollback import RollbackPlan, clean_failed_writes, pending_writes
 from timeline.table_config import TableType
 
 HEARTBEAT_MS = 200
@@ -179,3 +179,51 @@ def test_a_json_plan_of_an_earlier_version_is_finished(tmp_path: Path) -> None:
     assert clean_failed_writes(table) == []
     assert not table.storage.exists(data)
     assert table.timeline.load().get(instant.timestamp) is None
+
+
+def test_pending_writes_say_why_the_cleaner_leaves_them(tmp_path: Path) -> None:
+    table = _table(tmp_path)  # a writer counts as dead 0.4 s after its last beat
+    alive, _ = _pending_write(table, heartbeat_age=0.1)
+    eager, _ = _pending_write(table, heartbeat_age=None)
+    dead, _ = _pending_write(table, heartbeat_age=5)
+    left = {p.instant.timestamp: p for p in pending_writes(table)}
+    assert set(left) == {alive.timestamp, eager.timestamp}
+    assert left[alive.timestamp].why.startswith("its writer is alive or not yet provably dead")
+    assert 0.2 < (left[alive.timestamp].expires_in or 0) <= 0.3 + 0.05
+    assert left[eager.timestamp].why.startswith("no heartbeat file: under EAGER")
+    assert left[eager.timestamp].to_json()["heartbeat_age_seconds"] is None
+    assert [i.timestamp for i in clean_failed_writes(table)] == [dead.timestamp]
+
+
+def test_clean_reports_a_crashed_writer_it_waits_for_and_takes_the_writers_settings(
+    tmp_path: Path,
+) -> None:
+    """Right after a writer crashed its heartbeat is fresh: clean says it waits, and how long;
+    given the writer's own (short) heartbeat settings, it rolls the write back once expired."""
+    import subprocess
+    import sys
+
+    table = _table(tmp_path)
+    crashed, data = _pending_write(table, heartbeat_age=1)
+    lock = ["--conf", "indexer.lock.url=inprocess"]
+
+    def clean(*conf: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "timeline", "clean", table.base_uri, *lock, *conf]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+    waited = clean()  # the defaults: dead after 60 s x 2
+    assert waited.returncode == 0, waited.stderr
+    assert f"left {crashed.timestamp} (commit, inflight): its writer is alive" in waited.stdout
+    assert "rolled back once older than 120 s (in 11" in waited.stdout
+    assert "hoodie.client.heartbeat.interval_in_ms=60000" in waited.stdout
+    assert "no failed writes" not in waited.stdout and table.storage.exists(data)
+    config = tmp_path / "service.toml"
+    config.write_text(
+        f'[[tables]]\nbase = "{table.base_uri}"\n'
+        'conf = { "hoodie.client.heartbeat.interval_in_ms" = "200" }\n'
+    )
+    rolled = clean("--config", str(config))
+    assert rolled.returncode == 0, rolled.stderr
+    assert rolled.stdout.startswith(
+        f"rolled back {crashed.timestamp}"
+    ) and not table.storage.exists(data)
