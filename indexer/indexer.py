@@ -66,6 +66,7 @@ from timeline.errors import (
     CatchUpTimeoutError,
     ConfigError,
     CorruptInstantError,
+    DuplicateRecordKeyError,
     IndexBuildAbortedError,
     NotParquetError,
     RebuildRequiredError,
@@ -384,13 +385,21 @@ class AsyncIndexer:
             return self._execute(instant, plan, deadline)
         except BaseException as e:
             reason = f"{type(e).__name__}: {e}"
+            # a key in two file groups is the data's fault, not the build's: not retried (a
+            # Spark task's error arrives as Spark's, naming it)
+            duplicated = isinstance(e, DuplicateRecordKeyError) or (
+                DuplicateRecordKeyError.__name__ in str(e)
+            )
             try:
-                self.abort(instant, reason)
+                self.abort(instant, reason, quiet=duplicated)
             except BaseException as abort_error:  # a resumable state is left; say so
                 logger.error(
                     "abort of %s failed (%s); the next execute resumes it", instant, abort_error
                 )
                 raise
+            found = self.writer.duplicate_keys_error() if duplicated else None
+            if found is not None:
+                raise found from e
             raise IndexBuildAbortedError(instant, reason) from e
 
     def _execute(self, instant: Instant, plan: IndexPlan, deadline: float) -> Instant:
@@ -689,9 +698,10 @@ class AsyncIndexer:
 
     # --- abort, drop, run ------------------------------------------------------------------------
 
-    def abort(self, instant: Instant, reason: str) -> None:
-        """Undo a pending build: partitions out of the state file, its files and instant gone."""
-        logger.warning("aborting %s: %s", instant, reason)
+    def abort(self, instant: Instant, reason: str, quiet: bool = False) -> None:
+        """Undo a pending build: partitions out of the state file, its files and instant gone
+        (``quiet``: logged at info, for a cause the caller reports itself)."""
+        logger.log(logging.INFO if quiet else logging.WARNING, "aborting %s: %s", instant, reason)
         plan = self._readable_plan(instant)
         with self._lock(f"abort indexing {instant.timestamp}") as lock:
             current = self.table.timeline.load().get(instant.timestamp, Action.INDEXING)

@@ -221,6 +221,46 @@ def _lines(path: str) -> list[str]:
     return [line.rstrip("\r") for line in text.split("\n") if line.strip()]
 
 
+def _duplicates(args: argparse.Namespace) -> int:
+    """``duplicates``: the record keys in more than one file group, each copy with the instant
+    that wrote it and which one is kept; ``--output`` writes the stale copies' rows."""
+    from metadata_table.read.duplicates import find_duplicates
+
+    table = Table.open(args.base, config_from_args(args))
+    found = find_duplicates(table)
+    if args.output:
+        pq.write_table(found.stale, args.output)
+    if args.json:
+        keys: dict[str, list[dict[str, Any]]] = {}
+        for row in found.copies.to_pylist():
+            keys.setdefault(row.pop("record_key"), []).append(row)
+        print(json.dumps({"keys": keys, "count": found.keys, "stale_rows": found.stale.num_rows}))
+        return EXIT_OK
+    by_key: dict[str, list[str]] = {}
+    for row in found.copies.to_pylist():
+        kept = ", kept" if row["newest"] else ""
+        where = f"{row['partition_path'] or '.'}/{row['file_id']} (written {row['instant']}{kept})"
+        by_key.setdefault(row["record_key"], []).append(where)
+    for key, places in by_key.items():
+        print(f"{key}: {'; '.join(places)}")
+    if not found.keys:
+        print("no record key is in more than one file group", file=sys.stderr)
+    elif args.output:
+        print(
+            f"{found.keys} record key(s) in more than one file group; the rows of "
+            f"{found.stale.num_rows} stale copies are in {args.output}: delete them with "
+            f"`indexer-write {args.base} --input {args.output} --operation delete`",
+            file=sys.stderr,
+        )
+    else:
+        print(
+            f"{found.keys} record key(s) in more than one file group; --output FILE writes the "
+            "rows of the copies not kept, for `indexer-write ... --operation delete`",
+            file=sys.stderr,
+        )
+    return EXIT_OK
+
+
 def _lookup_values(snapshot: IndexedSnapshot, args: argparse.Namespace) -> int:
     """``lookup --column c --values v1,v2``: the records holding each value, through the
     column's secondary index and the record index; without them, the files data skipping keeps
@@ -470,6 +510,27 @@ def build_parser() -> argparse.ArgumentParser:
         '{"column", "values": {value: {key: location}}, "indexes", "exact"}',
     )
     lookup.set_defaults(func=_lookup)
+    duplicates = sub.add_parser(
+        "duplicates",
+        help="record keys stored in more than one file group, and how to keep one copy",
+        description="Keys are global once a table has a record index. Before, a writer tags a "
+        "key within the partition its row goes to (as Apache Hudi's bloom index does), so an "
+        "upsert that moves a key to another partition keeps the old copy; a record index build "
+        "refuses such a table. This lists every such key, each copy with the instant that "
+        "wrote it, and the copy kept: the largest precombine value, else the one written last. "
+        "--output writes the other copies' rows, which `indexer-write --operation delete` "
+        "removes (each from its own partition), leaving one copy of each key.",
+    )
+    duplicates.add_argument("base", help="table base path")
+    duplicates.add_argument(
+        "--output", metavar="FILE", help="write the rows of the copies not kept to a Parquet file"
+    )
+    add_common_options(
+        duplicates,
+        json_help='print {"keys": {key: [{partition_path, file_id, instant, newest}]}, "count", '
+        '"stale_rows"}',
+    )
+    duplicates.set_defaults(func=_duplicates)
     prune = sub.add_parser(
         "prune",
         help="the files a filter may match (data skipping); on a merge-on-read table the file "

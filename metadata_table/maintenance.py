@@ -15,11 +15,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from metadata_table.index_types import index_type
 from metadata_table.layout import (
     COLUMN_STATS,
+    NON_PARTITIONED,
     NOTHING,
+    RECORD_INDEX,
     check_partition,
     in_file_order,
     read_records,
@@ -31,6 +34,7 @@ from metadata_table.records import (
     DataFileInfo,
     info_from_log,
     info_from_storage,
+    live_copies,
     virtual_keys,
 )
 from metadata_table.table import MetadataTable
@@ -145,6 +149,31 @@ def _base_records(
         infos = [i for i in infos if i.path not in older]
     records = kind.records(infos, columns or (), upto or "")
     return kind.combine(records, upto or "") if kind.keyed_by_record else records
+
+
+def duplicate_keys(table: Table, timeline: Timeline | None = None) -> pa.Table:
+    """Every live copy of the record keys the latest file slices hold in more than one file
+    group (``record_key``, ``partition_path``, ``file_id``, ``instant``: the instant that wrote
+    the copy), ordered by key: what a record index build refuses, read as it reads them."""
+    timeline = timeline if timeline is not None else table.timeline.load()
+    kind = index_type(RECORD_INDEX)
+    infos = committed_data_files(table, timeline, None, kind.row_columns, latest=True)
+    older = superseded(table, timeline, None)
+    records = kind.records([i for i in infos if i.path not in older])
+    copies = live_copies(records)
+
+    def text(name: str) -> pa.ChunkedArray:  # plain strings (records hold dictionaries)
+        return copies.column(name).cast(pa.string())
+
+    partitions = text("partition")
+    return pa.table(
+        {
+            "record_key": text("key"),
+            "partition_path": pc.if_else(pc.equal(partitions, NON_PARTITIONED), "", partitions),
+            "file_id": text("file_id"),
+            "instant": text("instant"),
+        }
+    )
 
 
 def initialize(

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from metadata_table.group_records import (
     RECORDS_CHUNK,
@@ -49,7 +50,7 @@ from metadata_table.layout import (
     is_secondary_index,
     secondary_column,
 )
-from metadata_table.maintenance import compact
+from metadata_table.maintenance import compact, duplicate_keys
 from metadata_table.migrate import MigrationResult, has_legacy_index, migrate
 from metadata_table.partition_stats import superseded
 from metadata_table.reader import MetadataReader
@@ -62,7 +63,7 @@ from metadata_table.workers import chunked as chunked  # the build's readers
 from metadata_table.workers import map_chunks as map_chunks
 from metadata_table.workers import workers_for as workers_for
 from timeline.commit_metadata import CommitMetadata
-from timeline.errors import StorageFileNotFoundError
+from timeline.errors import DuplicateRecordKeyError, StorageFileNotFoundError
 from timeline.fs_view import FileSystemView, data_file_paths, parquet_file_rows
 from timeline.index_state import LAYOUT, IndexState
 from timeline.instant import Action, Instant, State, normalize_timestamp
@@ -433,6 +434,26 @@ class PartitionWriter:
 
     def validate(self, progress: Callable[[int, int], None] | None = None) -> list[PartitionReport]:
         return validate(self.table, progress)
+
+    def duplicate_keys_error(self) -> DuplicateRecordKeyError | None:
+        """The record keys of the table in more than one file group, as one error naming how
+        many, one of them, and the commands that resolve them (None: there are none)."""
+        copies = duplicate_keys(self.table)
+        if not copies.num_rows:
+            return None
+        keys = copies.column("record_key")
+        first = keys[0].as_py()
+        one = copies.filter(pc.equal(keys, first))
+        places = [
+            f"{p or '.'}/{f}"
+            for p, f in zip(
+                one.column("partition_path").to_pylist(),
+                one.column("file_id").to_pylist(),
+                strict=True,
+            )
+        ]
+        count = len(pc.unique(keys))
+        return DuplicateRecordKeyError(count, str(first), places, self.table.base_uri)
 
 
 __all__ = [

@@ -1150,13 +1150,43 @@ def latest_live(records: pa.Table, by: str = "key") -> pa.Table:
     """What the rows of some file slices hold, from records made of their files' rows (a base
     file's, and log files' blocks and deletions, in any order): per ``by`` (the record key
     column) and file group the record of the newest instant, deletions dropped. A record key
-    live in two file groups is a :class:`DuplicateRecordKeyError`: the record and secondary
-    indexes are global, one location per key.
+    live in two file groups is a :class:`DuplicateRecordKeyError` (naming how many are): the
+    record and secondary indexes are global, one location per key.
 
     Records come out ordered by (hash, ``by``) (:func:`hash_order`): for the record index, the
     order of its files."""
+    live, copies = _live_per_group(records, by)
+    if copies is not None and copies.num_rows:
+        keys = copies.column(by)
+        first = keys[0].as_py()
+        places = copies.filter(pc.equal(keys, first))
+        raise DuplicateRecordKeyError(len(pc.unique(keys)), str(first), sorted(_locations(places)))
+    return live
+
+
+def live_copies(records: pa.Table, by: str = "key") -> pa.Table:
+    """The live records (:func:`latest_live`) of the keys live in more than one file group:
+    every copy, ordered by key (empty when every key is in one file group)."""
+    _, copies = _live_per_group(records, by)
+    return records.slice(0, 0) if copies is None else copies
+
+
+def _locations(records: pa.Table) -> list[str]:
+    return [
+        f"{data_partition_of(p)}/{f}"
+        for p, f in zip(
+            records.column("partition").to_pylist(),
+            records.column("file_id").to_pylist(),
+            strict=True,
+        )
+    ]
+
+
+def _live_per_group(records: pa.Table, by: str) -> tuple[pa.Table, pa.Table | None]:
+    """The newest live record per (``by``, file group), in hash order, and those of the keys
+    live in several file groups (None: there are none)."""
     if records.num_rows == 0:
-        return records
+        return records, None
     identity = records.column(by)
     if by == "key":
         top = records.column("key_hash").to_numpy()
@@ -1168,7 +1198,7 @@ def latest_live(records: pa.Table, by: str = "key") -> pa.Table:
     n = records.num_rows
     same = pc.equal(keys.slice(0, n - 1), keys.slice(1)).to_numpy(zero_copy_only=False)
     if not same.any():
-        return records.filter(pa.array(~deleted)) if deleted.any() else records
+        return (records.filter(pa.array(~deleted)) if deleted.any() else records), None
     # keys with several records (a base file's and a log file's, or copies in two groups):
     # resolved per key and file group
     repeated = np.zeros(n, dtype=bool)
@@ -1193,15 +1223,15 @@ def latest_live(records: pa.Table, by: str = "key") -> pa.Table:
     newest = rows[ranked[last]]
     alive = ~deleted[newest]
     live, live_runs = newest[alive], run_sorted[last][alive]
-    if len(np.unique(live_runs)) != len(live_runs):
-        first = live_runs[np.flatnonzero(live_runs[1:] == live_runs[:-1])[0]]
-        copies = records.take(pa.array(rows[run_id == first])).to_pylist()
-        places = sorted({f"{data_partition_of(r['partition'])}/{r['file_id']}" for r in copies})
-        raise DuplicateRecordKeyError(str(copies[0][by]), places)
     keep = ~deleted
     keep[rows] = False
     keep[live] = True
-    return records.filter(pa.array(keep))
+    copies = None
+    runs, counts = np.unique(live_runs, return_counts=True)
+    if (counts > 1).any():
+        several = np.isin(live_runs, runs[counts > 1])
+        copies = records.take(pa.array(np.sort(live[several]), pa.int64()))
+    return records.filter(pa.array(keep)), copies
 
 
 def data_partition_of(name: str) -> str:

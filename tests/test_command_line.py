@@ -182,7 +182,7 @@ def test_commands_without_spark_answer_json_with_lowercase_states(tmp_path: Path
     assert sorted(r["partition"] for r in dumped["records"] if r["file_name"]) == sorted(
         f.partition_path for f in _files(table)
     )
-    assert as_json("timeline", "clean", base) == {"rolled_back": []}
+    assert as_json("timeline", "clean", base) == {"rolled_back": [], "pending": []}
     assert as_json("indexer", "migrate", base)["migrated"] is False
 
     # two more commits give each file group logs to merge

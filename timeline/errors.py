@@ -161,16 +161,27 @@ class IndexStateError(TableError):
 
 
 class DuplicateRecordKeyError(TableError):
-    """A record key lives in more than one file group (written by a writer whose index is not
-    global, or by concurrent inserts of one new key): the record index is global, one location
-    per key, so it cannot describe the table until one copy is deleted."""
+    """Record keys live in more than one file group (written while keys were not global: an
+    upsert that moved a key to another partition, or a writer whose index is not global): the
+    record index is global, one location per key, so it cannot describe the table until the
+    extra copies are deleted. ``count`` keys are; ``record_key`` is one, at ``locations``;
+    with ``base``, the message names the commands that resolve them."""
 
-    def __init__(self, record_key: str, locations: Sequence[str]) -> None:
-        super().__init__(
-            f"record key {record_key!r} is in {len(locations)} file groups "
-            f"({', '.join(locations)}): the record index keeps one location per key (it is "
-            "global); delete the extra copies (e.g. with Apache Hudi's writer), then build it"
+    def __init__(
+        self, count: int, record_key: str, locations: Sequence[str], base: str | None = None
+    ) -> None:
+        how = (
+            f"list them with `indexer-metadata duplicates {base}`, keep the newest copy of each "
+            f"with `indexer-metadata duplicates {base} --output stale.parquet` then "
+            f"`indexer-write {base} --input stale.parquet --operation delete`, and build again"
+            if base
+            else "delete the extra copies, then build it"
         )
+        super().__init__(
+            f"{count} record key(s) are in more than one file group, e.g. {record_key!r} in "
+            f"{' and '.join(locations)}: the record index keeps one location per key; {how}"
+        )
+        self.count = count
         self.record_key = record_key
         self.locations = tuple(locations)
 

@@ -7,6 +7,7 @@ may hold the keys asked for."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +33,10 @@ from metadata_table.table import MetadataTable
 from metadata_table.validate import validate
 from timeline import Table
 from timeline.commit_metadata import CommitMetadata
-from timeline.config import Config
+from timeline.config import LOCK_URL, Config
 from timeline.errors import (
     ConfigError,
     DuplicateRecordKeyError,
-    IndexBuildAbortedError,
     RecordKeyConflictError,
     TableConfigError,
 )
@@ -336,15 +336,57 @@ def test_record_index_is_dropped_only_with_the_secondary_indexes_that_need_it(
     assert table.reload_index_state().partitions == (FILES,)
 
 
-def test_a_key_in_two_file_groups_is_refused_by_name(tmp_path: Path) -> None:
+def test_keys_in_two_file_groups_are_refused_once_naming_how_to_resolve_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Upserts that move keys to another partition before the record index exists keep both
+    copies (tagging is per partition, as Hudi's bloom index): the build fails once, in one
+    line, with how many keys and the commands that keep the newest copy of each; after them
+    it builds, and every key has the copy an upsert would have kept."""
+    import subprocess
+    import sys
+
     table = make_table(tmp_path / "t")
     client = WriteClient(table)
     client.insert(rows(keys(0, 10)))
-    client.insert(rows(["k0003"], ts=2))  # an insert does not look: a second copy
-    with pytest.raises(IndexBuildAbortedError, match="record key 'k0003' is in 2 file groups"):
-        AsyncIndexer(table, IndexerOptions(engine="local")).run([RECORD_INDEX])
+    client.upsert(rows(["k0003", "k0004"], ts=2, city="tokyo"))  # moved: the old copies stay
+    client.upsert(rows(["k0004"], ts=0, city="oslo"))  # a third copy, older by its ts
+    indexer = AsyncIndexer(table, IndexerOptions(engine="local", retries=2))
+    with pytest.raises(DuplicateRecordKeyError) as raised:
+        indexer.run([RECORD_INDEX])
+    message = str(raised.value)
+    assert "\n" not in message and message.startswith("2 record key(s) are in more than one")
+    assert f"indexer-metadata duplicates {table.base_uri} --output stale.parquet" in message
+    assert "Apache Hudi" not in message
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], "said once, not twice"
+    assert RECORD_INDEX not in table.reload_index_state().partitions  # aborted cleanly
     with pytest.raises(DuplicateRecordKeyError):
         build_records(table, table.timeline.load(), RECORD_INDEX)
+
+    lock = ["--conf", f"indexer.lock.url={table.config.get(LOCK_URL)}"]
+    stale = tmp_path / "stale.parquet"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", *args, *lock], capture_output=True, text=True, timeout=120
+        )
+
+    listed = cli("metadata_table", "duplicates", table.base_uri, "--output", str(stale), "--json")
+    assert listed.returncode == 0, listed.stderr
+    found = json.loads(listed.stdout)
+    assert (found["count"], found["stale_rows"]) == (2, 3)
+    kept = {k: [c["partition_path"] for c in v if c["newest"]] for k, v in found["keys"].items()}
+    assert kept == {"k0003": ["tokyo"], "k0004": ["tokyo"]}  # k0004's oslo copy has ts 0
+    deleted = cli("writer", table.base_uri, "--input", str(stale), "--operation", "delete")
+    assert deleted.returncode == 0, deleted.stderr
+    assert cli("metadata_table", "duplicates", table.base_uri).stdout == ""
+    indexer.run([RECORD_INDEX])
+    where = IndexedSnapshot(table).record_locations(keys(0, 10))
+    assert {k: w.partition_path for k, w in where.items() if k in ("k0003", "k0004")} == {
+        "k0003": "tokyo",
+        "k0004": "tokyo",
+    }
+    assert len(where) == 10
 
 
 def test_file_groups_scale_with_the_table(table: Table) -> None:
