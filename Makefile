@@ -2,8 +2,7 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-# setuptools warns on every editable install of a flat layout: not the user's concern
-PIP    := PYTHONWARNINGS=ignore $(PY) -m pip
+PIP    := $(PY) -m pip
 
 .PHONY: demo demo-deps test test-fast test-hudi hudi-peer soak lint bench bench-markers bench-scan bench-mor bench-record-index bench-scale system-deps clean
 

@@ -51,3 +51,21 @@ def test_make_demo_asks_for_the_demos_packages_only() -> None:
     assert "ensure-system-deps.sh demo" in planned.stdout
     assert "ensure-system-deps.sh test" not in planned.stdout
     assert "hudi-peer-env.sh" not in planned.stdout
+
+
+def test_an_editable_install_of_the_project_prints_no_warning(tmp_path: Path) -> None:
+    """An editable install (make's, or a user's of an extra) is quiet: setuptools printed a
+    10-line warning about flat layouts on each."""
+    import sys
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    pip = [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python")]  # make's pip
+    done = subprocess.run(
+        [*pip, "install", "-q", "--no-deps", "-e", str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "warning" not in (done.stdout + done.stderr).lower(), done.stderr
