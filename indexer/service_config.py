@@ -124,7 +124,9 @@ def service_config(file: ConfigFile) -> ServiceConfig:
     for n, spec in enumerate(file.tables):
         try:
             expand_index_types(spec.index_types, spec.columns)
-        except (UnknownPartitionError, ConfigError) as e:
+        except UnknownPartitionError as e:  # its message names the known types
+            raise ConfigError(f"tables[{n}].index_types", str(e)) from e
+        except ConfigError as e:
             raise ConfigError(
                 f"tables[{n}].index_types",
                 f"{e}; known index types: {', '.join(INDEX_TYPE_NAMES)}",

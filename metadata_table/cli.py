@@ -353,6 +353,8 @@ def _query(args: argparse.Namespace) -> int:
             print(scan.explain())
         return EXIT_OK
     fmt = "json" if args.json else args.format
+    if scan.plan().note:
+        print(f"note: {scan.plan().note}", file=sys.stderr)
     if fmt == "parquet" and not args.output:
         raise ConfigError("--output", "--format parquet writes a file: name it with --output")
     bar = Progress()

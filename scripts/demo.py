@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -107,6 +108,23 @@ def _query(table: Table, paths: list[str]) -> tuple[int, float]:
     return hits.num_rows, round(pc.sum(hits["fare"]).as_py() or 0.0, 2)
 
 
+def _progress(status: dict[str, Any]) -> str:
+    """The daemon's /status of the table in words: its partitions' states and the build's
+    phase and tasks."""
+    partitions = status["partitions"] or {}
+    states: dict[str, list[str]] = {}
+    for name, state in sorted(partitions.items()):
+        states.setdefault(state, []).append(name)
+    said = "; ".join(f"{', '.join(names)} {state}" for state, names in states.items())
+    running = status["running"]
+    if not running:
+        return said or "waiting for its first tick"
+    phase = running.get("phase") or "working"
+    done, total = running.get("tasks_done", 0), running.get("tasks_total", 0)
+    doing = f"{phase}, {done} of {total} tasks" if total else phase
+    return f"{doing}; {said}" if said else doing
+
+
 def main() -> int:
     shutil.rmtree(OUT, ignore_errors=True)
     os.makedirs(OUT)
@@ -138,11 +156,7 @@ def main() -> int:
         last = ""
         while True:
             status = json.load(urllib.request.urlopen(f"{url.group(1)}/status"))["tables"][BASE]
-            running = status["running"] or {}
-            line = (
-                f"  daemon: partitions {status['partitions'] or '{}'}; "
-                f"{running.get('phase', 'idle')} {running.get('tasks_done', 0)}/{running.get('tasks_total', 0)} tasks"
-            )
+            line = f"  daemon: {_progress(status)}"
             if line != last:
                 print(line, flush=True)
                 last = line
@@ -160,31 +174,35 @@ def main() -> int:
         f"in {time.monotonic() - started:.0f}s; daemon stopped\n"
     )
 
-    print("$ indexer status")
+    shown = os.path.relpath(BASE)
+    print(f"$ indexer status {shown}")
     print(_cli("status", BASE))
     lag = json.loads(_cli("status", BASE, "--json"))["lag"]
-    behind = {p: row["unapplied_instants"] for p, row in lag.items() if row["unapplied_instants"]}
-    print(f"lag: {behind or 'every partition reflects every completed instant'}\n")
-    from metadata_table.read.snapshot import IndexedSnapshot
+    behind = [p for p, row in lag.items() if row["unapplied_instants"]]
 
-    snapshot = IndexedSnapshot(table)
-    all_files = [
-        f.path for f in FileSystemView(table.timeline, snapshot.timeline).latest_base_files()
+    from metadata_table import load_table
+
+    scan = load_table(BASE, config=config).scan(FILTER, ("city", "fare"))
+    print(f'$ indexer-metadata query {shown} "{FILTER}" --explain')
+    print(scan.explain() + "\n")
+    every_file = [
+        f.path for f in FileSystemView(table.timeline, table.timeline.load()).latest_base_files()
     ]
-    pruned = snapshot.prune(FILTER)
-    print(f"data skipping: {FILTER}")
+    without = _query(table, every_file)
+    rows = scan.to_arrow()
+    through = (rows.num_rows, round(pc.sum(rows["fare"]).as_py() or 0.0, 2))
+    same = through == without
+    plan = scan.plan()
     print(
-        f"  without the index: scan {len(all_files)} files -> {_query(table, all_files)} (rows, total fare)"
+        f"through the index: {through[0]} rows, fares totalling {through[1]}, from {plan.kept} "
+        f"of {plan.total} files; every file read: {without[0]} rows, {without[1]} "
+        f"({'the same answer' if same else 'A DIFFERENT ANSWER'})\n"
     )
-    print(
-        f"  with partition_stats and column_stats: scan {len(pruned.candidates)} files -> "
-        f"{_query(table, [f.path for f in pruned.candidates])}"
-    )
-    same = _query(table, all_files) == _query(table, [f.path for f in pruned.candidates])
-    print(
-        f"  same answer: {same}; {pruned.partitions_pruned} of {pruned.partitions} partitions "
-        f"dropped whole, {pruned.pruned} of {pruned.total} files skipped"
-    )
+    print("Try it yourself: the commands are installed in .venv/bin")
+    print("  source .venv/bin/activate")
+    print(f"  indexer status {shown}")
+    print(f"  indexer-metadata query {shown} \"city = 'oslo' AND fare > 40\" --limit 5")
+    print(f"  indexer-metadata query {shown} \"trip_id = 'trip-00042'\" --explain")
     return 0 if same and not behind else 1
 
 

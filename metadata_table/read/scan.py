@@ -41,6 +41,7 @@ Merge-on-read tables are refused by name: their file slices' log files are not m
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import posixpath
@@ -67,6 +68,7 @@ from timeline.commit_metadata import CommitMetadata
 from timeline.config import Config
 from timeline.errors import (
     CorruptInstantError,
+    InvalidInstantError,
     SnapshotUnavailableError,
     TableConfigError,
     UnknownColumnError,
@@ -158,6 +160,9 @@ class ScanPlan:
     unapplied: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: indexes not used, with why
     unused: dict[str, str] = field(default_factory=dict)
+    #: why the plan holds no file though the table has some (a time before its first commit,
+    #: changes after its newest), or None
+    note: str | None = None
 
     @property
     def kept(self) -> int:
@@ -174,6 +179,7 @@ class ScanPlan:
             "dropped": dict(self.dropped),
             "unapplied": {k: list(v) for k, v in self.unapplied.items()},
             "unused": dict(self.unused),
+            "note": self.note,
             "files": [f.path for f in self.files],
         }
 
@@ -267,7 +273,22 @@ class TableScan:
         )
         files = view.latest_base_files()
         self._check_cleaned(as_of, listing)
-        return self._plan_files(files, as_of, None, "the table as of an earlier instant")
+        plan = self._plan_files(files, as_of, None, "the table as of an earlier instant")
+        first = self._first_write()
+        if first is not None and is_after(first, as_of):
+            why = f"no commit had completed by {as_of}: the table's first is {first}"
+            return dataclasses.replace(plan, note=why)
+        return plan
+
+    def _first_write(self) -> str | None:
+        """The first completed write instant of the table, archived or active."""
+        archived = [
+            a.instant.timestamp
+            for a in self.table.archive().instants()
+            if a.instant.action in WRITE_ACTIONS
+        ]
+        active = self.timeline.write_timeline().completed().first()
+        return min([*archived, *([active.timestamp] if active else [])], default=None)
 
     def _check_cleaned(self, as_of: str, listing: Sequence[BaseFile]) -> None:
         """Refuse (naming the clean) when a removal after ``as_of`` deleted a file that was one
@@ -322,6 +343,8 @@ class TableScan:
         among them, as Hudi's incremental query reads them; refused when a clean deleted one or
         a commit's metadata is gone."""
         reader = MetadataTable(self.table).reader(self.timeline)
+        if end is not None and is_after(begin, end):
+            raise InvalidInstantError(end, f"the end of the changes is before their begin {begin}")
         upto = end or self._latest_instant() or begin
         newest: dict[tuple[str, str], BaseFile] = {}
         for instant in self._changes_after(begin, reader):
@@ -350,7 +373,12 @@ class TableScan:
                     f"{base.path}, written by {base.instant_time}, was deleted by a clean",
                     CLEANER_RETAINED,
                 )
-        return self._plan_files(files, upto, begin, "an incremental read")
+        plan = self._plan_files(files, upto, begin, "an incremental read")
+        latest = self._latest_instant()
+        if not latest or not is_after(latest, begin):
+            last = f"the newest is {latest}" if latest else "the table has none"
+            return dataclasses.replace(plan, note=f"no commit completed after {begin}: {last}")
+        return plan
 
     def _plan_files(
         self, files: list[BaseFile], instant: str, begin: str | None, what: str
@@ -409,6 +437,8 @@ class TableScan:
             lines.append(f"  {index}: not used ({why})")
         if self.limit is not None:
             lines.append(f"  limit: {self.limit} row(s)")
+        if plan.note:
+            lines.append(f"  note: {plan.note}")
         return "\n".join(lines)
 
     # --- schema ----------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from timeline.config import LOCK_URL
 from timeline.errors import (
     FilterSyntaxError,
     FilterTypeError,
+    InvalidInstantError,
     SnapshotUnavailableError,
     TableConfigError,
     UnknownColumnError,
@@ -534,3 +535,32 @@ def test_to_spark_reads_the_kept_files_with_the_filter_and_projection(
     changes = trips.changes(begin, selected_fields=("uuid", "_hoodie_commit_time"))
     got = sorted(r.asDict()["uuid"] for r in changes.to_spark(spark).collect())
     assert got == sorted(r["uuid"] for r in changes.to_arrow().to_pylist())
+
+
+def test_reads_before_the_first_commit_or_after_the_newest_say_so(tables: list[Table]) -> None:
+    table = tables[0]
+    commits = [i.timestamp for i in table.timeline.load().write_timeline().completed()]
+    early = "20000101000000000"
+    trips = load_table(table.base_uri, config=table.config)
+    before = trips.scan(as_of=early)
+    assert before.to_arrow().num_rows == 0
+    assert (
+        before.plan().note
+        == f"no commit had completed by {early}: the table's first is {commits[0]}"
+    )
+    assert "note: no commit had completed" in before.explain()
+    assert trips.scan(as_of=commits[0]).plan().note is None
+    after = trips.changes(begin=commits[-1])
+    assert after.to_arrow().num_rows == 0
+    assert (
+        after.plan().note == f"no commit completed after {commits[-1]}: the newest is {commits[-1]}"
+    )
+    assert trips.changes(begin=commits[-2]).plan().note is None
+    with pytest.raises(InvalidInstantError, match="before their begin"):
+        trips.changes(begin=commits[-1], end=commits[0]).plan()
+    done = _cli(table, "changes", table.base_uri, "--begin", "29991231000000000")
+    assert (
+        done.returncode == 0 and "note: no commit completed after 29991231000000000" in done.stderr
+    )
+    done = _cli(table, "query", table.base_uri, "--as-of", early)
+    assert done.returncode == 0 and "note: no commit had completed by" in done.stderr
