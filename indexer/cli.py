@@ -486,14 +486,15 @@ def build_parser() -> argparse.ArgumentParser:
         "{table, partitions: {name: state}, lag: {name: {state, reflects_upto, "
         "unapplied_instants, oldest_unapplied_age_seconds, files, bytes, layout}}, "
         "indexing: [...], "
-        "unapplied, lost, legacy_index} (see the README)",
+        "unapplied, lost, legacy_index, columns, problems} (see docs/user-guide.md)",
     )
     status.set_defaults(func=_status)
 
     serve = sub.add_parser(
         "serve",
         help="run the daemon: desired indexes, requests, retries, compaction, failed-write rollback",
-        description="Run the indexer daemon described by a TOML config (see the README). SIGTERM or "
+        description="Run the indexer daemon described by a TOML config (see docs/user-guide.md, "
+        '"The daemon"). SIGTERM or '
         "SIGINT stops it gracefully; a restart resumes.",
     )
     serve.add_argument("--config", required=True, help="service.toml")

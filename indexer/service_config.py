@@ -24,7 +24,7 @@ Example (``service.toml``)::
     base = "/data/trips"
     index_types = ["column_stats", "bloom_filters"]   # desired: built when missing
     columns = ["fare", "ts"]                            # for column_stats (default all)
-    lock_url = ""                                       # default: see the README
+    lock_url = ""                                       # default: see docs/operations.md, "Locks"
     storage_options = { endpoint_url = "http://127.0.0.1:9000" }
     conf = { "hoodie.client.heartbeat.interval_in_ms" = "60000" }
 """

@@ -228,7 +228,7 @@ def _duplicates(args: argparse.Namespace) -> int:
 
     table = Table.open(args.base, config_from_args(args))
     found = find_duplicates(table)
-    if args.output:
+    if args.output and found.keys:
         pq.write_table(found.stale, args.output)
     if args.json:
         keys: dict[str, list[dict[str, Any]]] = {}
@@ -244,7 +244,8 @@ def _duplicates(args: argparse.Namespace) -> int:
     for key, places in by_key.items():
         print(f"{key}: {'; '.join(places)}")
     if not found.keys:
-        print("no record key is in more than one file group", file=sys.stderr)
+        written = f" ({args.output} not written)" if args.output else ""
+        print(f"no record key is in more than one file group{written}", file=sys.stderr)
     elif args.output:
         print(
             f"{found.keys} record key(s) in more than one file group; the rows of "

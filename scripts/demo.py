@@ -32,7 +32,8 @@ from timeline.fs_view import FileSystemView, read_parquet
 from writer.client import WriteClient
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OUT = os.path.join(ROOT, "demo-output")
+#: where the demo's table, locks and daemon config go (tests/test_docs.py runs it elsewhere)
+OUT = os.path.abspath(os.environ.get("AIX_DEMO_OUTPUT", os.path.join(ROOT, "demo-output")))
 BASE = os.path.join(OUT, "trips")
 LOCK_URL = f"sqlite:///{os.path.join(OUT, 'locks.sqlite')}"
 CITIES = ["amsterdam", "berlin", "lisbon", "oslo"]

@@ -490,7 +490,7 @@ class Config:
         elif key in REGISTRY:
             self._values[key] = REGISTRY[key].coerce(value)
         elif key.startswith("indexer."):
-            raise ConfigError(key, "unknown key (see the README's configuration table)")
+            raise ConfigError(key, "unknown key (indexer-table --help-config lists them)")
         else:
             self.extra[key] = str(value)
 
@@ -557,5 +557,5 @@ def parse_assignments(items: Iterable[str], what: str = "--conf") -> dict[str, s
 
 
 def describe() -> list[tuple[str, str, str, str]]:
-    """(key, env, default, doc) of every registered key, for the README and ``--help``."""
+    """(key, env, default, doc) of every registered key, for the docs and ``--help-config``."""
     return [(k.key, k.env, repr(k.default), k.doc) for k in REGISTRY.values()]

@@ -137,7 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
             "give them to Hudi, e.g. --conf hoodie.keygen.timebased.timestamp.type=EPOCHMILLISECONDS "
             "or --conf hoodie.datasource.write.partitionpath.field=part:SIMPLE,ts:TIMESTAMP. A "
             "commit takes Hudi's own metadata table down (indexer.write.hudi_metadata_table=drop; "
-            "=refuse fails instead). See the README's 'Writing to tables Apache Hudi writes'."
+            "=refuse fails instead). See docs/hudi.md."
         ),
     )
     parser.add_argument("base", help="table base path (local, file://, s3://)")

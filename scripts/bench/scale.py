@@ -74,7 +74,7 @@ from writer.client import WriteClient
 base, lock, expr, key, first = sys.argv[1:6]
 UPSERTS = 60
 if os.environ.get("AIX_BENCH_POOL") != "default":
-    use_project_pool()  # as the README tells a process that reads through the index
+    use_project_pool()  # as docs/operations.md tells a process that reads through the index
 table = Table.open(base, Config.resolve(explicit={"indexer.lock.url": lock}))
 def ms(call):
     started = time.perf_counter()
