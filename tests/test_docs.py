@@ -166,6 +166,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]
     )
     assert made.returncode == 0, made.stdout[-2000:] + made.stderr[-2000:]
     assert "the same answer" in made.stdout and "source .venv/bin/activate" in made.stdout
+    assert "{'" not in made.stdout and "0/0 tasks" not in made.stdout  # words, not dicts
     return folder, env
 
 

@@ -100,9 +100,7 @@ def tpch(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def _same_rows(tpch: dict[str, Any], name: str, where: str) -> Any:
     """The scan's rows of ``where`` against DuckDB's over the generated files; its plan."""
     files = sorted(str(p) for p in (tpch["root"] / "data" / name).iterdir())
-    expected = duckdb.sql(
-        f"SELECT * FROM read_parquet({files!r}) WHERE {where}"
-    ).to_arrow_table()
+    expected = duckdb.sql(f"SELECT * FROM read_parquet({files!r}) WHERE {where}").to_arrow_table()
     scan = load_table(tpch[name], config=tpch["config"]).scan(where, tuple(expected.column_names))
     got = scan.to_arrow()
 

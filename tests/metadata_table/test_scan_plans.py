@@ -256,3 +256,40 @@ def test_an_unreadable_state_file_is_named_as_the_reason(table: Table) -> None:
     assert plan.dropped == {} and plan.kept == 12
     assert plan.unused[PARTITION_STATS].startswith("the index's state file cannot be read: ")
     assert "partitions.json" in plan.unused[COLUMN_STATS]
+
+
+#: per index, a filter it answers on the built table
+ANSWERS = {
+    PARTITION_STATS: "city = 'sf'",
+    COLUMN_STATS: "fare >= 80",
+    RECORD_INDEX: "uuid = 'k0042'",
+    RIDER: "rider = 'r7'",
+    BLOOM_FILTERS: "uuid = 'k0042'",
+}
+
+
+@pytest.mark.parametrize("index", list(ANSWERS))
+def test_every_index_says_why_when_lost_or_being_built(
+    built: Path, tmp_path: Path, index: str
+) -> None:
+    """For each index type: used, it is credited; lost, or dropped and being built again, it is
+    credited with nothing and says why (bloom_filters answers once record_index is gone)."""
+    copies = []
+    for name in ("used", "lost", "building"):
+        shutil.copytree(built, tmp_path / name / "t")
+        copies.append(_open(tmp_path / name / "t"))
+    used, lost, building = copies
+    if index == BLOOM_FILTERS:
+        for table in copies:
+            AsyncIndexer(table).drop([RIDER, RECORD_INDEX])
+    text = ANSWERS[index]
+    assert plan_of(used, text).dropped[index] > 0
+    shutil.rmtree(Path(lost.base_uri.removeprefix("file://"), INDEX_FOLDER, index))
+    plan = plan_of(lost, text)
+    assert index not in plan.dropped and plan.unused[index].startswith("lost: ")
+    AsyncIndexer(building).drop([RIDER, index] if index == RECORD_INDEX else [index])
+    kinds, columns = (["secondary_index"], ["rider"]) if index == RIDER else ([index], [])
+    AsyncIndexer(building).schedule(kinds, columns)  # inflight until executed
+    plan = plan_of(building, text)
+    assert index not in plan.dropped
+    assert plan.unused[index] == "being built (inflight): readers use it once it completes"
