@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from indexer.indexer import DEFAULT_TIMEOUT_SECONDS, ENGINES, AsyncIndexer, IndexerOptions
 from metadata_table.layout import PARTITIONS
@@ -35,6 +35,8 @@ from timeline.errors import TableError
 from timeline.health import TimelineProblem
 from timeline.index_state import LAYOUT
 from timeline.table import Table
+
+T = TypeVar("T")
 
 
 def _list(value: str | None) -> list[str]:
@@ -133,6 +135,25 @@ def _drop(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _checked(
+    args: argparse.Namespace,
+    found: list[TimelineProblem],
+    action: Callable[[], T],
+    **answer: Any,
+) -> tuple[T | None, int | None]:
+    """``action()``'s result; when it fails on a table whose timeline has problems, the
+    problems and the error reported (as JSON with ``answer``'s fields too, with ``--json``) and
+    the exit code instead."""
+    try:
+        return action(), None
+    except TableError as e:
+        if not found:
+            raise
+        if args.json:
+            _print_json({**answer, "problems": [p.to_json() for p in found], "error": str(e)})
+        return None, _problems(found, e)
+
+
 def _problems(found: list[TimelineProblem], error: TableError | None = None) -> int:
     """Print what is wrong in the timeline (and the error it caused) on stderr; exit 1 when
     anything is."""
@@ -148,15 +169,11 @@ def _sync(args: argparse.Namespace) -> int:
     indexer = _indexer(args, bar)
     found = indexer.problems()
     try:
-        result = indexer.sync()
-    except TableError as e:
-        if not found:
-            raise
-        if args.json:
-            _print_json({"problems": [p.to_json() for p in found], "error": str(e)})
-        return _problems(found, e)
+        result, failed = _checked(args, found, indexer.sync)
     finally:
         bar.close()
+    if result is None:
+        return failed or EXIT_ERROR
     if args.json:
         _print_json(
             {
@@ -184,21 +201,17 @@ def _validate(args: argparse.Namespace) -> int:
     found = indexer.problems(newest=None)  # every completed instant read
     bar = Progress(enabled=False if args.json else None)
     try:
-        reports = indexer.writer.validate(bar.step("validate"))
-    except TableError as e:
-        if not found:
-            raise
-        if args.json:
-            answer = {"ok": False, "timeline": [p.to_json() for p in found], "error": str(e)}
-            print(json.dumps(answer, indent=2))
-        return _problems(found, e)
+        step = bar.step("validate")
+        reports, failed = _checked(args, found, lambda: indexer.writer.validate(step), ok=False)
     finally:
         bar.close()
+    if reports is None:
+        return failed or EXIT_ERROR
     ok = all(r.ok for r in reports) and not found
     if args.json:
         answer = {
             "ok": ok,
-            "timeline": [p.to_json() for p in found],
+            "problems": [p.to_json() for p in found],
             "partitions": [r.to_json() for r in reports],
         }
         print(json.dumps(answer, indent=2))
@@ -284,14 +297,9 @@ def _lag_line(lag: dict[str, Any]) -> str:
 def _status(args: argparse.Namespace) -> int:
     indexer = _indexer(args)
     found = indexer.problems()
-    try:
-        status = indexer.status()
-    except TableError as e:
-        if not found:
-            raise
-        if args.json:
-            _print_json({"problems": [p.to_json() for p in found], "error": str(e)})
-        return _problems(found, e)
+    status, failed = _checked(args, found, indexer.status)
+    if status is None:
+        return failed or EXIT_ERROR
     status["problems"] = [p.to_json() for p in found]
     if args.json:
         _print_json(status)

@@ -307,4 +307,4 @@ def test_the_health_checks_name_a_corrupt_commit(tmp_path: Path) -> None:
     shown = json.loads(_run("timeline", "show", table.base_uri, "--json", *lock).stdout)
     assert [r["problem"] is not None for r in shown] == [False, True]
     checked = _run("indexer", "validate", table.base_uri, "--json", *lock)
-    assert json.loads(checked.stdout)["timeline"][0]["path"] == f".hoodie/{latest}.commit"
+    assert json.loads(checked.stdout)["problems"][0]["path"] == f".hoodie/{latest}.commit"
