@@ -202,7 +202,7 @@ def main() -> int:
     print("Try it yourself: the commands are installed in .venv/bin")
     print("  source .venv/bin/activate")
     print(f"  indexer status {shown}")
-    print(f"  indexer-metadata query {shown} \"city = 'oslo' AND fare > 40\" --limit 5")
+    print(f"  indexer-metadata query {shown} \"city = 'oslo' AND fare > 30\" --limit 5")
     print(f"  indexer-metadata query {shown} \"trip_id = 'trip-00042'\" --explain")
     return 0 if same and not behind else 1
 

@@ -191,6 +191,7 @@ def test_the_readme_tour_runs_in_a_new_shell_as_it_says(demo: tuple[Path, dict[s
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "trip-90001" in done.stdout and '"tables"' in done.stdout
     assert "record_index: dropped" in done.stdout  # the key filter's plan
+    assert "(0 rows)" not in done.stdout, "every query of the tour finds rows in the demo's table"
 
 
 @pytest.mark.slow
@@ -199,3 +200,4 @@ def test_the_user_guide_examples_run(demo: tuple[Path, dict[str, str]]) -> None:
     guide = _script(ROOT / "docs" / "user-guide.md")
     done = _run("source .venv/bin/activate\n" + guide, folder, env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "(0 rows)" not in done.stdout
