@@ -590,7 +590,7 @@ class IndexedSnapshot:
                     continue
                 answered.append(partition)
                 stages.apply(partition, mask)
-                behind = self._touched_by(partition) | self._touched_by(RECORD_INDEX)
+                behind = self._unapplied_times(partition) | self._unapplied_times(RECORD_INDEX)
                 if behind:
                     unapplied[partition] = tuple(sorted(behind))
         if len(answered) > 1:
@@ -604,9 +604,6 @@ class IndexedSnapshot:
         return sorted(
             p for p in {*self.completed, *self.inflight} if p.startswith(SECONDARY_INDEX_PREFIX)
         )
-
-    def _touched_by(self, partition: str) -> set[str]:
-        return {i.timestamp for i in self.unapplied(partition)}
 
     def _secondary_keep(
         self, expr: Expr, listing: _Listing, partitions: set[str]
