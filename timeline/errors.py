@@ -142,12 +142,15 @@ class TableAlreadyExistsError(TableError):
 
 
 class TableConfigError(TableError):
-    """``hoodie.properties`` is missing keys, has wrong values, or fails its checksum."""
+    """``hoodie.properties`` is missing keys, has wrong values, or fails its checksum.
+    ``damaged``: the file is not what a writer wrote (unparseable, keys missing, a checksum that
+    does not match), rather than a table of a kind this release does not take."""
 
-    def __init__(self, path: str, reason: str) -> None:
+    def __init__(self, path: str, reason: str, damaged: bool = False) -> None:
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
+        self.damaged = damaged
 
 
 class IndexStateError(TableError):

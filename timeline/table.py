@@ -44,6 +44,8 @@ def read_table_config(storage: Storage) -> TableConfig:
         if isinstance(primary_error, StorageFileNotFoundError):
             raise TableNotFoundError(storage.base_uri) from primary_error
         assert isinstance(primary_error, TableConfigError)
+        if not primary_error.damaged:  # a table of a kind this release does not take
+            raise primary_error from None
         raise TableConfigError(
             primary_error.path,
             f"{primary_error.reason}; every reader and writer needs it: restore it from a copy "

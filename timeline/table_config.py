@@ -148,14 +148,16 @@ class TableConfig:
             text = data.decode("latin-1")
             config = cls(properties.loads(text))
         except ValueError as e:
-            raise TableConfigError(path, f"not a valid properties file: {e}") from e
+            raise TableConfigError(path, f"not a valid properties file: {e}", damaged=True) from e
         config.validate(path)
         return config
 
     def validate(self, path: str = PROPERTIES_FILE) -> None:
         missing = [k for k in REQUIRED_KEYS if not self.props.get(k)]
         if missing:
-            raise TableConfigError(path, f"missing required keys: {', '.join(missing)}")
+            raise TableConfigError(
+                path, f"missing required keys: {', '.join(missing)}", damaged=True
+            )
         version = self.props[VERSION]
         if version != str(TABLE_VERSION):
             which = f" ({_VERSION_NAMES[version]})" if version in _VERSION_NAMES else ""
@@ -180,7 +182,9 @@ class TableConfig:
         expected = table_checksum(self.name, self.database)
         if CHECKSUM in self.props and self.props[CHECKSUM] != str(expected):
             raise TableConfigError(
-                path, f"checksum {self.props[CHECKSUM]} does not match the table name ({expected})"
+                path,
+                f"checksum {self.props[CHECKSUM]} does not match the table name ({expected})",
+                damaged=True,
             )
 
     def to_bytes(self) -> bytes:

@@ -266,8 +266,16 @@ def test_backup_is_used_when_the_main_file_is_bad(tmp_path: Any) -> None:
 def test_bad_main_file_without_backup_is_a_config_error(tmp_path: Any) -> None:
     storage = Storage(str(tmp_path))
     storage.create(PROPERTIES_FILE, b"hoodie.table.name=x\n")
-    with pytest.raises(TableConfigError, match="missing required keys"):
+    with pytest.raises(TableConfigError, match="missing required keys") as damaged:
         read_table_config(storage)
+    assert "restore it from a copy" in str(damaged.value)  # what to do
+    good = TableConfig.new("t", ["id"]).props
+    storage.overwrite(
+        PROPERTIES_FILE, TableConfig({**good, "hoodie.table.version": "8"}).to_bytes()
+    )
+    with pytest.raises(TableConfigError, match="not supported") as other_kind:
+        read_table_config(storage)
+    assert "restore" not in str(other_kind.value), "a table of another kind is not damaged"
 
 
 def test_invalid_table_definitions() -> None:
