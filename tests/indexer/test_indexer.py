@@ -289,6 +289,7 @@ def test_drop_aborts_a_pending_plan(tmp_path: Path, spark: Any) -> None:
     assert status == {
         "table": table.base_uri,
         "partitions": {},
+        "columns": {},
         "lag": {},
         "indexing": [],
         "legacy_index": False,
