@@ -13,10 +13,9 @@ read tasks are laid out by the bloom_filters file groups and each writes its gro
 This module only orchestrates Spark: it never names or writes a metadata-table file itself.
 pyspark is imported here only, lazily, so the kernel needs no JVM.
 
-:func:`run_build_local` runs the same two steps (records from each footer, then one base file per
-file group behind its marker) without Spark, with the same functions the Spark tasks call, so
-both engines write the same files: a large build reads its data files in worker processes (the
-footers' statistics are Python objects, so threads would share one core), a small one in threads.
+:func:`metadata_table.partition_writer.run_build_local` runs the same two steps (records from
+each footer, then one base file per file group behind its marker) without Spark, with the same
+functions the Spark tasks call, so both engines write the same files.
 """
 
 from __future__ import annotations
@@ -24,20 +23,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from metadata_table.partition_writer import (
-    RECORDS_CHUNK,
-    DataFile,
-    GroupRecords,
-    PartitionBuild,
-    chunked,
-    file_records,
-    hold_group_records,
-    in_key_order,
-    workers_for,
-)
+from metadata_table.partition_writer import DataFile, PartitionBuild, file_records, in_key_order
 from timeline.failpoints import current, task_failpoint
 from timeline.storage import Storage
 
@@ -167,57 +155,6 @@ def run_build(
     return sizes
 
 
-def run_build_local(
-    storage: Storage,
-    files: list[DataFile],
-    builds: Sequence[PartitionBuild],
-    marker_instant: str,
-    progress: Progress | None = None,
-    workers: int = 0,
-    memory_mb: int = 512,
-) -> dict[str, dict[str, int]]:
-    """:func:`run_build` without Spark, so no JVM to start. The chunks of data files are read by
-    ``workers`` workers (0: one per core, at most four; processes from
-    :data:`~metadata_table.workers.PROCESS_MIN_FILES` data files on, else threads), their
-    records coming back to this process as Arrow tables, in chunk order (the files taken in key
-    order, so each file group's sorted runs follow one another). Past ``memory_mb`` of
-    records held, they are spilled per file group to Arrow files in a temporary folder (as
-    Spark's shuffle spills), so memory does not grow with the table. The file groups are then
-    written by as many threads, each from its group's records alone (Parquet writes, hashing
-    and sorting run outside the GIL). Progress counts chunks of data files read, then file
-    groups written."""
-    workers, processes = workers_for(len(files), workers)
-    chunks = chunked(in_key_order(files), workers, RECORDS_CHUNK)
-    groups = [(n, build, g) for n, build in enumerate(builds) for g in range(build.groups)]
-    total = len(chunks) + len(groups)
-    logger.info(
-        "building %s over %d data files without Spark (%d %s)",
-        ",".join(b.partition for b in builds),
-        len(files),
-        workers,
-        "processes" if processes else "threads",
-    )
-    sizes: dict[str, dict[str, int]] = {b.partition: {} for b in builds}
-    with GroupRecords(memory_mb * 1024 * 1024) as held:
-        read = None if progress is None else lambda done: progress(done, total)
-        hold_group_records(storage, chunks, builds, held, workers, processes, read)
-        if held.spilled:
-            logger.info("spilled %d MB of records to local disk", held.spilled // 2**20)
-
-        def write(job: tuple[int, PartitionBuild, int]) -> tuple[str, str, int]:
-            number, build, group = job
-            records = held.take((number, group))  # freed once written
-            return build.write_group(storage, group, records, marker_instant)
-
-        with ThreadPoolExecutor(workers, thread_name_prefix="build") as threads:
-            written = threads.map(write, groups)
-            for done, (partition, fg, bytes_) in enumerate(written, start=len(chunks) + 1):
-                sizes[partition][fg] = bytes_
-                if progress is not None:
-                    progress(done, total)
-    return sizes
-
-
 def _watch(sc: Any, progress: Progress, stop: threading.Event, total: int) -> threading.Thread:
     """Report the build job's finished tasks out of ``total`` (both stages) every half second:
     a stage seen active and then gone counts as finished."""
@@ -240,4 +177,4 @@ def _watch(sc: Any, progress: Progress, stop: threading.Event, total: int) -> th
     return thread
 
 
-__all__ = ["run_build", "run_build_local"]
+__all__ = ["run_build"]

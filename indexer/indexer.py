@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from indexer.build import run_build, run_build_local
+from indexer.build import run_build
 from indexer.plan import IndexPlan, PartitionPlan, is_hudi_plan
 from metadata_table.layout import (
     FILES,
@@ -43,7 +43,6 @@ from metadata_table.layout import (
     RECORD_INDEX,
     expand_index_types,
     is_secondary_index,
-    secondary_column,
 )
 from metadata_table.partition_writer import (
     NOTHING,
@@ -51,8 +50,7 @@ from metadata_table.partition_writer import (
     MigrationResult,
     PartitionBuild,
     PartitionWriter,
-    key_fields_refusal,
-    secondary_index_refusal,
+    run_build_local,
     start_record_workers,
 )
 from timeline.config import (
@@ -71,7 +69,6 @@ from timeline.errors import (
     NotParquetError,
     RebuildRequiredError,
     StorageFileNotFoundError,
-    TableConfigError,
     TableError,
 )
 from timeline.failpoints import failpoint
@@ -91,7 +88,6 @@ from timeline.removals import REMOVAL_ACTIONS
 from timeline.rollback import clean_failed_writes
 from timeline.spark import spark_session, under_spark_submit
 from timeline.table import Table
-from timeline.table_config import PROPERTIES_FILE
 from timeline.timeline import Timeline
 
 logger = logging.getLogger(__name__)
@@ -218,19 +214,7 @@ class AsyncIndexer:
             )
         types = self._with_files(expand_index_types(dict.fromkeys(index_types), columns))
         secondary = [t for t in types if is_secondary_index(t)]
-        schema = self.writer.table_schema()
-        refusal = key_fields_refusal(self.table, schema)
-        if refusal is not None:
-            raise TableConfigError(self.table.storage.uri(PROPERTIES_FILE), refusal)
-        if schema is not None:
-            wanted = set(columns) | {secondary_column(t) for t in secondary}
-            unknown = sorted(wanted - set(schema.names))
-            if unknown:
-                raise ConfigError("--columns", f"not columns of the table: {', '.join(unknown)}")
-            for partition in secondary:
-                refusal = secondary_index_refusal(schema.field(secondary_column(partition)))
-                if refusal is not None:
-                    raise ConfigError("--columns", refusal)
+        self.writer.check_buildable(types, columns)
         if secondary and RECORD_INDEX not in types:
             state = self.table.reload_index_state()
             if RECORD_INDEX not in state.partitions:

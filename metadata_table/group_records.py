@@ -8,10 +8,12 @@ rebuild shares."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -29,13 +31,15 @@ from metadata_table.layout import (
 )
 from metadata_table.records import DataFile, DataFileInfo, info_of
 from metadata_table.table import split_by_group, write_base_file
-from metadata_table.workers import map_chunks, start_processes, workers_for
+from metadata_table.workers import chunked, map_chunks, start_processes, workers_for
 from timeline.errors import MarkerAlreadyExistsError
 from timeline.index_state import LAYOUT
 from timeline.keys import KeyGenerator
 from timeline.markers import DirectMarkers, IOType, Marker
 from timeline.storage import Storage
 from timeline.timeline import CommittedWrites
+
+logger = logging.getLogger(__name__)
 
 
 class GroupRecords:
@@ -281,6 +285,59 @@ def hold_group_records(
             held.add((number, group), builds[number].conformed(part))
         if progress is not None:
             progress(done)
+
+
+def run_build_local(
+    storage: Storage,
+    files: list[DataFile],
+    builds: Sequence[PartitionBuild],
+    marker_instant: str,
+    progress: Callable[[int, int], None] | None = None,
+    workers: int = 0,
+    memory_mb: int = 512,
+) -> dict[str, dict[str, int]]:
+    """The index build of ``builds`` over ``files`` without Spark, so no JVM to start (the
+    Spark job is ``indexer.build.run_build``; both call :func:`file_records` and
+    :meth:`PartitionBuild.write_group`, so they write the same files). The chunks of data files are read by
+    ``workers`` workers (0: one per core, at most four; processes from
+    :data:`~metadata_table.workers.PROCESS_MIN_FILES` data files on, else threads), their
+    records coming back to this process as Arrow tables, in chunk order (the files taken in key
+    order, so each file group's sorted runs follow one another). Past ``memory_mb`` of
+    records held, they are spilled per file group to Arrow files in a temporary folder (as
+    Spark's shuffle spills), so memory does not grow with the table. The file groups are then
+    written by as many threads, each from its group's records alone (Parquet writes, hashing
+    and sorting run outside the GIL). Progress counts chunks of data files read, then file
+    groups written."""
+    workers, processes = workers_for(len(files), workers)
+    chunks = chunked(in_key_order(files), workers, RECORDS_CHUNK)
+    groups = [(n, build, g) for n, build in enumerate(builds) for g in range(build.groups)]
+    total = len(chunks) + len(groups)
+    logger.info(
+        "building %s over %d data files without Spark (%d %s)",
+        ",".join(b.partition for b in builds),
+        len(files),
+        workers,
+        "processes" if processes else "threads",
+    )
+    sizes: dict[str, dict[str, int]] = {b.partition: {} for b in builds}
+    with GroupRecords(memory_mb * 1024 * 1024) as held:
+        read = None if progress is None else lambda done: progress(done, total)
+        hold_group_records(storage, chunks, builds, held, workers, processes, read)
+        if held.spilled:
+            logger.info("spilled %d MB of records to local disk", held.spilled // 2**20)
+
+        def write(job: tuple[int, PartitionBuild, int]) -> tuple[str, str, int]:
+            number, build, group = job
+            records = held.take((number, group))  # freed once written
+            return build.write_group(storage, group, records, marker_instant)
+
+        with ThreadPoolExecutor(workers, thread_name_prefix="build") as threads:
+            written = threads.map(write, groups)
+            for done, (partition, fg, bytes_) in enumerate(written, start=len(chunks) + 1):
+                sizes[partition][fg] = bytes_
+                if progress is not None:
+                    progress(done, total)
+    return sizes
 
 
 def in_key_order(files: Sequence[DataFile]) -> list[DataFile]:

@@ -35,12 +35,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from metadata_table.group_records import (
-    RECORDS_CHUNK,
-    GroupRecords,
     PartitionBuild,
     file_records,
-    hold_group_records,
     in_key_order,
+    run_build_local,
     start_record_workers,
 )
 from metadata_table.index_types import index_type
@@ -54,16 +52,24 @@ from metadata_table.maintenance import compact, duplicate_keys
 from metadata_table.migrate import MigrationResult, has_legacy_index, migrate
 from metadata_table.partition_stats import superseded
 from metadata_table.reader import MetadataReader
-from metadata_table.records import DataFile, DataFileInfo, indexed_columns, info_of, virtual_keys
-from metadata_table.records import key_fields_refusal as key_fields_refusal
-from metadata_table.records import secondary_index_refusal as secondary_index_refusal
+from metadata_table.records import (
+    DataFile,
+    DataFileInfo,
+    indexed_columns,
+    info_of,
+    key_fields_refusal,
+    secondary_index_refusal,
+    virtual_keys,
+)
 from metadata_table.table import MetadataTable
 from metadata_table.validate import PartitionReport, validate
-from metadata_table.workers import chunked as chunked  # the build's readers
-from metadata_table.workers import map_chunks as map_chunks
-from metadata_table.workers import workers_for as workers_for
 from timeline.commit_metadata import CommitMetadata
-from timeline.errors import DuplicateRecordKeyError, StorageFileNotFoundError
+from timeline.errors import (
+    ConfigError,
+    DuplicateRecordKeyError,
+    StorageFileNotFoundError,
+    TableConfigError,
+)
 from timeline.fs_view import FileSystemView, data_file_paths, parquet_file_rows
 from timeline.index_state import LAYOUT, IndexState
 from timeline.instant import Action, Instant, State, normalize_timestamp
@@ -71,6 +77,7 @@ from timeline.locks import LockHandle
 from timeline.markers import marker_folder
 from timeline.removals import REMOVAL_ACTIONS, Removal
 from timeline.table import Table
+from timeline.table_config import PROPERTIES_FILE
 from timeline.timeline import CommittedWrites, Timeline
 
 logger = logging.getLogger(__name__)
@@ -177,6 +184,25 @@ class PartitionWriter:
 
     def table_schema(self) -> pa.Schema | None:
         return table_schema(self.table)
+
+    def check_buildable(self, partitions: Sequence[str], columns: Sequence[str]) -> None:
+        """Refuse, by name, partitions the table's data cannot give: key fields its files lack
+        (a table without meta fields), ``columns`` it does not have, a secondary index on a
+        column of a type it does not take."""
+        schema = self.table_schema()
+        refusal = key_fields_refusal(self.table, schema)
+        if refusal is not None:
+            raise TableConfigError(self.table.storage.uri(PROPERTIES_FILE), refusal)
+        if schema is None:
+            return
+        secondary = [secondary_column(p) for p in partitions if is_secondary_index(p)]
+        unknown = sorted((set(columns) | set(secondary)) - set(schema.names))
+        if unknown:
+            raise ConfigError("--columns", f"not columns of the table: {', '.join(unknown)}")
+        for column in secondary:
+            refusal = secondary_index_refusal(schema.field(column))
+            if refusal is not None:
+                raise ConfigError("--columns", refusal)
 
     def takes_columns(self, partition: str) -> bool:
         return index_type(partition).takes_columns
@@ -458,9 +484,7 @@ class PartitionWriter:
 
 __all__ = [
     "NOTHING",
-    "RECORDS_CHUNK",
     "DataFile",
-    "GroupRecords",
     "MigrationResult",
     "PartitionBuild",
     "PartitionReport",
@@ -468,7 +492,7 @@ __all__ = [
     "Survey",
     "TableSize",
     "file_records",
-    "hold_group_records",
     "in_key_order",
+    "run_build_local",
     "start_record_workers",
 ]

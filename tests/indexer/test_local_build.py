@@ -153,7 +153,7 @@ def test_worker_processes_write_what_threads_write(
         base = tmp_path / name / "t"
         return Table.open(str(base), Config.resolve(explicit={**lock_config(base), **two}))
 
-    caplog.set_level("INFO", logger="indexer.build")
+    caplog.set_level("INFO", logger="metadata_table.group_records")
     AsyncIndexer(opened("threads"), IndexerOptions(engine="local")).run(ALL)
     assert "without Spark (2 threads)" in caplog.text
     monkeypatch.setattr("metadata_table.workers.PROCESS_MIN_FILES", 1)
@@ -188,7 +188,7 @@ def test_a_build_past_its_memory_budget_spills_and_writes_the_same_files(
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr("tempfile.tempdir", str(scratch))
-    caplog.set_level("INFO", logger="indexer.build")
+    caplog.set_level("INFO", logger="metadata_table.group_records")
     AsyncIndexer(opened("held"), IndexerOptions(engine="local")).run(ALL)
     assert "spilled" not in caplog.text
     spilled = opened("spilled", **{"indexer.build.local.memory.mb": "0"})

@@ -134,6 +134,7 @@ def test_partitions_of_a_record_per_file_are_compared_a_file_group_at_a_time(
     rebuilt record the index lacks (missing), and leaves no spill file behind."""
     import tempfile
 
+    import metadata_table.group_records as group_records
     import metadata_table.partition_writer as partition_writer
     import metadata_table.validate as validate_module
     from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES, column_prefix
@@ -154,7 +155,7 @@ def test_partitions_of_a_record_per_file_are_compared_a_file_group_at_a_time(
     monkeypatch.setattr(tempfile, "tempdir", str(spill))
     spilled: list[int] = []
 
-    class Watched(partition_writer.GroupRecords):
+    class Watched(group_records.GroupRecords):
         def __exit__(self, *exc: object) -> None:
             spilled.append(self.spilled)
             super().__exit__(*exc)
