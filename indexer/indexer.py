@@ -290,14 +290,14 @@ class AsyncIndexer:
         )
 
     def _columns(
-        self, state: IndexState, todo: Sequence[str], columns: Sequence[str]
+        self, state: IndexState, asked: Sequence[str], columns: Sequence[str]
     ) -> tuple[str, ...]:
         """The columns the partitions that take columns (column_stats, partition_stats) index:
         one choice for all of them, so a new one takes the choice of those that exist; asking
         one that exists (or is being built) for a column it does not index is refused, saying
         how to rebuild it, rather than answered "nothing to build"."""
         existing = [p for p in state.partitions if self.writer.takes_columns(p)]
-        if not existing or not any(self.writer.takes_columns(p) for p in todo):
+        if not existing or not any(self.writer.takes_columns(p) for p in asked):
             return tuple(columns)
         current = state.column_stats_columns
         missing = [c for c in columns if current and c not in current]

@@ -151,16 +151,21 @@ def _base_records(
     return kind.combine(records, upto or "") if kind.keyed_by_record else records
 
 
-def duplicate_keys(table: Table, timeline: Timeline | None = None) -> pa.Table:
-    """Every live copy of the record keys the latest file slices hold in more than one file
-    group (``record_key``, ``partition_path``, ``file_id``, ``instant``: the instant that wrote
-    the copy), ordered by key: what a record index build refuses, read as it reads them."""
+def key_copies(table: Table, timeline: Timeline | None = None) -> pa.Table:
+    """The record index's records (:func:`~metadata_table.records.live_copies`) of every live
+    copy of the record keys the latest file slices hold in more than one file group, ordered
+    by key: what a record index build refuses, read as it reads them."""
     timeline = timeline if timeline is not None else table.timeline.load()
     kind = index_type(RECORD_INDEX)
     infos = committed_data_files(table, timeline, None, kind.row_columns, latest=True)
     older = superseded(table, timeline, None)
-    records = kind.records([i for i in infos if i.path not in older])
-    copies = live_copies(records)
+    return live_copies(kind.records([i for i in infos if i.path not in older]))
+
+
+def duplicate_keys(table: Table, timeline: Timeline | None = None) -> pa.Table:
+    """:func:`key_copies` as a table of plain strings: ``record_key``, ``partition_path``,
+    ``file_id``, ``instant`` (the instant that wrote the copy)."""
+    copies = key_copies(table, timeline)
 
     def text(name: str) -> pa.ChunkedArray:  # plain strings (records hold dictionaries)
         return copies.column(name).cast(pa.string())

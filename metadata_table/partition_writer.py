@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from metadata_table.group_records import (
     PartitionBuild,
@@ -48,13 +47,14 @@ from metadata_table.layout import (
     is_secondary_index,
     secondary_column,
 )
-from metadata_table.maintenance import compact, duplicate_keys
+from metadata_table.maintenance import compact, key_copies
 from metadata_table.migrate import MigrationResult, has_legacy_index, migrate
 from metadata_table.partition_stats import superseded
 from metadata_table.reader import MetadataReader
 from metadata_table.records import (
     DataFile,
     DataFileInfo,
+    duplicates_error,
     indexed_columns,
     info_of,
     key_fields_refusal,
@@ -464,22 +464,8 @@ class PartitionWriter:
     def duplicate_keys_error(self) -> DuplicateRecordKeyError | None:
         """The record keys of the table in more than one file group, as one error naming how
         many, one of them, and the commands that resolve them (None: there are none)."""
-        copies = duplicate_keys(self.table)
-        if not copies.num_rows:
-            return None
-        keys = copies.column("record_key")
-        first = keys[0].as_py()
-        one = copies.filter(pc.equal(keys, first))
-        places = [
-            f"{p or '.'}/{f}"
-            for p, f in zip(
-                one.column("partition_path").to_pylist(),
-                one.column("file_id").to_pylist(),
-                strict=True,
-            )
-        ]
-        count = len(pc.unique(keys))
-        return DuplicateRecordKeyError(count, str(first), places, self.table.base_uri)
+        copies = key_copies(self.table)
+        return duplicates_error(copies, base=self.table.base_uri) if copies.num_rows else None
 
 
 __all__ = [

@@ -1157,11 +1157,25 @@ def latest_live(records: pa.Table, by: str = "key") -> pa.Table:
     order of its files."""
     live, copies = _live_per_group(records, by)
     if copies is not None and copies.num_rows:
-        keys = copies.column(by)
-        first = keys[0].as_py()
-        places = copies.filter(pc.equal(keys, first))
-        raise DuplicateRecordKeyError(len(pc.unique(keys)), str(first), sorted(_locations(places)))
+        raise duplicates_error(copies, by)
     return live
+
+
+def duplicates_error(
+    copies: pa.Table, by: str = "key", base: str | None = None
+) -> DuplicateRecordKeyError:
+    """The error of the keys of ``copies`` (:func:`live_copies`, not empty): how many, one of
+    them and where its copies are (with ``base``, the commands that resolve them)."""
+    keys = copies.column(by)
+    first = keys[0].as_py()
+    one = copies.filter(pc.equal(keys, first))
+    places = sorted(
+        f"{data_partition_of(p) or '.'}/{f}"
+        for p, f in zip(
+            one.column("partition").to_pylist(), one.column("file_id").to_pylist(), strict=True
+        )
+    )
+    return DuplicateRecordKeyError(len(pc.unique(keys)), str(first), places, base)
 
 
 def live_copies(records: pa.Table, by: str = "key") -> pa.Table:
@@ -1169,17 +1183,6 @@ def live_copies(records: pa.Table, by: str = "key") -> pa.Table:
     every copy, ordered by key (empty when every key is in one file group)."""
     _, copies = _live_per_group(records, by)
     return records.slice(0, 0) if copies is None else copies
-
-
-def _locations(records: pa.Table) -> list[str]:
-    return [
-        f"{data_partition_of(p)}/{f}"
-        for p, f in zip(
-            records.column("partition").to_pylist(),
-            records.column("file_id").to_pylist(),
-            strict=True,
-        )
-    ]
 
 
 def _live_per_group(records: pa.Table, by: str) -> tuple[pa.Table, pa.Table | None]:

@@ -286,9 +286,7 @@ def _show(args: argparse.Namespace) -> int:
             "action": i.action.value,
             "state": i.state.value,
             "completion_time": table.timeline.completion_time(i) if i.is_completed else None,
-            "problem": (
-                by_file[table.timeline.path(i)].what if table.timeline.path(i) in by_file else None
-            ),
+            "problem": getattr(by_file.get(table.timeline.path(i)), "what", None),
         }
         for i in timeline
     ]

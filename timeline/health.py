@@ -66,14 +66,13 @@ def timeline_problems(table: Table, newest: int | None = None) -> list[TimelineP
         )
         for skipped in timeline.skipped
     ]
-    names = set(table.storage.file_names(META_FOLDER))
     for instant in timeline.pending():
         if instant.state is State.INFLIGHT and instant.action is not Action.SAVEPOINT:
-            requested = instant.file_name_for(State.REQUESTED)
-            if requested not in names:
+            requested = table.timeline.path(instant, State.REQUESTED)
+            if not table.storage.exists(requested):
                 problems.append(
                     TimelineProblem(
-                        f"{META_FOLDER}/{requested}",
+                        requested,
                         f"missing: {instant.timestamp} is inflight without its requested state",
                         "Hudi and this kernel move an instant on (or roll it back) from its "
                         "requested file: restore it from a backup, or roll the instant back "

@@ -345,7 +345,8 @@ class TableScan:
         reader = MetadataTable(self.table).reader(self.timeline)
         if end is not None and is_after(begin, end):
             raise InvalidInstantError(end, f"the end of the changes is before their begin {begin}")
-        upto = end or self._latest_instant() or begin
+        latest = self._latest_instant()
+        upto = end or latest or begin
         newest: dict[tuple[str, str], BaseFile] = {}
         for instant in self._changes_after(begin, reader):
             if instant.action in REMOVAL_ACTIONS or is_after(instant.timestamp, upto):
@@ -374,7 +375,6 @@ class TableScan:
                     CLEANER_RETAINED,
                 )
         plan = self._plan_files(files, upto, begin, "an incremental read")
-        latest = self._latest_instant()
         if not latest or not is_after(latest, begin):
             last = f"the newest is {latest}" if latest else "the table has none"
             return dataclasses.replace(plan, note=f"no commit completed after {begin}: {last}")

@@ -454,13 +454,15 @@ class IndexedSnapshot:
         """The record keys ``expr`` (bound) confines rows to (:mod:`.key_filter`), or None and
         why not."""
         fields = self.table.table_config.record_key_fields
-        by_fields, why_fields = self._key_fields_make_keys
+        on_fields = any(f in expr.columns() for f in fields)
+        # checking that the fields make the stored keys reads rows: only for a filter on them
+        by_fields, why_fields = self._key_fields_make_keys if on_fields else (False, "")
         keys = key_filter.asked_keys(expr, fields, self.table_schema, by_fields)
         if keys is not None:
             return keys, ""
         named = " and ".join(fields) if fields else RECORD_KEY
         why = f"the filter has no = or IN on the record key: {named}, or {RECORD_KEY}"
-        if why_fields and any(f in expr.columns() for f in fields):
+        if why_fields:
             why = why_fields
         return None, why
 
