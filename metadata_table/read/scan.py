@@ -28,13 +28,13 @@ The names:
   ``bloom_filters`` files whose filter holds none of the keys), each credited with what it
   dropped, and each index that dropped nothing with why; files of instants an index does not
   reflect yet are kept. It then reads only the kept files, only the columns it returns and
-  those the filter needs, streaming through Arrow with Parquet row-group statistics, and
-  applies the whole filter to every row: an index only ever drops files, it never decides a
-  row.
+  those the filter needs, streaming, with DuckDB's Parquet reader or pyarrow's
+  (:mod:`metadata_table.read.rows` says which when), and applies the whole filter to every
+  row: an index only ever drops files, it never decides a row.
 * Outputs: :meth:`~TableScan.to_arrow_batch_reader` (memory bounded by Arrow's read-ahead, not
   the result), :meth:`~TableScan.to_arrow`, :meth:`~TableScan.to_pandas`,
-  :meth:`~TableScan.to_duckdb`, :meth:`~TableScan.to_polars` (DuckDB and Polars are the optional
-  extras ``async-indexer[duckdb]`` and ``[polars]``) and :meth:`~TableScan.to_spark`.
+  :meth:`~TableScan.to_duckdb`, :meth:`~TableScan.to_polars` (Polars is the optional extra
+  ``async-indexer[polars]``) and :meth:`~TableScan.to_spark`.
 
 Merge-on-read tables are refused by name: their file slices' log files are not merged here.
 """
@@ -51,8 +51,6 @@ from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.fs as pafs
 
 from metadata_table.layout import (
     BLOOM_FILTERS,
@@ -61,6 +59,8 @@ from metadata_table.layout import (
     RECORD_INDEX,
 )
 from metadata_table.read.filters import And, Compare, Expr, In, IsNull, Or, parse_filter
+from metadata_table.read.rows import COMMIT_TIME, RowRead, read_rows
+from metadata_table.read.rows import engine as row_engine
 from metadata_table.read.snapshot import IndexedSnapshot
 from metadata_table.reader import MetadataReader
 from metadata_table.table import MetadataTable
@@ -83,13 +83,7 @@ from timeline.table_config import PROPERTIES_FILE, TYPE, TableType
 logger = logging.getLogger(__name__)
 
 ALL_FIELDS = ("*",)
-COMMIT_TIME = "_hoodie_commit_time"
 RECORD_KEY = "_hoodie_record_key"
-#: rows per batch a scan hands out
-BATCH_ROWS = 64 * 1024
-#: files per Arrow dataset a scan reads: a dataset's fragments keep each file's parsed footer
-#: (tens of KB) until the dataset goes, so one dataset over every file would grow with the table
-FILES_PER_DATASET = 512
 CLEANER_RETAINED = "hoodie.cleaner.commits.retained"
 ARCHIVE_KEEP = "hoodie.keep.min.commits (and an archive left whole)"
 
@@ -435,6 +429,9 @@ class TableScan:
             )
         for index, why in plan.unused.items():
             lines.append(f"  {index}: not used ({why})")
+        if plan.files:
+            engine, why = row_engine(self.row_read())
+            lines.append(f"  rows read by: {engine} ({why})")
         if self.limit is not None:
             lines.append(f"  limit: {self.limit} row(s)")
         if plan.note:
@@ -468,56 +465,27 @@ class TableScan:
 
     # --- reading ---------------------------------------------------------------------------------
 
-    def _arrow_filter(self) -> pc.Expression | None:
-        bound = self.bound_filter
-        expr = None if bound is None else bound.expression(self.table_schema)
+    def row_read(self) -> RowRead:
+        """What :meth:`batches` reads: the kept files, the output's columns, the filter."""
         plan = self.plan()
-        if plan.begin is not None:
-            window = (pc.field(COMMIT_TIME) > plan.begin) & (pc.field(COMMIT_TIME) <= plan.snapshot)
-            expr = window if expr is None else expr & window
-        return expr
+        fs, root = self.table.storage.arrow_filesystem()
+        return RowRead(
+            fs,
+            [posixpath.join(root, f.path) for f in plan.files],
+            [f.size for f in plan.files],
+            self.table_schema,
+            self.output_schema,
+            self.bound_filter,
+            None if plan.begin is None else (plan.begin, plan.snapshot),
+            self.limit,
+        )
 
     def batches(
         self, progress: Callable[[int, int], None] | None = None
     ) -> Iterator[pa.RecordBatch]:
-        """The rows, batch by batch, as they are read (``progress(files done, files)``)."""
-        plan = self.plan()
-        schema = self.output_schema
-        if not plan.files or self.limit == 0:
-            return
-        import pyarrow.dataset as ds  # here: with pandas, a quarter second of every CLI start
-
-        fs, root = self.table.storage.arrow_filesystem()
-        paths = [posixpath.join(root, f.path) for f in plan.files]
-        row_filter = self._arrow_filter()
-        # Python-backed file systems hand Arrow buffers over Python bytes: read them on this
-        # thread (see timeline.fs_view.read_parquet)
-        threads = not isinstance(fs, pafs.PyFileSystem)
-        left = self.limit
-        done = 0
-        for start in range(0, len(paths), FILES_PER_DATASET):
-            chunk = paths[start : start + FILES_PER_DATASET]
-            dataset = ds.dataset(chunk, schema=self.table_schema, format="parquet", filesystem=fs)
-            scanner = dataset.scanner(
-                columns=schema.names, filter=row_filter, batch_size=BATCH_ROWS, use_threads=threads
-            )
-            seen: set[str] = set()
-            for tagged in scanner.scan_batches():
-                if progress is not None and tagged.fragment.path not in seen:
-                    seen.add(tagged.fragment.path)
-                    progress(done + len(seen), len(paths))
-                batch = tagged.record_batch
-                if not batch.num_rows:
-                    continue
-                if left is not None:
-                    if batch.num_rows >= left:
-                        yield batch.slice(0, left)
-                        return
-                    left -= batch.num_rows
-                yield batch
-            done += len(chunk)
-            if progress is not None:
-                progress(done, len(paths))
+        """The rows, batch by batch, as they are read (``progress(files done, files)``), by
+        DuckDB or pyarrow (see :mod:`metadata_table.read.rows`)."""
+        return read_rows(self.row_read(), progress)
 
     def to_arrow_batch_reader(self) -> pa.RecordBatchReader:
         """The rows as a stream: memory stays bounded by Arrow's read-ahead, whatever the size
@@ -534,7 +502,8 @@ class TableScan:
     def to_duckdb(self, table_name: str, connection: Any = None) -> Any:
         """The rows registered as DuckDB table ``table_name`` in ``connection`` (a new in-memory
         database when None), which is returned."""
-        duckdb = _optional("duckdb", "duckdb")
+        import duckdb
+
         con = connection if connection is not None else duckdb.connect()
         con.register(table_name, self.to_arrow())
         return con

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from metadata_table import load_table
 from metadata_table.layout import COLUMN_STATS, FILES, PARTITION_STATS, PARTITIONS, RECORD_INDEX
 from metadata_table.maintenance import initialize
+from metadata_table.read import rows as row_engines
 from metadata_table.read.filters import And, Compare, Expr, In, IsNull, Or, col, parse_filter
 from metadata_table.read.snapshot import IndexedSnapshot
 from timeline import Table
@@ -162,6 +163,16 @@ def _table(tmp: Path, seed: int) -> Table:
     return table
 
 
+@pytest.fixture(params=[row_engines.DUCKDB, row_engines.PYARROW])
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Scans read their kept files with this engine (DuckDB however small the files)."""
+    if request.param == row_engines.DUCKDB:
+        monkeypatch.setattr(row_engines, "DUCKDB_MIN_BYTES", 0)
+    else:
+        monkeypatch.setattr(row_engines, "duckdb_reason", lambda read: "pyarrow asked for")
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
 def tables(tmp_path_factory: pytest.TempPathFactory) -> list[Table]:
     return [_table(tmp_path_factory.mktemp(f"scan{seed}"), seed) for seed in range(3)]
@@ -172,21 +183,20 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> list[Table]:
 )
 @given(which=st.integers(0, 2), expr=filters(), columns=st.booleans())
 def test_a_scan_returns_exactly_the_rows_a_filtered_full_read_returns(
-    tables: list[Table], which: int, expr: Expr, columns: bool
+    tables: list[Table], engine: str, which: int, expr: Expr, columns: bool
 ) -> None:
     table = tables[which]
     want = full_read(table, expr)
     fields = ("uuid", "fare", "day") if columns else ("*",)
-    got = sorted(
-        load_table(table.base_uri, config=table.config).scan(expr, fields).to_arrow().to_pylist(),
-        key=_order,
-    )
+    scan = load_table(table.base_uri, config=table.config).scan(expr, fields)
+    assert row_engines.engine(scan.row_read())[0] == engine
+    got = sorted(scan.to_arrow().to_pylist(), key=_order)
     if columns:
         want = sorted(({k: r[k] for k in fields} for r in want), key=_order)
     assert got == want
 
 
-def test_comparisons_at_every_files_bounds(tables: list[Table]) -> None:
+def test_comparisons_at_every_files_bounds(tables: list[Table], engine: str) -> None:
     """Each comparison, and NOT IN, against every file's own min and max of each column: the
     values where data skipping's rules (vectorized, or file by file for decimals) are tested."""
     from metadata_table.read.snapshot import IndexedSnapshot
@@ -210,7 +220,7 @@ def test_comparisons_at_every_files_bounds(tables: list[Table]) -> None:
             assert got == full_read(table, expr), expr
 
 
-def test_the_text_filter_language_parses_to_the_same_rows(tables: list[Table]) -> None:
+def test_the_text_filter_language_parses_to_the_same_rows(tables: list[Table], engine: str) -> None:
     table = tables[0]
     for text in (
         "fare > 50 AND city IN ('sf', 'la')",
@@ -290,7 +300,7 @@ def test_a_scan_reads_the_files_a_few_at_a_time(
     kept files made a whole-table scan's memory grow with the table (805 MB at 20,000 files)."""
     import pyarrow.dataset as ds
 
-    import metadata_table.read.scan as scan_module
+    monkeypatch.setattr(row_engines, "duckdb_reason", lambda read: "pyarrow asked for")
 
     table = tables[1]
     trips = load_table(table.base_uri, config=table.config)
@@ -302,7 +312,7 @@ def test_a_scan_reads_the_files_a_few_at_a_time(
         sizes.append(len(paths))
         return made(paths, **kwargs)
 
-    monkeypatch.setattr(scan_module, "FILES_PER_DATASET", 2)
+    monkeypatch.setattr(row_engines, "FILES_PER_DATASET", 2)
     monkeypatch.setattr(ds, "dataset", spy)
     progress: list[tuple[int, int]] = []
     got = list(trips.scan("fare >= 0").batches(lambda *p: progress.append(p)))
@@ -335,16 +345,16 @@ def test_a_missing_extra_is_named(monkeypatch: pytest.MonkeyPatch, tables: list[
 
     real = builtins.__import__
 
-    def no_duckdb(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name == "duckdb":
-            raise ImportError("No module named 'duckdb'")
+    def no_polars(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "polars":
+            raise ImportError("No module named 'polars'")
         return real(name, *args, **kwargs)
 
-    monkeypatch.setattr(builtins, "__import__", no_duckdb)
-    monkeypatch.delitem(sys.modules, "duckdb", raising=False)
+    monkeypatch.setattr(builtins, "__import__", no_polars)
+    monkeypatch.delitem(sys.modules, "polars", raising=False)
     table = tables[0]
-    with pytest.raises(ImportError, match=r"pip install 'async-indexer\[duckdb\]'"):
-        load_table(table.base_uri, config=table.config).scan().to_duckdb("t")
+    with pytest.raises(ImportError, match=r"pip install 'async-indexer\[polars\]'"):
+        load_table(table.base_uri, config=table.config).scan().to_polars()
 
 
 def test_bad_filters_and_columns_are_named(tables: list[Table]) -> None:
