@@ -888,11 +888,17 @@ def read_columns(
 def parquet_file(
     storage: Storage, path: str, read_dictionary: Sequence[str] = ()
 ) -> pq.ParquetFile:
-    """A Parquet file read into memory, its footer parsed (:class:`NotParquetError` if not one);
-    the ``read_dictionary`` columns are decoded as dictionary arrays."""
-    data = storage.read(path)
+    """A Parquet file, its footer parsed (:class:`NotParquetError` if not one); the
+    ``read_dictionary`` columns are decoded as dictionary arrays. A local file is opened for
+    ranged reads (a lookup in a 27 MB record-index file reads its footer and one row group, not
+    the whole file); other storage reads it into memory (see :func:`read_parquet`)."""
+    dictionary = list(read_dictionary) or None
     try:
-        return pq.ParquetFile(pa.BufferReader(data), read_dictionary=list(read_dictionary) or None)
+        if storage.is_local:
+            return pq.ParquetFile(storage.uri(path), read_dictionary=dictionary)
+        return pq.ParquetFile(pa.BufferReader(storage.read(path)), read_dictionary=dictionary)
+    except FileNotFoundError as e:
+        raise StorageFileNotFoundError(path) from e
     except (pa.ArrowInvalid, OSError) as e:
         raise NotParquetError(path, str(e).splitlines()[0]) from e
 

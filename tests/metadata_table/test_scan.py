@@ -574,3 +574,35 @@ def test_reads_before_the_first_commit_or_after_the_newest_say_so(tables: list[T
     )
     done = _cli(table, "query", table.base_uri, "--as-of", early)
     assert done.returncode == 0 and "note: no commit had completed by" in done.stderr
+
+
+def test_a_warm_table_keeps_its_snapshot_until_the_table_or_its_index_changes(
+    tmp_path: Path,
+) -> None:
+    """One IndexedTable plans each scan on the index as decoded for the table's state, kept
+    while the timeline, the index's state file and the index's own timeline are unchanged:
+    never on a snapshot older than the table."""
+    table = make_table(tmp_path / "t")
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 30)))
+    client.insert(rows(keys(30, 60)))
+    trips = load_table(table.base_uri, config=table.config)
+    first = trips.scan("fare >= 10")
+    assert first.plan().kept and trips.scan("fare < 3").snapshot is first.snapshot
+    initialize(table, [FILES, COLUMN_STATS])  # the index's state and timeline change
+    indexed = trips.scan("fare >= 50")
+    assert indexed.snapshot is not first.snapshot and indexed.plan().dropped[COLUMN_STATS] > 0
+    assert scanned(table, "fare >= 50") == full_read(table, parse_filter("fare >= 50"))
+    client.insert(rows(keys(60, 70)))  # a commit: its rows are read at once
+    after = trips.scan("fare >= 65")
+    assert after.snapshot is not indexed.snapshot
+    assert sorted(after.to_arrow().to_pylist(), key=_order) == full_read(
+        table, parse_filter("fare >= 65")
+    )
+    # the index's files deleted by hand, the timeline unchanged: planned again on what is there
+    assert trips.scan("fare >= 20").snapshot is after.snapshot
+    shutil.rmtree(Path(table.base_uri, INDEX_FOLDER, COLUMN_STATS))
+    for expr in (col("fare") >= 20, col("when") >= dt.datetime(2026, 1, 2, 10)):
+        got = trips.scan(expr).to_arrow()  # the stats of "when" were never read: not found
+        assert sorted(got.to_pylist(), key=_order) == full_read(table, expr)
+    assert "lost" in trips.scan("fare > 1").explain()
