@@ -214,16 +214,27 @@ class FiltersAt:
             of_size = np.flatnonzero(blocks == count)
             self._groups.append((answer_at[of_size], words, starts[of_size], int(count)))
 
-    def might_contain_any(self, hashes: Iterable[int]) -> np.ndarray:
-        """Per position, whether its filter may hold the value of any of ``hashes``."""
+    def might_contain_any(
+        self, hashes: Iterable[int], only: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Per position, whether its filter may hold the value of any of ``hashes``; with
+        ``only`` (a mask of positions), the filters of the other positions are not probed (and
+        answer True): a point lookup probes the files column_stats kept, not every file's."""
         values = (
             hashes.astype(np.uint64, copy=False)
             if isinstance(hashes, np.ndarray)
             else np.fromiter(hashes, dtype=np.uint64)
         )
         out = np.ones(self.size, dtype=bool)
-        for blocks, parts in self._by_size.items():
-            if len(values) >= blocks * _WORDS:
+        for blocks, every in self._by_size.items():
+            parts = every
+            if only is not None:
+                parts = []
+                for answer_at, words, starts in every:
+                    chosen = only[answer_at]
+                    if chosen.any():
+                        parts.append((answer_at[chosen], words, starts[chosen]))
+            if len(values) >= blocks * _WORDS and only is None:
                 # more values than a filter has words: every filter's every word is read, so
                 # they are laid out as bit planes, once (kept for the next probe when small)
                 answer_at, laid = self._laid_out(blocks, parts)

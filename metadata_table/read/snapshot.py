@@ -405,7 +405,9 @@ class IndexedSnapshot:
         else:
             blooms = self._listing_blooms(listing)
             behind_bf = self._unapplied_times(BLOOM_FILTERS)
-            mask = blooms.might_contain_any([hash_value(k) for k in keys])
+            # the filters of the files still kept alone: a slice an index before dropped stays
+            # dropped whatever its filters answer
+            mask = blooms.might_contain_any([hash_value(k) for k in keys], only=stages.keep)
             mask = mask | listing.written_by(behind_bf)
             if RECORD_INDEX in stages.dropped:  # it answered outside the partitions it lags in
                 mask = mask | ~listing.in_partitions(self.record_index_touched())
@@ -1083,7 +1085,7 @@ class IndexedSnapshot:
         for key in wanted:
             keep = np.ones(listing.size, dtype=bool) if only is None else only.copy()
             if blooms is not None:
-                keep &= blooms.might_contain_any([hash_value(key)]) | unfiltered
+                keep &= blooms.might_contain_any([hash_value(key)], only=keep) | unfiltered
             keeps[key] = keep
         if self.uses(COLUMN_STATS) and wanted:
             # key ranges, of the files some bloom filter kept (all of them without filters)
