@@ -914,7 +914,11 @@ def main() -> int:
             section_peer(report, root, [int(c) for c in args.peer_files.split(",")])
         if "scan" in sections:
             from scripts.bench.scan import section as scan_section
+            from scripts.bench.tpch import section as tpch_section
 
+            text, tpch = tpch_section(root / "tpch")
+            report.add(text)
+            report.figures["tpch"] = tpch
             text, figures = scan_section(root / "scan", args.files, args.rows, [2000, 20000])
             report.add(text)
             report.figures["scan"] = figures
