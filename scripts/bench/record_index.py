@@ -51,10 +51,13 @@ from writer.client import Operation, WriteClient  # noqa: E402
 BOUND = """
 import sys, time, pyarrow.parquet as pq
 paths = sys.argv[1:]
-started = time.perf_counter()
-rows = sum(pq.read_table(p, columns=["_hoodie_record_key", "_hoodie_partition_path"]).num_rows
-           for p in paths)
-print(time.perf_counter() - started, rows)
+best = float("inf")
+for _ in range(3):  # the best of three passes: warm, as the build reads
+    started = time.perf_counter()
+    rows = sum(pq.read_table(p, columns=["_hoodie_record_key", "_hoodie_partition_path"]).num_rows
+               for p in paths)
+    best = min(best, time.perf_counter() - started)
+print(best, rows)
 """
 
 
@@ -82,14 +85,17 @@ def _indexer(base: Path, *args: str) -> float:
 
 
 def _bound(table: Table) -> tuple[float, float]:
-    """The key-column bound, in a new process: (seconds reading, seconds with the start)."""
+    """The key-column bound, in a new process: (seconds reading, the best of three warm
+    passes; with the process's start: its interpreter and pyarrow's import, timed alone)."""
     view = FileSystemView(table.timeline, table.timeline.load())
     paths = [table.storage.uri(b.path) for b in view.latest_base_files()]
-    started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", BOUND, *paths], check=True, capture_output=True, text=True
     )
-    return float(done.stdout.split()[0]), time.perf_counter() - started
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import pyarrow.parquet"], check=True)
+    reading = float(done.stdout.split()[0])
+    return reading, reading + time.perf_counter() - started
 
 
 def _bytes(folder: Path) -> int:
@@ -296,7 +302,8 @@ def section(
         "",
         "| build of record_index | seconds | / the key-column bound |",
         "|---|---|---|",
-        f"| bound: pyarrow reading the key and partition columns of every file (one process) | "
+        f"| bound: pyarrow reading the key and partition columns of every file (one process, best "
+        "of 3 warm passes) | "
         f"{bound_read:.2f} (process: {bound_process:.2f}) | 1.00x |",
         f"| ours, `indexer run --index-types record_index` (new process, start included) | "
         f"{ours_cli:.2f} | **{ours_cli / bound_process:.2f}x** (of the bound's process) |",

@@ -127,11 +127,18 @@ def _data_files(table: Table) -> list[Any]:
     return FileSystemView(table.timeline, table.timeline.load()).latest_base_files()
 
 
-def lower_bound(table: Table) -> float:
-    started = time.perf_counter()
-    for f in _data_files(table):
-        info_from_storage(table.storage, f.partition_path, f.file_name, f.size, f.instant_time)
-    return time.perf_counter() - started
+def lower_bound(table: Table, passes: int = 3) -> float:
+    """The footer-read bound: every data file's footer and bloom filter read once, in this
+    process; the best of ``passes`` passes, so warm (the first pass after a table's copy reads
+    cold and took 2.8x the second at 100,000 files), as the build it bounds reads."""
+    files = _data_files(table)
+    best = float("inf")
+    for _ in range(passes):
+        started = time.perf_counter()
+        for f in files:
+            info_from_storage(table.storage, f.partition_path, f.file_name, f.size, f.instant_time)
+        best = min(best, time.perf_counter() - started)
+    return best
 
 
 def naive_scan(table: Table, spark: Any) -> float:
@@ -231,7 +238,7 @@ def section_build(report: Report, table: Table, spark: Any, files: int, rows: in
     report.add(
         f"## Index build: {files} files x {rows} rows\n\n"
         "| method | seconds |\n|---|---|\n"
-        f"| lower bound: footers + bloom filter bytes, one process, pyarrow | {bound:.2f} |\n"
+        f"| lower bound: footers + bloom filter bytes, one process, pyarrow, best of 3 warm passes | {bound:.2f} |\n"
         f"| naive: Spark SQL full scan, min/max/nulls by input_file_name() | {naive:.2f} |\n"
         f"| indexer run column_stats,bloom_filters (Spark running) | {ours:.2f} |\n"
         f"| the same built in the indexer's process (`--engine local`) | {local:.2f} |\n"
