@@ -20,6 +20,9 @@ scripts/bench/synthetic.py makes (20 rows a file, 100 partitions, 50 commits, ra
   client: their p95 (the 57th of the 60: of 20, the 19th was the worst after the client's
   first, so one stall of the shared machine was the figure), and its ratio to the smallest
   table's;
+- up to 100,000 files, scans in a new process: a point lookup on a key and a 1% range on
+  ``ts``, on a new table object (the process's first: every index file decoded) and warm (best
+  of 5), against DuckDB's ``read_parquet`` over every data file with the same filter (best of 2);
 - ``indexer validate`` in a new process: seconds, ratio to the bound, peak memory (unless
   ``--no-validate``);
 - with ``--cluster``, the same build on a Spark standalone cluster (a master and two workers of
@@ -106,6 +109,45 @@ print(json.dumps({"prune_cold": prune_cold, "lookup_cold": lookup_cold,
                   "commit": commit, "upsert_p95": upsert_p95,
                   "kept": len(kept), "holders": len(holders)}))
 """
+
+
+#: run in a new process: a point lookup and a 1% range through scan(), on a new table object
+#: (the first call in the process: every index file decoded) and warm (best of 5), against
+#: DuckDB's read_parquet over every data file with the same filter (best of 2, warm)
+_SCANS = """
+import glob, json, sys, time
+import duckdb
+from metadata_table import load_table
+from timeline.config import Config
+from timeline.memory_pool import use_project_pool
+base, lock, point, lo, hi = sys.argv[1:6]
+use_project_pool()
+config = Config.resolve(explicit={"indexer.lock.url": lock})
+queries = {"point": f"key = '{point}'", "range": f"ts >= {lo} AND ts < {hi}"}
+files = [f for f in glob.glob(base + "/*/*.parquet")]
+listed = "[" + ",".join(f"'{f}'" for f in files) + "]"
+con = duckdb.connect()
+con.execute("SET enable_progress_bar = false")
+out = {}
+def seconds(call):
+    started = time.perf_counter()
+    result = call()
+    return time.perf_counter() - started, result
+warm = load_table(base, config=config)
+for name, where in queries.items():
+    fresh, rows = seconds(lambda: load_table(base, config=config).scan(where).to_arrow())
+    kept = min(seconds(lambda: warm.scan(where).to_arrow())[0] for _ in range(5))
+    duck, theirs = min(
+        seconds(lambda: con.sql(f"SELECT * FROM read_parquet({listed}) WHERE {where}").fetchall())
+        for _ in range(2)
+    )
+    assert rows.num_rows == len(theirs), (name, rows.num_rows, len(theirs))
+    out[name] = {"fresh": fresh * 1000, "warm": kept * 1000, "duckdb": duck * 1000,
+                 "rows": rows.num_rows, "kept": warm.scan(where).plan().kept}
+print(json.dumps(out))
+"""
+#: scans against DuckDB up to this many files (DuckDB reads every footer: minutes at 1,000,000)
+SCAN_MOST_FILES = 100_000
 
 
 def _run(
@@ -224,6 +266,11 @@ def measure(
         default["prune_fresh"],
         default["lookup_fresh"],
     )
+    if files <= SCAN_MOST_FILES:
+        total = files * ROWS
+        lookup = [_key(total // 3 + 11, True), str(total // 2), str(total // 2 + total // 100)]
+        scans = json.loads(_run([sys.executable, "-c", _SCANS, str(base), lock, *lookup])[2])
+        reads["scans"] = scans
     if validate and cluster is None:
         seconds, peak, _ = _run([*cli, "validate", str(base), *conf])
         checked = {"validate": seconds, "validate_peak": peak}
@@ -330,6 +377,23 @@ def table(results: list[dict[str, float]]) -> str:
             f"{r['upsert_p95']:.0f} (**{r['upsert_ratio']:.2f}x**) | "
             f"{r['kept']} / {r['holders']} |"
         )
+    scanned = [r for r in results if "scans" in r]
+    if scanned:
+        lines += [
+            "",
+            "| data files | scan: point lookup ms, new table object / warm | DuckDB, every file "
+            "| DuckDB / ours (new object) | 1% range on ts ms, new / warm (files kept) | DuckDB, "
+            "every file | DuckDB / ours (new object) |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in scanned:
+            point, span = r["scans"]["point"], r["scans"]["range"]  # type: ignore[index]
+            lines.append(
+                f"| {r['files']:,} | {point['fresh']:.0f} / {point['warm']:.1f} | "
+                f"{point['duckdb']:.0f} | **{point['duckdb'] / point['fresh']:.1f}x** | "
+                f"{span['fresh']:.0f} / {span['warm']:.0f} ({span['kept']}) | "
+                f"{span['duckdb']:.0f} | **{span['duckdb'] / span['fresh']:.1f}x** |"
+            )
     peer = [r for r in results if "hudi" in r]
     if peer:
         lines += [
