@@ -289,15 +289,17 @@ class TableScan:
 
     def _plan_latest(self) -> ScanPlan:
         snapshot = self.snapshot
-        files = snapshot.view.latest_base_files()
         instant = self._latest_instant()
         bound = self.bound_filter
         if bound is None:
+            files = snapshot.view.latest_base_files()
             return ScanPlan(files, len(files), instant, None, unused=self._no_filter())
+        # the kept files alone made into objects (every file's was 0.39 s of a point lookup's
+        # first plan at 100,000 files); on a copy-on-write table a slice is its base file
         pruned = snapshot.prune(bound)
         return ScanPlan(
             pruned.candidates,
-            len(files),
+            pruned.total,
             instant,
             None,
             pruned.dropped,

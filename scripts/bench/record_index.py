@@ -150,10 +150,11 @@ def _local_tagging(table: Table, batch: dict[str, str]) -> dict[str, float]:
             else:
                 found = 0
                 for partition, keys in sorted(by_partition.items()):
-                    files = txn.view.latest_base_files([partition])
-                    if how == "bloom_filters":
-                        found += len(txn._tag(partition, files, keys))
+                    if how == "bloom_filters":  # the writer's tagging: rows of base files
+                        rows = txn.view.latest_base_table_of([partition])
+                        found += len(txn._tag(partition, rows, keys))
                     else:
+                        files = txn.view.latest_base_files([partition])
                         found += len(txn._owners(files, keys))
             seconds = time.perf_counter() - started
         finally:
