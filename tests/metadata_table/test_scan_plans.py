@@ -334,12 +334,4 @@ def test_a_filtered_plan_makes_no_object_per_file_of_the_table(
 
     monkeypatch.setattr(FileSystemView, "latest_base_files", every_file)
     again = load_table(table.base_uri, config=table.config).scan("uuid = 'k0042'").plan()
-    assert (
-        (again.total, again.kept, again.files)
-        == (plan.total, plan.kept, plan.files)
-        == (
-            12,
-            1,
-            again.files,
-        )
-    )
+    assert again.total == plan.total == 12 and again.files == plan.files and again.kept == 1
