@@ -31,6 +31,7 @@ import datetime as dt
 import decimal
 import functools
 import logging
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -97,6 +98,8 @@ def duckdb_reason(read: RowRead) -> str | None:
     """Why DuckDB cannot read ``read`` exactly, or None when it can."""
     if not isinstance(read.filesystem, pafs.LocalFileSystem):
         return "the files are not on the local file system"
+    if any(c in path for path in read.paths for c in _GLOB):
+        return "a file's path holds a character DuckDB reads as a pattern (* ? [ {)"
     if not len(read.output):
         return "no column is read"
     names = [*read.output.names, *(read.row_filter.columns() if read.row_filter else ())]
@@ -179,19 +182,24 @@ def _arrow_chunks(
 
 # --- DuckDB --------------------------------------------------------------------------------------
 
-_connection: Any = None
+#: what DuckDB's read_parquet expands in a path, where a partition's name may hold them
+_GLOB = "*?[{"
+
+#: the process's DuckDB connection, and the process it was made in
+_connection: tuple[int, Any] | None = None
 _connecting = threading.Lock()
 
 
 def _cursor() -> Any:
-    """A cursor of the process's one DuckDB connection (made on first use: about 25 ms)."""
+    """A cursor of the process's one DuckDB connection (made on first use, about 25 ms, and
+    again in a process forked from one that had it: a connection does not survive a fork)."""
     global _connection
     import duckdb
 
     with _connecting:
-        if _connection is None:
-            _connection = duckdb.connect()
-        return _connection.cursor()
+        if _connection is None or _connection[0] != os.getpid():
+            _connection = (os.getpid(), duckdb.connect())
+        return _connection[1].cursor()
 
 
 def _duckdb_chunks(

@@ -253,3 +253,35 @@ def test_nanosecond_timestamps_keep_their_nanoseconds(tmp_path: Path) -> None:
     assert engine(read)[0] == PYARROW
     got = pa.Table.from_batches(list(read_rows(read)), schema)
     assert got.column(0).cast(pa.int64()).to_pylist() == [1_000_000_001, 2_000_000_003]
+
+
+def test_paths_duckdb_would_read_as_patterns_are_read_by_pyarrow(tmp_path: Path) -> None:
+    """A partition named ``a[1]`` (or holding ``*``, ``?``, ``{``): DuckDB's read_parquet expands
+    such a path as a glob and finds no file."""
+    schema = pa.schema([("x", pa.int64())])
+    paths = []
+    for name in ("a[1]", "b*c", "d{e}"):
+        folder = tmp_path / name
+        folder.mkdir()
+        paths.append(str(folder / "f.parquet"))
+        pq.write_table(pa.table({"x": [1, 2, 3]}, schema), paths[-1])
+    read = RowRead(
+        pafs.LocalFileSystem(), paths, [1 << 30] * 3, schema, schema, parse_filter("x > 1")
+    )
+    assert "pattern" in (duckdb_reason(read) or "")
+    assert sum(b.num_rows for b in read_rows(read)) == 6
+
+
+def test_a_forked_process_makes_its_own_duckdb_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cursor = rows._cursor()
+    cursor.close()
+    assert rows._connection is not None
+    parent = rows._connection[1]
+    real = rows.os.getpid()
+    monkeypatch.setattr(rows.os, "getpid", lambda: real + 1)  # as in a child after fork()
+    child = rows._cursor()
+    assert child.execute("SELECT 42").fetchone() == (42,)
+    child.close()
+    assert rows._connection[1] is not parent
