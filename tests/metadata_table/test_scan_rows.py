@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -183,7 +184,8 @@ def test_projection_limit_and_incremental_window(files: list[str]) -> None:
 def _read_column(files: list[str], expr: Expr | None, kwargs: dict[str, Any]) -> list[str]:
     output = pa.schema([SCHEMA.field("_hoodie_commit_time")])
     read = _read(files, expr, output=output, window=kwargs["window"])
-    return pa.Table.from_batches(list(read_rows(read, using=DUCKDB)), output).column(0).to_pylist()
+    table = pa.Table.from_batches(list(read_rows(read, using=DUCKDB)), output)
+    return [str(v) for v in table.column(0).to_pylist()]
 
 
 def test_a_column_no_file_of_a_group_has_yet_is_read_by_pyarrow(files: list[str]) -> None:
@@ -279,8 +281,8 @@ def test_a_forked_process_makes_its_own_duckdb_connection(
     cursor.close()
     assert rows._connection is not None
     parent = rows._connection[1]
-    real = rows.os.getpid()
-    monkeypatch.setattr(rows.os, "getpid", lambda: real + 1)  # as in a child after fork()
+    real = os.getpid()
+    monkeypatch.setattr(os, "getpid", lambda: real + 1)  # as in a child after fork()
     child = rows._cursor()
     assert child.execute("SELECT 42").fetchone() == (42,)
     child.close()
