@@ -8,7 +8,8 @@ filters. On TPC-H lineitem at scale factor 1 (140 files, 6M rows, two cores) a 1
 date took 1.23 s through pyarrow and 0.37 s through DuckDB over the same files.
 
 pyarrow reads instead (:func:`duckdb_reason` says why) when the files are not on the local file
-system (DuckDB would need its ``httpfs`` extension, fetched from the network, for S3); when a
+system (DuckDB would need its ``httpfs`` extension, fetched from the network, for S3) or a
+path holds a character DuckDB expands as a pattern (``*?[{``: a partition may be named so); when a
 column read or filtered has a type outside :func:`_duckdb_type`'s (nanosecond timestamps, maps,
 intervals, ...), where DuckDB's conversion is not Arrow's; when two columns' names differ only in
 case (DuckDB's names are case-insensitive); and, in a process that has not loaded DuckDB yet,
