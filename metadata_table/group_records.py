@@ -274,11 +274,20 @@ def hold_group_records(
     workers: int,
     processes: bool,
     progress: Callable[[int], None] | None = None,
+    doing: str = "building",
 ) -> None:
     """The records of ``builds`` over the data files of ``chunks``, read by ``workers`` workers
     (processes or threads) and held in ``held`` per (build number, file group), as
     :meth:`PartitionBuild.conformed` tables: the reading half of a build without Spark, and of
-    ``validate``'s rebuild. ``progress(chunks read)`` after each chunk."""
+    ``validate``'s rebuild (logged as ``doing``). ``progress(chunks read)`` after each chunk."""
+    logger.info(
+        "%s %s over %d data files without Spark (%d %s)",
+        doing,
+        ",".join(b.partition for b in builds),
+        sum(len(chunk) for chunk in chunks),
+        workers,
+        "processes" if processes else "threads",
+    )
     read = map_chunks(_chunk_records, (storage, builds), chunks, workers, processes)
     for done, made in enumerate(read, start=1):
         for number, group, part in made:
@@ -312,13 +321,6 @@ def run_build_local(
     chunks = chunked(in_key_order(files), workers, RECORDS_CHUNK)
     groups = [(n, build, g) for n, build in enumerate(builds) for g in range(build.groups)]
     total = len(chunks) + len(groups)
-    logger.info(
-        "building %s over %d data files without Spark (%d %s)",
-        ",".join(b.partition for b in builds),
-        len(files),
-        workers,
-        "processes" if processes else "threads",
-    )
     sizes: dict[str, dict[str, int]] = {b.partition: {} for b in builds}
     with GroupRecords(memory_mb * 1024 * 1024) as held:
         read = None if progress is None else lambda done: progress(done, total)

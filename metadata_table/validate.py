@@ -117,15 +117,15 @@ def validate(
     budget = table.config.get(LOCAL_BUILD_MEMORY_MB) * 2**20
     with GroupRecords(budget) as held:
         if builds:
-            logger.info(
-                "rebuilding %s over %d data files (%d %s)",
-                ",".join(b.partition for b in builds),
-                len(files),
-                workers,
-                "processes" if processes else "threads",
-            )
             hold_group_records(
-                table.storage, chunks, builds, held, workers, processes, lambda _: step()
+                table.storage,
+                chunks,
+                builds,
+                held,
+                workers,
+                processes,
+                lambda _: step(),
+                doing="rebuilding",
             )
         for number, build in enumerate(builds):
             found[build.partition] = _compare_groups(reader, build, number, held, step)

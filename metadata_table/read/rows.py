@@ -122,10 +122,12 @@ def read_rows(
     by :func:`engine`'s choice or the engine named ``using`` (DuckDB only where it can)."""
     chosen, why = engine(read)
     if using is not None and using != chosen:
-        if using == DUCKDB and duckdb_reason(read) is not None:
-            raise ValueError(f"DuckDB cannot read these files exactly: {duckdb_reason(read)}")
         if using not in (DUCKDB, PYARROW):
             raise ValueError(f"no engine {using!r}: {DUCKDB} or {PYARROW}")
+        if using == DUCKDB:  # pyarrow was chosen: by size, or because DuckDB cannot
+            cannot = duckdb_reason(read)
+            if cannot is not None:
+                raise ValueError(f"DuckDB cannot read these files exactly: {cannot}")
         chosen, why = using, "asked for"
     logger.debug("reading %d file(s) with %s: %s", len(read.paths), chosen, why)
     chunks = _duckdb_chunks if chosen == DUCKDB else _arrow_chunks
@@ -135,7 +137,7 @@ def read_rows(
     done = 0
     for start in range(0, len(read.paths), FILES_PER_DATASET):
         chunk = read.paths[start : start + FILES_PER_DATASET]
-        for batch in chunks(read, chunk, left, functools.partial(_told, progress, done, read)):
+        for batch in chunks(read, chunk, left, functools.partial(_told, progress, read, done)):
             if not batch.num_rows:
                 continue
             if left is not None:
@@ -145,14 +147,16 @@ def read_rows(
                 left -= batch.num_rows
             yield batch
         done += len(chunk)
-        _told(progress, 0, read, done)
+        _told(progress, read, done, 0)
 
 
 def _told(
-    progress: Callable[[int, int], None] | None, before: int, read: RowRead, done: int = 0
+    progress: Callable[[int, int], None] | None, read: RowRead, before: int, started: int
 ) -> None:
+    """``progress`` told of the files of groups read ``before`` and of the current group
+    ``started``."""
     if progress is not None:
-        progress(before + done, len(read.paths))
+        progress(before + started, len(read.paths))
 
 
 # --- pyarrow -------------------------------------------------------------------------------------

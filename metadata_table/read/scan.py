@@ -31,8 +31,8 @@ The names:
   those the filter needs, streaming, with DuckDB's Parquet reader or pyarrow's
   (:mod:`metadata_table.read.rows` says which when), and applies the whole filter to every
   row: an index only ever drops files, it never decides a row.
-* Outputs: :meth:`~TableScan.to_arrow_batch_reader` (memory bounded by Arrow's read-ahead, not
-  the result), :meth:`~TableScan.to_arrow`, :meth:`~TableScan.to_pandas`,
+* Outputs: :meth:`~TableScan.to_arrow_batch_reader` (memory bounded by a batch, not the
+  result), :meth:`~TableScan.to_arrow`, :meth:`~TableScan.to_pandas`,
   :meth:`~TableScan.to_duckdb`, :meth:`~TableScan.to_polars` (Polars is the optional extra
   ``async-indexer[polars]``) and :meth:`~TableScan.to_spark`.
 
@@ -543,8 +543,8 @@ class TableScan:
         return read_rows(self.row_read(), progress)
 
     def to_arrow_batch_reader(self) -> pa.RecordBatchReader:
-        """The rows as a stream: memory stays bounded by Arrow's read-ahead, whatever the size
-        of the result; ``limit`` stops the reading once enough rows came."""
+        """The rows as a stream: memory stays bounded by a batch and the reader's buffers,
+        whatever the size of the result; ``limit`` stops the reading once enough rows came."""
         return pa.RecordBatchReader.from_batches(self.output_schema, self.batches())
 
     def to_arrow(self) -> pa.Table:
