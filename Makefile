@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: demo demo-deps test test-fast test-hudi hudi-peer soak lint bench bench-markers bench-scan bench-mor bench-record-index bench-scale system-deps clean
+.PHONY: demo demo-deps test test-fast test-hudi hudi-peer soak lint bench bench-markers bench-scan bench-mor bench-record-index bench-scale bench-longrun system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +74,11 @@ bench-markers: $(VENV)/.installed-test
 # Scans through the index against full-scan readers, and a scan's peak memory (also in `make bench`).
 bench-scan: $(VENV)/.installed-test
 	$(PY) scripts/bench/scan.py
+
+# A table's long life: a warm writer upserting with default settings (clean and archival on),
+# storage, timeline, commit p50/p95 and a fresh read every 500 commits, up to 10,000.
+bench-longrun: $(VENV)/.installed-test
+	$(PY) -m scripts.bench.longrun --commits 10000
 
 # Merge-on-read tables: the build over slices with 0, 4, 16 log files each (also in `make bench`).
 bench-mor: $(VENV)/.installed-test

@@ -53,7 +53,11 @@ from metadata_table.partition_writer import (
     run_build_local,
     start_record_workers,
 )
+from timeline.archiver import ArchiveResult, archive
+from timeline.clean import CleanResult, clean
 from timeline.config import (
+    ARCHIVE_AUTOMATIC,
+    CLEAN_AUTOMATIC,
     FILES_WITH_OTHERS,
     LOCAL_BUILD_MAX_FILES,
     LOCAL_BUILD_MEMORY_MB,
@@ -670,6 +674,21 @@ class AsyncIndexer:
         :func:`timeline.rollback.clean_failed_writes`), each with its index update written in
         its critical section, so a rollback never leaves the index behind."""
         return clean_failed_writes(self.table, self.writer.apply_removal)
+
+    def table_services(self) -> tuple[list[CleanResult], ArchiveResult | None]:
+        """Clean old file versions (when ``hoodie.clean.automatic`` and its trigger say so) and
+        archive the oldest instants (``hoodie.archive.automatic``), as writers do after their
+        commits: what the daemon runs for tables whose writers do not (Apache Hudi's with its
+        services off, or ours with them off). Each clean's index update is written in its
+        critical section; archival stops at the oldest instant the index has not applied."""
+        config = self.table.config
+        cleaned = (
+            clean(self.table, self.writer.apply_removal) if config.get(CLEAN_AUTOMATIC) else []
+        )
+        archived = None
+        if config.get(ARCHIVE_AUTOMATIC):
+            archived = archive(self.table, unapplied=self.writer.oldest_unapplied)
+        return cleaned, archived
 
     def lost(self) -> dict[str, str]:
         """Completed partitions whose files vanished or were replaced, with the reason."""

@@ -55,6 +55,9 @@ class Metrics:
     catch_up_instants: float = 0.0
     lock_wait_seconds: float = 0.0
     rollbacks: int = 0
+    cleans: int = 0
+    cleaned_files: int = 0
+    archived_instants: int = 0
     compactions: int = 0
     synced_instants: int = 0
     resyncs: int = 0
@@ -113,6 +116,19 @@ class Metrics:
                 "counter",
                 "Failed writes rolled back",
                 self.rollbacks,
+            ),
+            ("cleans_total", "counter", "Cleans of old file versions completed", self.cleans),
+            (
+                "cleaned_files_total",
+                "counter",
+                "Old data file versions deleted by cleans",
+                self.cleaned_files,
+            ),
+            (
+                "archived_instants_total",
+                "counter",
+                "Instants moved from the active timeline to the archive",
+                self.archived_instants,
             ),
             ("compactions_total", "counter", "Metadata table compactions", self.compactions),
             (
@@ -264,7 +280,13 @@ class IndexerService:
             if now - state.last_clean >= self.config.clean_interval:
                 state.last_clean = now
                 rolled = indexer.clean_failed_writes()
-                self.metrics.add(rollbacks=len(rolled))
+                cleaned, archived = indexer.table_services()
+                self.metrics.add(
+                    rollbacks=len(rolled),
+                    cleans=len(cleaned),
+                    cleaned_files=sum(c.files_deleted for c in cleaned),
+                    archived_instants=len(archived.instants) if archived else 0,
+                )
             synced = indexer.sync()
             self.metrics.add(
                 synced_instants=len(synced.applied),

@@ -366,9 +366,14 @@ class PartitionWriter:
         self._mdt.apply_completed(instant.timestamp, records, state, lock)
 
     def apply_removal(self, lock: LockHandle, removal: Removal) -> None:
-        """The index's update for a rollback this kernel performs, inside its critical section
-        (the hook :func:`timeline.rollback.clean_failed_writes` takes)."""
+        """The index's update for a clean or rollback this kernel performs, inside its critical
+        section (the hook :func:`timeline.clean.clean` and
+        :func:`timeline.rollback.clean_failed_writes` take)."""
         self._mdt.apply_removal(lock, removal)
+
+    def oldest_unapplied(self, data_timeline: Timeline) -> str | None:
+        """Where archival stops (:meth:`MetadataTable.oldest_unapplied`)."""
+        return self._mdt.oldest_unapplied(data_timeline)
 
     def _infos_of(self, instant: Instant, metadata: CommitMetadata) -> list[DataFileInfo]:
         """The footers of the data files a completed instant wrote (of a log file, its blocks of

@@ -72,7 +72,7 @@ from timeline.index_state import IndexState
 from timeline.instant import Action, Instant, State, is_after
 from timeline.locks import LockHandle
 from timeline.markers import IOType, Marker, MarkerWriter, marker_folder
-from timeline.removals import Removal
+from timeline.removals import Removal, RemovalHook
 from timeline.storage import Storage
 from timeline.table import Table
 from timeline.table_config import PROPERTIES_FILE, TableConfig, TableType
@@ -637,6 +637,23 @@ class MetadataTable:
         nothing in the process's cache of decoded files (a one-off read of whole partitions,
         as validate's and compaction's, would push out what snapshots reuse)."""
         return MetadataReader(self, data_timeline, cache)
+
+    def oldest_unapplied(self, data_timeline: Timeline) -> str | None:
+        """The oldest completed data instant some partition of the index has not applied (None:
+        every partition is current): archival stops there, so the index never needs an
+        instant only the archive holds."""
+        state = self.table.reload_index_state()
+        if not state.partitions:
+            return None
+        reader = self.reader(data_timeline)
+        oldest = [u[0] for p in state.partitions if (u := reader.unapplied(p))]
+        return min(oldest).timestamp if oldest else None
+
+
+def removal_hook(table: Table) -> RemovalHook:
+    """The index's update of a clean or rollback of ``table`` the kernel performs (offered to it
+    through the ``async_indexer.removal_hooks`` entry point, see :mod:`timeline.removals`)."""
+    return MetadataTable(table).apply_removal
 
 
 def _in_groups(records: pa.Table, groups: set[tuple[str, str]]) -> pa.Table:

@@ -182,7 +182,9 @@ def test_commands_without_spark_answer_json_with_lowercase_states(tmp_path: Path
     assert sorted(r["partition"] for r in dumped["records"] if r["file_name"]) == sorted(
         f.partition_path for f in _files(table)
     )
-    assert as_json("timeline", "clean", base) == {"rolled_back": [], "pending": []}
+    cleaned = as_json("timeline", "clean", base)
+    assert (cleaned["rolled_back"], cleaned["pending"], cleaned["cleaned"]) == ([], [], [])
+    assert cleaned["policy"].startswith("KEEP_LATEST_COMMITS (hoodie.cleaner.commits.retained=10")
     assert as_json("indexer", "migrate", base)["migrated"] is False
 
     # two more commits give each file group logs to merge

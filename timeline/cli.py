@@ -319,12 +319,17 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _clean(args: argparse.Namespace) -> int:
+    from timeline.clean import CleanPlanner, clean
     from timeline.config import HEARTBEAT_INTERVAL_MS, HEARTBEAT_TOLERABLE_MISSES
+    from timeline.removals import index_removal_hook
     from timeline.rollback import clean_failed_writes, pending_writes
 
     table = Table.open(args.base, config_from_args(args))
-    rolled_back = clean_failed_writes(table)
-    left = pending_writes(table)
+    hook = index_removal_hook(table)  # the index's update, inside each critical section
+    rolled_back = [] if args.versions_only else clean_failed_writes(table, hook)
+    left = [] if args.versions_only else pending_writes(table)
+    planner = CleanPlanner(table)
+    cleaned = [] if args.failed_writes_only else clean(table, hook, planner, force=True)
     if args.json:
         print(
             json.dumps(
@@ -334,6 +339,18 @@ def _clean(args: argparse.Namespace) -> int:
                         for i in rolled_back
                     ],
                     "pending": [p.to_json() for p in left],
+                    "cleaned": [
+                        {
+                            "timestamp": c.instant.timestamp,
+                            "files_deleted": c.files_deleted,
+                            "partitions": len(c.plan.files),
+                            "earliest_commit_to_retain": c.plan.earliest_to_retain.timestamp
+                            if c.plan.earliest_to_retain
+                            else None,
+                        }
+                        for c in cleaned
+                    ],
+                    "policy": planner.policy.describe(),
                 }
             )
         )
@@ -352,8 +369,17 @@ def _clean(args: argparse.Namespace) -> int:
             f"{misses.key}={table.config.get(misses)}; give clean the writers' own settings, "
             "with --conf or the --config file, if they run with others)"
         )
-    if not rolled_back and not left:
+    if not args.versions_only and not rolled_back and not left:
         print("no failed writes, and no pending write")
+    for done in cleaned:
+        kept = done.plan.earliest_to_retain
+        print(
+            f"cleaned {done.instant.timestamp}: {done.files_deleted} old file versions deleted "
+            f"in {len(done.plan.files)} partitions"
+            + (f" (commits from {kept.timestamp} on stay readable)" if kept else "")
+        )
+    if not args.failed_writes_only and not cleaned:
+        print(f"no old file versions to delete ({planner.policy.describe()})")
     table.close()
     return EXIT_OK
 
@@ -449,22 +475,40 @@ def build_parser() -> argparse.ArgumentParser:
 
     clean = sub.add_parser(
         "clean",
-        help="roll back failed writes (pending writes whose heartbeat expired)",
+        help="roll back failed writes, then delete old file versions (Hudi's clean)",
         description=(
-            "Finish interrupted rollbacks, then roll back every pending commit or deltacommit "
-            "whose writer's heartbeat expired: delete the files its markers name, write a "
-            "rollback instant listing them, remove its markers and heartbeat. On a "
-            "merge-on-read table failed deltacommits are left to Apache Hudi's own rollback "
-            "(their log appends need rollback command blocks). Then lists the pending writes it "
-            "left and why: a writer alive or not yet provably dead (with the time until its "
-            "heartbeat expires), no heartbeat file. A writer counts as dead after "
-            "hoodie.client.heartbeat.interval_in_ms x hoodie.client.heartbeat.tolerable.misses "
-            "(2 minutes by default): give clean the writers' own settings (--conf, or the "
-            "--config file's entry for the table, as the writers read it)."
+            "Two jobs, each reported. 1. Failed writes: finish interrupted rollbacks, then roll "
+            "back every pending commit or deltacommit whose writer's heartbeat expired: delete "
+            "the files its markers name, write a rollback instant listing them, remove its "
+            "markers and heartbeat. On a merge-on-read table failed deltacommits are left to "
+            "Apache Hudi's own rollback (their log appends need rollback command blocks). Then "
+            "lists the pending writes it left and why: a writer alive or not yet provably dead "
+            "(with the time until its heartbeat expires), no heartbeat file. A writer counts as "
+            "dead after hoodie.client.heartbeat.interval_in_ms x "
+            "hoodie.client.heartbeat.tolerable.misses (2 minutes by default): give clean the "
+            "writers' own settings (--conf, or the --config file's entry for the table, as the "
+            "writers read it). 2. Old file versions: finish any interrupted clean, then delete "
+            "the file versions the cleaner policy no longer keeps (hoodie.cleaner.policy, "
+            "KEEP_LATEST_COMMITS with hoodie.cleaner.commits.retained=10 by default; never a "
+            "version a savepoint, a pending write or a snapshot opened within "
+            "indexer.clean.grace.seconds can read), as a clean instant in Apache Hudi's format. "
+            "The table's index, if it has one, is updated inside each critical section. A table "
+            "with Apache Hudi's own metadata table is left to Hudi's cleaner."
         ),
     )
     clean.add_argument("base", help="table base path")
-    add_common_options(clean, json_help='print {"rolled_back": [{timestamp, action, state}]}')
+    only = clean.add_mutually_exclusive_group()
+    only.add_argument(
+        "--failed-writes-only", action="store_true", help="only job 1: roll back failed writes"
+    )
+    only.add_argument(
+        "--versions-only", action="store_true", help="only job 2: delete old file versions"
+    )
+    add_common_options(
+        clean,
+        json_help='print {"rolled_back": [...], "pending": [...], "cleaned": [{timestamp, '
+        'files_deleted, partitions, earliest_commit_to_retain}], "policy": ...}',
+    )
     clean.set_defaults(func=_clean)
 
     server = sub.add_parser(

@@ -140,6 +140,125 @@ FAILED_WRITES_POLICY: ConfigKey[str] = _key(
 )
 
 
+# --- table services over a table's life: Apache Hudi's keys, Hudi 0.15's defaults ----------------
+
+CLEANER_POLICY: ConfigKey[str] = _key(
+    ConfigKey(
+        "hoodie.cleaner.policy",
+        str.upper,
+        "KEEP_LATEST_COMMITS",
+        "Which old file versions a clean deletes. KEEP_LATEST_COMMITS: every version a query "
+        "over the last hoodie.cleaner.commits.retained commits can read is kept; "
+        "KEEP_LATEST_FILE_VERSIONS: the newest hoodie.cleaner.fileversions.retained versions of "
+        "each file group; KEEP_LATEST_BY_HOURS: every version a query over the last "
+        "hoodie.cleaner.hours.retained hours can read.",
+        _one_of("KEEP_LATEST_COMMITS", "KEEP_LATEST_FILE_VERSIONS", "KEEP_LATEST_BY_HOURS"),
+        "one of KEEP_LATEST_COMMITS, KEEP_LATEST_FILE_VERSIONS, KEEP_LATEST_BY_HOURS",
+    )
+)
+CLEANER_COMMITS_RETAINED: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.cleaner.commits.retained",
+        int,
+        10,
+        "KEEP_LATEST_COMMITS: how many of the latest commits a snapshot or time-travel query "
+        "can still read at.",
+        _positive,
+        "must be > 0",
+    )
+)
+CLEANER_FILE_VERSIONS_RETAINED: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.cleaner.fileversions.retained",
+        int,
+        3,
+        "KEEP_LATEST_FILE_VERSIONS: how many versions of each file group are kept.",
+        _positive,
+        "must be > 0",
+    )
+)
+CLEANER_HOURS_RETAINED: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.cleaner.hours.retained",
+        int,
+        24,
+        "KEEP_LATEST_BY_HOURS: how many hours back a query can still read at.",
+        _positive,
+        "must be > 0",
+    )
+)
+CLEAN_AUTOMATIC: ConfigKey[bool] = _key(
+    ConfigKey(
+        "hoodie.clean.automatic",
+        _parse_bool,
+        True,
+        "Clean after each commit of this project's writers (as Apache Hudi's writers do); false "
+        "leaves cleaning to `indexer-table clean`, the daemon or Hudi's own cleaner.",
+    )
+)
+CLEAN_MAX_COMMITS: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.clean.max.commits",
+        int,
+        1,
+        "An automatic clean is planned once this many commits completed since the last clean.",
+        _positive,
+        "must be > 0",
+    )
+)
+CLEANER_INCREMENTAL: ConfigKey[bool] = _key(
+    ConfigKey(
+        "hoodie.cleaner.incremental.mode",
+        _parse_bool,
+        True,
+        "Plan a clean over the partitions written since the last clean's earliest retained "
+        "commit only (KEEP_LATEST_COMMITS, KEEP_LATEST_BY_HOURS), not over every partition.",
+    )
+)
+CLEAN_GRACE_SECONDS: ConfigKey[float] = _key(
+    ConfigKey(
+        "indexer.clean.grace.seconds",
+        float,
+        60.0,
+        "A file version is kept while a snapshot opened this many seconds ago can still read "
+        "it, whatever the cleaner policy says: a scan that started before a clean finishes "
+        "unless it runs longer than this. 0: the policy alone.",
+        lambda v: v >= 0,
+        "must be >= 0",
+    )
+)
+ARCHIVE_AUTOMATIC: ConfigKey[bool] = _key(
+    ConfigKey(
+        "hoodie.archive.automatic",
+        _parse_bool,
+        True,
+        "Archive the oldest instants of the active timeline after each commit of this "
+        "project's writers (as Apache Hudi's writers do), keeping it between "
+        "hoodie.keep.min.commits and hoodie.keep.max.commits completed writes.",
+    )
+)
+KEEP_MIN_COMMITS: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.keep.min.commits",
+        int,
+        20,
+        "Archival leaves this many completed writes (and cleans, and rollbacks) active.",
+        _positive,
+        "must be > 0",
+    )
+)
+KEEP_MAX_COMMITS: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.keep.max.commits",
+        int,
+        30,
+        "Archival runs once more than this many completed writes (or cleans, or rollbacks) "
+        "are active; must be greater than hoodie.keep.min.commits.",
+        _positive,
+        "must be > 0",
+    )
+)
+
 CONFLICT_STRATEGY: ConfigKey[str] = _key(
     ConfigKey(
         "hoodie.write.lock.conflict.resolution.strategy",

@@ -1,12 +1,14 @@
 """The Avro instant metadata this kernel writes into tables Apache Hudi shares: a rollback's plan
 (``T.rollback.requested``, Hudi's ``HoodieRollbackPlan``) and its metadata (``T.rollback``,
-``HoodieRollbackMetadata``).
+``HoodieRollbackMetadata``); a clean's plan (``T.clean.requested`` and ``T.clean.inflight``,
+``HoodieCleanerPlan``) and its metadata (``T.clean``, ``HoodieCleanMetadata``).
 
 Hudi 0.x writes rollback, clean and restore instants as Avro object container files (null codec,
 the record's schema in the header) and reads them back with its own compiled schemas; its
 archiver and cleaner deserialize every rollback instant they pass over, so an instant of ours in
 any other format makes them fail. The schemas below are those of Hudi 0.15's
-``hudi-common`` (``HoodieRollbackPlan.avsc``, ``HoodieRollbackMetadata.avsc``): field names,
+``hudi-common`` (``HoodieRollbackPlan.avsc``, ``HoodieRollbackMetadata.avsc``,
+``HoodieCleanerPlan.avsc``, ``HoodieCleanMetadata.avsc``, as compiled into its bundle): field names,
 types, order and defaults matter to Hudi's schema resolution, so they are kept as Hudi declares
 them. Files are written and read with ``fastavro``.
 """
@@ -118,18 +120,156 @@ ROLLBACK_METADATA_SCHEMA: dict[str, Any] = {
     ],
 }
 
+_STRINGS_BY_NAME = {"type": "map", "values": _STRING, "avro.java.string": "String"}
+
+CLEAN_PLAN_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "HoodieCleanerPlan",
+    "namespace": "org.apache.hudi.avro.model",
+    "fields": [
+        {
+            "name": "earliestInstantToRetain",
+            "type": [
+                "null",
+                {
+                    "type": "record",
+                    "name": "HoodieActionInstant",
+                    "fields": [
+                        {"name": "timestamp", "type": _STRING},
+                        {"name": "action", "type": _STRING},
+                        {"name": "state", "type": _STRING},
+                    ],
+                },
+            ],
+            "default": None,
+        },
+        {"name": "lastCompletedCommitTimestamp", "type": _STRING, "default": ""},
+        {"name": "policy", "type": _STRING},
+        {
+            "name": "filesToBeDeletedPerPartition",
+            "type": [
+                "null",
+                {"type": "map", "values": _STRINGS, "avro.java.string": "String"},
+            ],
+            "default": None,
+        },
+        {"name": "version", "type": ["int", "null"], "default": 1},
+        {
+            "name": "filePathsToBeDeletedPerPartition",
+            "type": [
+                "null",
+                {
+                    "type": "map",
+                    "values": {
+                        "type": "array",
+                        "items": {
+                            "type": "record",
+                            "name": "HoodieCleanFileInfo",
+                            "fields": [
+                                {"name": "filePath", "type": ["null", _STRING], "default": None},
+                                {
+                                    "name": "isBootstrapBaseFile",
+                                    "type": ["null", "boolean"],
+                                    "default": None,
+                                },
+                            ],
+                        },
+                    },
+                    "avro.java.string": "String",
+                },
+            ],
+            "doc": "This field replaces the field filesToBeDeletedPerPartition",
+            "default": None,
+        },
+        {
+            "name": "partitionsToBeDeleted",
+            "type": ["null", _STRINGS],
+            "doc": "partitions to be deleted",
+            "default": None,
+        },
+        {
+            "name": "extraMetadata",
+            "type": ["null", {**_STRINGS_BY_NAME, "default": None}],
+            "default": None,
+        },
+    ],
+}
+
+CLEAN_METADATA_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "HoodieCleanMetadata",
+    "namespace": "org.apache.hudi.avro.model",
+    "fields": [
+        {"name": "startCleanTime", "type": _STRING},
+        {"name": "timeTakenInMillis", "type": "long"},
+        {"name": "totalFilesDeleted", "type": "int"},
+        {"name": "earliestCommitToRetain", "type": _STRING},
+        {"name": "lastCompletedCommitTimestamp", "type": _STRING, "default": ""},
+        {
+            "name": "partitionMetadata",
+            "type": {
+                "type": "map",
+                "values": {
+                    "type": "record",
+                    "name": "HoodieCleanPartitionMetadata",
+                    "fields": [
+                        {"name": "partitionPath", "type": _STRING},
+                        {"name": "policy", "type": _STRING},
+                        {"name": "deletePathPatterns", "type": _STRINGS},
+                        {"name": "successDeleteFiles", "type": _STRINGS},
+                        {"name": "failedDeleteFiles", "type": _STRINGS},
+                        {
+                            "name": "isPartitionDeleted",
+                            "type": ["null", "boolean"],
+                            "default": None,
+                        },
+                    ],
+                },
+                "avro.java.string": "String",
+            },
+        },
+        {"name": "version", "type": ["int", "null"], "default": 1},
+        {
+            "name": "bootstrapPartitionMetadata",
+            "type": [
+                "null",
+                {
+                    "type": "map",
+                    "values": "HoodieCleanPartitionMetadata",
+                    "avro.java.string": "String",
+                    "default": None,
+                },
+            ],
+            "default": None,
+        },
+        {
+            "name": "extraMetadata",
+            "type": ["null", {**_STRINGS_BY_NAME, "default": None}],
+            "default": None,
+        },
+    ],
+}
+
 _PARSED = {
     "plan": fastavro.parse_schema(ROLLBACK_PLAN_SCHEMA),
     "metadata": fastavro.parse_schema(ROLLBACK_METADATA_SCHEMA),
+    "clean_plan": fastavro.parse_schema(CLEAN_PLAN_SCHEMA),
+    "clean_metadata": fastavro.parse_schema(CLEAN_METADATA_SCHEMA),
 }
 
 
 def avro_file(schema: str, record: Mapping[str, Any]) -> bytes:
     """One record as an Avro object container file, as Hudi serializes instant metadata
-    (``schema``: "plan" or "metadata")."""
+    (``schema``: "plan" or "metadata" of a rollback, "clean_plan" or "clean_metadata")."""
     sink = io.BytesIO()
     fastavro.writer(sink, _PARSED[schema], [dict(record)], codec="null")
     return sink.getvalue()
 
 
-__all__ = ["ROLLBACK_METADATA_SCHEMA", "ROLLBACK_PLAN_SCHEMA", "avro_file"]
+__all__ = [
+    "CLEAN_METADATA_SCHEMA",
+    "CLEAN_PLAN_SCHEMA",
+    "ROLLBACK_METADATA_SCHEMA",
+    "ROLLBACK_PLAN_SCHEMA",
+    "avro_file",
+]

@@ -19,14 +19,19 @@ from __future__ import annotations
 import io
 import json
 import posixpath
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any
 
 import fastavro
 
 from timeline.errors import CorruptInstantError
 from timeline.instant import Action, Instant
+from timeline.locks import LockHandle
+
+if TYPE_CHECKING:
+    from timeline.table import Table
 
 #: Actions that delete data files without writing any.
 REMOVAL_ACTIONS = frozenset({Action.CLEAN, Action.ROLLBACK, Action.RESTORE})
@@ -53,6 +58,25 @@ class Removal:
         return partition in self.whole_partitions or file_name in self.deleted.get(
             partition, frozenset()
         )
+
+
+#: Called under the table lock with what a clean or rollback deleted, before it completes: the
+#: index's update (the metadata table is above this kernel, so it comes in as a callback).
+RemovalHook = Callable[[LockHandle, Removal], None]
+
+#: the entry-point group through which a package above the kernel offers the index's update of a
+#: removal (``metadata_table`` registers its own): the kernel names no package above it
+HOOK_GROUP = "async_indexer.removal_hooks"
+
+
+def index_removal_hook(table: Table) -> RemovalHook | None:
+    """The index's update of a clean or rollback of ``table``, from the installed packages that
+    offer one (None when none does, or the table has no index)."""
+    for point in entry_points(group=HOOK_GROUP):
+        hook = point.load()(table)
+        if hook is not None:
+            return hook  # type: ignore[no-any-return]
+    return None
 
 
 def read_avro_records(data: bytes) -> list[dict[str, Any]]:
@@ -117,8 +141,11 @@ def _from_partition_metadata(instant: Instant, records: Iterable[Mapping[str, An
 
 
 __all__ = [
+    "HOOK_GROUP",
     "REMOVAL_ACTIONS",
     "Removal",
+    "RemovalHook",
+    "index_removal_hook",
     "parse_removal",
     "read_avro_records",
     "removal_from_record",

@@ -26,7 +26,6 @@ import logging
 import posixpath
 import time
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +37,7 @@ from timeline.hudi_avro import avro_file
 from timeline.instant import Action, Instant, State
 from timeline.locks import LockHandle
 from timeline.markers import IOType, marker_folder, read_markers
-from timeline.removals import AVRO_MAGIC, Removal, read_avro_records
+from timeline.removals import AVRO_MAGIC, Removal, RemovalHook, read_avro_records
 from timeline.storage import Storage
 from timeline.table import Table
 from timeline.table_config import TableType
@@ -47,10 +46,6 @@ logger = logging.getLogger(__name__)
 
 #: Pending instants of these actions are rolled back when their writer is provably dead.
 ROLLBACK_ACTIONS = frozenset({Action.COMMIT, Action.DELTA_COMMIT})
-
-#: Called under the lock with what a rollback deleted, before the rollback completes: the
-#: index's update (the metadata table is above this kernel, so it comes in as a callback).
-RemovalHook = Callable[[LockHandle, Removal], None]
 
 
 @dataclass(frozen=True)

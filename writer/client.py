@@ -41,11 +41,15 @@ from metadata_table.read.kept import KeptFilters
 from metadata_table.read.snapshot import IndexedSnapshot
 from metadata_table.records import DataFileInfo, placed_keys, read_record_keys
 from metadata_table.table import MetadataTable
+from timeline.archiver import ArchiveResult, archive
 from timeline.arrow_types import as_stored
+from timeline.clean import CleanPlanner, CleanResult, clean
 from timeline.commit_metadata import CommitMetadata, WriteStat
 from timeline.config import (
+    ARCHIVE_AUTOMATIC,
     ASYNC_CONFLICT_PERIOD_MS,
     BUCKET_COUNT,
+    CLEAN_AUTOMATIC,
     CONFLICT_STRATEGY,
     EARLY_CONFLICT_CHECK_COMMITS,
     EARLY_CONFLICT_DETECTION,
@@ -195,6 +199,10 @@ class WriteClient:
         #: files neither lists the partition nor reads its filters again
         self.kept_bases = KeptBaseFiles()
         self.kept_filters = KeptFilters()
+        self._cleaner: CleanPlanner | None = None
+        #: what the table services after the last commit did
+        self.last_cleans: list[CleanResult] = []
+        self.last_archive: ArchiveResult | None = None
 
     def marker_server_url(self) -> str:
         """The marker server to use: the configured one, or one embedded in this client."""
@@ -264,6 +272,28 @@ class WriteClient:
         if self.options.hudi_metadata_table == "refuse":
             self.hudi_metadata_table(None, "")  # fail before writing anything
         return WriteTransaction(self, Operation(operation))
+
+    def after_commit(self) -> None:
+        """The table services Apache Hudi's writers run inline after each commit: a clean of old
+        file versions (``hoodie.clean.automatic``), its index update written in its critical
+        section, then an archival of the oldest instants (``hoodie.archive.automatic``), never
+        of one the index has not applied. A failure is logged, not raised: the commit stands,
+        and the next commit's services finish or retry it."""
+        self.last_cleans, self.last_archive = [], None
+        config, mdt = self.table.config, MetadataTable(self.table)
+        try:
+            if config.get(CLEAN_AUTOMATIC):
+                if self._cleaner is None:
+                    self._cleaner = CleanPlanner(self.table)
+                self.last_cleans = clean(self.table, mdt.apply_removal, self._cleaner)
+            if config.get(ARCHIVE_AUTOMATIC):
+                self.last_archive = archive(self.table, unapplied=mdt.oldest_unapplied)
+        except Exception as e:  # the commit is done; the next one retries
+            logger.warning(
+                "table services after a commit to %s failed (retried after the next commit): %s",
+                self.table.base_uri,
+                e,
+            )
 
     def hudi_metadata_table(self, lock: LockHandle | None, why: str) -> None:
         """Apache Hudi's own metadata table, if the table has one: refused (with
@@ -795,13 +825,15 @@ class WriteTransaction:
         failure while completing raises :class:`CommitStateUnknownError` and deletes nothing."""
         self._check_open()
         try:
-            return self._commit()
+            done = self._commit()
         except CommitStateUnknownError:
             raise
         except BaseException:
             if self._state is _TxnState.OPEN:
                 self.abort()
             raise
+        self.client.after_commit()
+        return done
 
     def _commit(self) -> Instant:
         named = self._commit_schema

@@ -1,0 +1,152 @@
+"""A table's long life: one warm writer upserting for thousands of commits with default settings
+(its inline clean and archival on), every index built first; at checkpoints, the storage (data
+and `.hoodie/`, files and bytes), the instant files on the active timeline, commit p50/p95 over
+the commits since the last checkpoint, and a fresh read in a new process (open the table, look
+one key up through the index). Prints each checkpoint and, at the end, the ratios of the last
+checkpoint to the first one at or after --baseline commits (targets: flat within 1.3x; data
+within 1.5x of what the cleaner retains).
+
+    python -m scripts.bench.longrun --commits 10000 [--every 500] [--rows 20000] [--partitions 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+_FRESH_READ = """
+import sys, time
+started = time.perf_counter()
+from metadata_table import load_table
+from metadata_table.read.filters import col
+table = load_table(sys.argv[1])
+rows = table.scan(col("uuid") == sys.argv[2]).to_arrow()
+assert rows.num_rows == 1, rows.num_rows
+print(time.perf_counter() - started)
+"""
+
+
+def _rows(keys: list[int], partitions: int, ts: int) -> pa.Table:
+    return pa.table(
+        {
+            "uuid": [f"k{k:08d}" for k in keys],
+            "city": [f"c{k % partitions}" for k in keys],
+            "ts": pa.array([ts] * len(keys), pa.int64()),
+            "fare": [float(k % 1000) + ts for k in keys],
+        }
+    )
+
+
+def _storage(base: Path) -> dict[str, int]:
+    data_files = data_bytes = meta_files = meta_bytes = 0
+    for root, _, names in os.walk(base):
+        meta = "/.hoodie" in root + "/"
+        for name in names:
+            size = os.path.getsize(os.path.join(root, name))
+            if meta:
+                meta_files, meta_bytes = meta_files + 1, meta_bytes + size
+            elif name.endswith(".parquet"):
+                data_files, data_bytes = data_files + 1, data_bytes + size
+    instants = sum(1 for n in os.listdir(base / ".hoodie") if n[:1].isdigit())
+    return {
+        "data_files": data_files,
+        "data_mb": round(data_bytes / 1e6, 1),
+        "hoodie_files": meta_files,
+        "hoodie_mb": round(meta_bytes / 1e6, 1),
+        "instant_files": instants,
+    }
+
+
+def _fresh_read(base: Path, key: str) -> float:
+    done = subprocess.run(
+        [sys.executable, "-c", _FRESH_READ, str(base), key],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, FILES, RECORD_INDEX
+    from metadata_table.maintenance import initialize
+    from timeline import Table
+    from timeline.config import Config
+    from writer.client import WriteClient
+
+    base = Path(tempfile.mkdtemp(prefix="longrun-")) / "t"
+    config = Config.resolve(explicit={"indexer.lock.url": "inprocess", **dict(args.conf)})
+    table = Table.create(str(base), "trips", ["uuid"], ["city"], "ts", config=config)
+    with WriteClient(table) as client:
+        client.insert(_rows(list(range(args.rows)), args.partitions, 0))
+    initialize(table, [FILES, COLUMN_STATS, BLOOM_FILTERS, RECORD_INDEX])
+    points: list[dict[str, Any]] = []
+    latencies: list[float] = []
+    step = max(1, args.rows // args.per_commit)
+    with WriteClient(table) as client:
+        for n in range(1, args.commits + 1):
+            start = (n * 7919) % step * args.per_commit
+            keys = list(range(start, start + args.per_commit))
+            began = time.perf_counter()
+            client.upsert(_rows(keys, args.partitions, n))
+            latencies.append(time.perf_counter() - began)
+            if n % args.every == 0 or n == args.commits:
+                quantiles = statistics.quantiles(latencies, n=20)
+                point = {
+                    "commits": n,
+                    **_storage(base),
+                    "commit_p50_ms": round(statistics.median(latencies) * 1000),
+                    "commit_p95_ms": round(quantiles[-1] * 1000),
+                    "fresh_read_s": round(_fresh_read(base, f"k{start:08d}"), 2),
+                }
+                points.append(point)
+                latencies = []
+                print(json.dumps(point), flush=True)
+    return points
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--commits", type=int, default=10_000)
+    parser.add_argument("--every", type=int, default=500, help="checkpoint every N commits")
+    parser.add_argument("--baseline", type=int, default=500, help="compare with this point")
+    parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--per-commit", type=int, default=50)
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        type=lambda s: tuple(s.split("=", 1)),
+        help="key=value for the writer (e.g. hoodie.clean.automatic=false)",
+    )
+    args = parser.parse_args(argv)
+    points = run(args)
+    first = next((p for p in points if p["commits"] >= args.baseline), points[0])
+    last = points[-1]
+    print(f"\nfrom {first['commits']} to {last['commits']} commits (last / first):")
+    for name in (
+        "data_files",
+        "hoodie_files",
+        "instant_files",
+        "commit_p50_ms",
+        "commit_p95_ms",
+        "fresh_read_s",
+    ):
+        ratio = last[name] / first[name] if first[name] else float("nan")
+        print(f"  {name:<15} {first[name]:>10} -> {last[name]:>10}  {ratio:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

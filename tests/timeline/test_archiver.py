@@ -1,0 +1,178 @@
+"""Archiving the active timeline: Hudi's bounds (min/max commits, cleans and rollbacks apart),
+what stops it (a pending instant, the last clean's earliest retained commit, a savepoint, an
+instant the index has not applied), Hudi's archive format read back, and a crash part-way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from timeline import Action, Table
+from timeline.archived import read_archived
+from timeline.archiver import ArchivalPolicy, archive, instants_to_archive
+from timeline.config import Config
+from timeline.errors import ConfigError
+from timeline.fs_view import FileSystemView
+from timeline.instant import State
+from writer.client import WriteClient
+
+from .test_clean import rows
+
+BASE_CONFIG = {
+    "indexer.lock.url": "inprocess",
+    "hoodie.clean.automatic": "false",
+    "hoodie.archive.automatic": "false",
+    "indexer.clean.grace.seconds": "0",
+    "hoodie.keep.min.commits": "3",
+    "hoodie.keep.max.commits": "5",
+}
+POLICY = ArchivalPolicy(3, 5)
+
+
+def make_table(base: Path, **values: str) -> Table:
+    config = Config.resolve(explicit={**BASE_CONFIG, **values})
+    return Table.create(str(base), "trips", ["uuid"], ["city"], "ts", config=config)
+
+
+def write(table: Table, commits: int, start: int = 0) -> list[str]:
+    with WriteClient(table) as client:
+        return [
+            client.upsert(rows([f"k{ts}", "a"], ts)).timestamp
+            for ts in range(start, start + commits)
+        ]
+
+
+def snapshot(table: Table) -> list[dict[str, Any]]:
+    data = FileSystemView(table.timeline, table.timeline.load()).read_snapshot(["uuid", "ts"])
+    return sorted(data.to_pylist(), key=lambda r: r["uuid"])
+
+
+def test_archival_keeps_the_active_timeline_between_its_bounds(tmp_path: Path) -> None:
+    table = make_table(tmp_path)
+    times = write(table, 5)
+    assert archive(table, POLICY) is None  # 5 completed writes: not more than max
+    times += write(table, 1, 5)
+    before = snapshot(table)
+    result = archive(table, POLICY)
+    assert result is not None
+    assert [i.timestamp for i in result.instants] == times[:3]  # down to min = 3
+    assert result.file.endswith(".commits_.archive.1_1-0-1")
+    timeline = table.timeline.load()
+    assert [i.timestamp for i in timeline.write_timeline()] == times[3:]
+    names = set(table.storage.file_names(".hoodie"))
+    assert not any(n.startswith(tuple(times[:3])) for n in names)
+    assert snapshot(table) == before  # the archived commits' files are still committed
+    archived = read_archived(table.storage, ".hoodie/archived")
+    assert [a.instant.timestamp for a in archived] == times[:3]
+    for entry in archived:  # the commit metadata, in Hudi's Avro shape
+        stats = entry.metadata["partitionToWriteStats"]  # type: ignore[index]
+        assert stats["sf"][0]["fileId"] and stats["sf"][0]["numWrites"] == 2
+    times += write(table, 3, 6)
+    second = archive(table, POLICY)
+    assert second is not None and second.file.endswith(".commits_.archive.2_1-0-1")
+    archived = read_archived(table.storage, ".hoodie/archived")
+    assert [a.instant.timestamp for a in archived] == times[:6]
+
+
+def test_what_archival_never_passes(tmp_path: Path) -> None:
+    table = make_table(tmp_path)
+    times = write(table, 8)
+    timeline = table.timeline.load()
+    assert [i.timestamp for i in instants_to_archive(table, timeline, POLICY)] == times[:5]
+    # an instant the index has not applied
+    unapplied = instants_to_archive(table, timeline, POLICY, unapplied=times[2])
+    assert [i.timestamp for i in unapplied] == times[:2]
+    # the earliest pending instant of any action
+    pending = table.timeline.create_requested(Action.CLEAN, b"", _between(times[1], times[2]))
+    timeline = table.timeline.load()
+    assert [i.timestamp for i in instants_to_archive(table, timeline, POLICY)] == times[:2]
+    table.timeline.delete_pending(pending)
+    # the earliest commit the last clean retains
+    from timeline.clean import CleanPlanner, clean
+
+    cleaner = CleanPlanner(table)
+    cleaner.policy = cleaner.policy.__class__(commits_retained=5, grace_seconds=0)
+    (done,) = clean(table, planner=cleaner)
+    assert done.plan.earliest_to_retain is not None
+    assert done.plan.earliest_to_retain.timestamp == times[3]
+    timeline = table.timeline.load()
+    assert [i.timestamp for i in instants_to_archive(table, timeline, POLICY)] == times[:3]
+
+
+def _between(a: str, b: str) -> str:
+    """An instant time after ``a`` and before ``b`` (17 digits)."""
+    value = str(int(a) + 1)
+    assert value < b
+    return value
+
+
+def test_cleans_are_archived_by_their_own_count(tmp_path: Path) -> None:
+    table = make_table(
+        tmp_path,
+        **{"hoodie.clean.automatic": "true", "hoodie.cleaner.commits.retained": "1"},
+    )
+    write(table, 9)
+    timeline = table.timeline.load()
+    cleans = [i.timestamp for i in timeline.with_actions(Action.CLEAN).completed()]
+    assert len(cleans) == 7
+    chosen = instants_to_archive(table, timeline, POLICY)
+    assert [i.timestamp for i in chosen if i.action is Action.CLEAN] == cleans[:4]
+    result = archive(table, POLICY)
+    assert result is not None
+    archived = read_archived(table.storage, ".hoodie/archived")
+    kept = [a for a in archived if a.instant.action is Action.CLEAN]
+    assert [a.instant.timestamp for a in kept] == cleans[:4]
+    assert all(a.metadata and a.metadata["totalFilesDeleted"] == 1 for a in kept)
+
+
+def test_a_crash_between_the_archive_file_and_the_deletes_converges(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = make_table(tmp_path)
+    times = write(table, 6)
+    before = snapshot(table)
+    deleted: list[str] = []
+    original = table.storage.delete
+
+    def crash_after_two(path: str, *args: Any, **kwargs: Any) -> Any:
+        if len(deleted) == 2:
+            raise OSError("killed")
+        deleted.append(path)
+        return original(path, *args, **kwargs)
+
+    monkeypatch.setattr(table.storage, "delete", crash_after_two)
+    with pytest.raises(OSError, match="killed"):
+        archive(table, POLICY)
+    monkeypatch.undo()
+    # the first instant lost its requested and inflight files: its completed file is still there
+    first = table.timeline.load().get(times[0])
+    assert first is not None and first.state is State.COMPLETED
+    assert archive(table, POLICY) is not None
+    assert [i.timestamp for i in table.timeline.load().write_timeline()] == times[3:]
+    archived = read_archived(table.storage, ".hoodie/archived")
+    assert [a.instant.timestamp for a in archived] == times[:3]  # each once
+    assert snapshot(table) == before
+
+
+def test_our_writers_archive_after_each_commit_by_default(tmp_path: Path) -> None:
+    table = make_table(tmp_path, **{"hoodie.archive.automatic": "true"})
+    with WriteClient(table) as client:
+        archived = 0
+        for ts in range(14):
+            client.upsert(rows([f"k{ts}"], ts))
+            archived += len(client.last_archive.instants) if client.last_archive else 0
+            assert len(table.timeline.load().write_timeline().completed()) <= 5
+    # at the 6th, 9th and 12th commits 6 were active: 3 archived each time, 5 left at the end
+    assert archived == 9
+    assert len(table.timeline.load().write_timeline()) == 5
+    assert len(snapshot(table)) == 14
+
+
+def test_the_bounds_are_checked(tmp_path: Path) -> None:
+    config = Config.resolve(
+        explicit={"hoodie.keep.min.commits": "30", "hoodie.keep.max.commits": "30"}
+    )
+    with pytest.raises(ConfigError, match=r"hoodie\.keep\.max\.commits"):
+        ArchivalPolicy.from_config(config)

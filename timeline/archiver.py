@@ -1,0 +1,241 @@
+"""Archiving the active timeline, as Apache Hudi 0.15's ``HoodieTimelineArchiver`` does.
+
+Every instant is a few files in ``.hoodie/``, and every fresh reader lists them and many read
+them: a timeline that only grows makes every commit, status and first read slower. Hudi keeps it
+short. When more than ``hoodie.keep.max.commits`` (30) writes are completed on the active
+timeline, the oldest are moved to the archived timeline down to ``hoodie.keep.min.commits``
+(20); cleans and rollbacks are counted apart, action by action, with the same bounds. Never
+archived: anything at or after the earliest pending instant (of any action), the earliest commit
+the last clean retains (a query may still read there), a savepoint, or an instant this table's
+index has not applied yet (its readers would need it). A table with Apache Hudi's own metadata
+table is left to Hudi's archiver (it also bounds archival by that table's compactions).
+
+An archival writes one new file ``.hoodie/archived/.commits_.archive.<N>_1-0-1``: a Hudi log
+file of one Avro data block of ``HoodieArchivedMetaEntry`` records (one per instant file:
+requested, inflight and completed), in Hudi 0.15's schema
+(``hudi_schemas/HoodieArchivedMetaEntry.avsc``, as compiled into Hudi's bundle), so Hudi's
+archived timeline, its incremental queries and its own archiver (which appends after ours) read
+it; then it deletes the instants' files from ``.hoodie/``, pending states first and the
+completed file last (never a completed instant without its earlier states showing as pending).
+A crash between the two leaves instants both archived and active: the next archival archives
+them again, and readers take each instant once.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from timeline.archived import _archive_number
+from timeline.commit_metadata import CommitMetadata
+from timeline.config import KEEP_MAX_COMMITS, KEEP_MIN_COMMITS, Config
+from timeline.errors import ConfigError
+from timeline.hudi_metadata import hudi_metadata_table_present
+from timeline.instant import WRITE_ACTIONS, Action, Instant, State
+from timeline.instant import normalize_timestamp as _norm
+from timeline.log_format import BlockType, HeaderKey, avro_data_content, encode_block
+from timeline.removals import AVRO_MAGIC, read_avro_records
+from timeline.table import Table
+from timeline.timeline import Timeline
+
+logger = logging.getLogger(__name__)
+
+#: Hudi's write token for archive files
+WRITE_TOKEN = "1-0-1"
+
+#: the field of HoodieArchivedMetaEntry each completed action's metadata goes in; a clean's
+#: requested and inflight states carry its plan
+_COMPLETED_FIELD = {
+    Action.COMMIT: "hoodieCommitMetadata",
+    Action.DELTA_COMMIT: "hoodieCommitMetadata",
+    Action.REPLACE_COMMIT: "hoodieReplaceCommitMetadata",
+    Action.CLEAN: "hoodieCleanMetadata",
+    Action.ROLLBACK: "hoodieRollbackMetadata",
+}
+
+#: What the caller's index says: the oldest completed instant it has not applied (None: none).
+UnappliedBound = Callable[[Timeline], str | None]
+
+
+@functools.cache
+def entry_schema() -> dict[str, Any]:
+    """Hudi 0.15's ``HoodieArchivedMetaEntry`` schema."""
+    text = resources.files("timeline.hudi_schemas").joinpath("HoodieArchivedMetaEntry.avsc")
+    schema: dict[str, Any] = json.loads(text.read_text(encoding="utf-8"))
+    return schema
+
+
+@dataclass(frozen=True)
+class ArchivalPolicy:
+    min_commits: int = KEEP_MIN_COMMITS.default
+    max_commits: int = KEEP_MAX_COMMITS.default
+
+    @classmethod
+    def from_config(cls, config: Config) -> ArchivalPolicy:
+        policy = cls(config.get(KEEP_MIN_COMMITS), config.get(KEEP_MAX_COMMITS))
+        if policy.min_commits >= policy.max_commits:
+            raise ConfigError(
+                KEEP_MAX_COMMITS.key,
+                f"must be greater than {KEEP_MIN_COMMITS.key} ({policy.min_commits})",
+            )
+        return policy
+
+
+@dataclass(frozen=True)
+class ArchiveResult:
+    instants: tuple[Instant, ...]
+    file: str
+
+
+def instants_to_archive(
+    table: Table, timeline: Timeline, policy: ArchivalPolicy, unapplied: str | None = None
+) -> list[Instant]:
+    """The completed instants an archival moves now, oldest first (see the module's rules)."""
+    bound = _bound(table, timeline, unapplied)
+
+    def before_bound(i: Instant) -> bool:
+        return bound is None or _norm(i.timestamp) < _norm(bound)
+
+    out: list[Instant] = []
+    for action in (Action.CLEAN, Action.ROLLBACK):
+        done = list(timeline.with_actions(action).completed())
+        if len(done) > policy.max_commits:
+            out.extend(i for i in done[: len(done) - policy.min_commits] if before_bound(i))
+    writes = list(timeline.write_timeline().completed())
+    if len(writes) > policy.max_commits:
+        saved = {i.timestamp for i in timeline.with_actions(Action.SAVEPOINT)}
+        for instant in writes[: len(writes) - policy.min_commits]:
+            if not before_bound(instant) or instant.timestamp in saved:
+                break  # (Hudi stops at a savepoint: what follows it stays active)
+            out.append(instant)
+    return sorted(out)
+
+
+def _bound(table: Table, timeline: Timeline, unapplied: str | None) -> str | None:
+    """The oldest instant time nothing at or after may be archived."""
+    candidates = [unapplied] if unapplied else []
+    pending = timeline.pending().filter(lambda i: i.action is not Action.SAVEPOINT).first()
+    if pending is not None:
+        candidates.append(pending.timestamp)
+    saved = timeline.with_actions(Action.SAVEPOINT).first()
+    if saved is not None:
+        candidates.append(saved.timestamp)
+    last_clean = timeline.with_actions(Action.CLEAN).completed().last()
+    if last_clean is not None:
+        data = table.timeline.read_content(last_clean)
+        if data.startswith(AVRO_MAGIC):
+            (record,) = read_avro_records(data)
+            retained = str(record.get("earliestCommitToRetain") or "")
+            if retained:
+                candidates.append(retained)
+    return min(candidates, key=_norm) if candidates else None
+
+
+def _entries(table: Table, instants: Iterable[Instant], present: set[str]) -> list[dict[str, Any]]:
+    """One ``HoodieArchivedMetaEntry`` per instant file that exists, oldest first."""
+    timeline = table.timeline
+    out = []
+    for instant in instants:
+        for state in (State.REQUESTED, State.INFLIGHT, State.COMPLETED):
+            name = instant.file_name_for(state)
+            if name not in present:
+                continue
+            entry: dict[str, Any] = {
+                "commitTime": instant.timestamp,
+                "actionType": instant.action.value,
+                "actionState": state.name,
+                "version": 1,
+            }
+            if state is State.COMPLETED and instant.action in _COMPLETED_FIELD:
+                entry[_COMPLETED_FIELD[instant.action]] = _metadata(
+                    instant, timeline.read_content(instant)
+                )
+                if instant.action in WRITE_ACTIONS:
+                    entry["stateTransitionTime"] = timeline.completion_time(instant)
+            elif instant.action is Action.CLEAN:
+                plan = timeline.read_content(instant, state)
+                if plan.startswith(AVRO_MAGIC):
+                    (entry["hoodieCleanerPlan"],) = read_avro_records(plan)
+            out.append(entry)
+    return out
+
+
+def _metadata(instant: Instant, data: bytes) -> dict[str, Any] | None:
+    """A completed instant's metadata as the entry's record: Avro instants' record as it is,
+    JSON commit metadata in Hudi's Avro shape (same field names)."""
+    if data.startswith(AVRO_MAGIC):
+        (record,) = read_avro_records(data)
+        return record
+    if not data.strip():
+        return None
+    value = CommitMetadata.from_bytes(data).to_json()
+    value["version"] = 1
+    return value
+
+
+def archive(
+    table: Table,
+    policy: ArchivalPolicy | None = None,
+    unapplied: UnappliedBound | None = None,
+    timeline: Timeline | None = None,
+) -> ArchiveResult | None:
+    """Archive what the rules allow now (None when nothing is due). ``unapplied`` names the
+    oldest instant the table's index has not applied (that and everything after stays)."""
+    if hudi_metadata_table_present(table):
+        logger.info(
+            "%s has Apache Hudi's metadata table: its timeline is left to Hudi's archiver",
+            table.base_uri,
+        )
+        return None
+    policy = policy or ArchivalPolicy.from_config(table.config)
+    timeline = timeline or table.timeline.load()
+    if (
+        len(timeline.write_timeline().completed()) <= policy.max_commits
+        and len(timeline.with_actions(Action.CLEAN).completed()) <= policy.max_commits
+        and len(timeline.with_actions(Action.ROLLBACK).completed()) <= policy.max_commits
+    ):
+        return None  # the usual case after a commit: nothing read
+    chosen = instants_to_archive(
+        table, timeline, policy, unapplied(timeline) if unapplied is not None else None
+    )
+    if not chosen:
+        return None
+    present = set(table.storage.file_names(".hoodie"))
+    entries = _entries(table, chosen, present)
+    schema = entry_schema()
+    block = encode_block(
+        BlockType.AVRO_DATA,
+        {HeaderKey.SCHEMA: json.dumps(schema, separators=(",", ":"))},
+        avro_data_content(entries, schema),
+    )
+    archived = table.archive()
+    numbers = [_archive_number(f.name)[0] for f in archived.files]
+    path = f"{archived.folder}/.commits_.archive.{max(numbers, default=0) + 1}_{WRITE_TOKEN}"
+    table.storage.create(path, block)
+    for instant in chosen:  # the pending states first, the completed file last
+        for state in (State.REQUESTED, State.INFLIGHT, State.COMPLETED):
+            if instant.file_name_for(state) in present:
+                table.storage.delete(table.timeline.path(instant, state))
+    logger.info(
+        "archived %d instants (%s .. %s) into %s",
+        len(chosen),
+        chosen[0].timestamp,
+        chosen[-1].timestamp,
+        path,
+    )
+    return ArchiveResult(tuple(chosen), path)
+
+
+__all__ = [
+    "WRITE_TOKEN",
+    "ArchivalPolicy",
+    "ArchiveResult",
+    "archive",
+    "entry_schema",
+    "instants_to_archive",
+]
