@@ -10,7 +10,7 @@ Example (``service.toml``)::
     token = ""
     reconcile_interval_seconds = 10  # desired indexes, requests, pending plans
     compaction_interval_seconds = 300
-    clean_interval_seconds = 60      # roll back failed writes
+    clean_interval_seconds = 60      # roll back failed writes; clean and archive
     lease_seconds = 30               # one active daemon per table
     max_attempts = 3                 # per request, then it is marked failed
     backoff_seconds = 10             # doubled after every aborted attempt
