@@ -5,8 +5,9 @@ Per table, one job (never overlapping itself) runs every ``reconcile_interval``:
 1. hold the table's *daemon lease* in the SQL store (``daemon:<base>``, renewed in the background):
    with several daemons on one table only the holder works; when it dies, another takes over
    within the lease and re-queues the requests the dead one left running;
-2. roll back failed writes whose writer is provably dead (every ``clean_interval``), writing each
-   rollback's index update inside its critical section;
+2. every ``clean_interval``: roll back failed writes whose writer is provably dead, clean old file
+   versions and archive the oldest instants (when the daemon's config turns those on), writing
+   each rollback's and clean's index update inside its critical section;
 3. sync: apply the completed instants the index lacks (other writers' commits and table
    services, active or archived by Hudi), rebuilding in place any partition that cannot be
    brought up to date that way or was lost;

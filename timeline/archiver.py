@@ -32,6 +32,7 @@ from importlib import resources
 from typing import Any
 
 from timeline.archived import _archive_number
+from timeline.clean import clean_metadata
 from timeline.commit_metadata import CommitMetadata
 from timeline.config import KEEP_MAX_COMMITS, KEEP_MIN_COMMITS, Config
 from timeline.errors import ConfigError
@@ -127,12 +128,9 @@ def _bound(table: Table, timeline: Timeline, unapplied: str | None) -> str | Non
         candidates.append(saved.timestamp)
     last_clean = timeline.with_actions(Action.CLEAN).completed().last()
     if last_clean is not None:
-        data = table.timeline.read_content(last_clean)
-        if data.startswith(AVRO_MAGIC):
-            (record,) = read_avro_records(data)
-            retained = str(record.get("earliestCommitToRetain") or "")
-            if retained:
-                candidates.append(retained)
+        retained = str(clean_metadata(table, last_clean).get("earliestCommitToRetain") or "")
+        if retained:
+            candidates.append(retained)
     return min(candidates, key=_norm) if candidates else None
 
 

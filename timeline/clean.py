@@ -227,6 +227,20 @@ class CleanResult:
         return len(self.plan.paths)
 
 
+def clean_metadata(table: Table, instant: Instant) -> Mapping[str, Any]:
+    """A completed clean's ``HoodieCleanMetadata`` record (empty for a file that is not Avro: an
+    empty one, or JSON written by a tool other than Hudi)."""
+    path = table.timeline.path(instant)
+    data = table.timeline.read_content(instant)
+    if not data.startswith(AVRO_MAGIC):
+        return {}
+    try:
+        (record,) = read_avro_records(data)
+    except Exception as e:  # fastavro raises many types for bad content
+        raise CorruptInstantError(path, f"not valid clean metadata ({e})") from e
+    return record
+
+
 # --- planning ------------------------------------------------------------------------------------
 
 
@@ -257,13 +271,7 @@ class CleanPlanner:
 
     def _clean_metadata(self, instant: Instant) -> Mapping[str, Any]:
         if self._last_clean is None or self._last_clean[0] != instant.timestamp:
-            path = self.table.timeline.path(instant)
-            data = self.table.timeline.read_content(instant)
-            try:
-                (record,) = read_avro_records(data) if data.startswith(AVRO_MAGIC) else [{}]
-            except Exception as e:  # fastavro raises many types for bad content
-                raise CorruptInstantError(path, f"not valid clean metadata ({e})") from e
-            self._last_clean = (instant.timestamp, record)
+            self._last_clean = (instant.timestamp, clean_metadata(self.table, instant))
         return self._last_clean[1]
 
     # the trigger ------------------------------------------------------------------------------------
@@ -284,11 +292,12 @@ class CleanPlanner:
     def plan(self, timeline: Timeline | None = None, now: float | None = None) -> CleanPlan:
         """What a clean at this moment deletes (an empty plan when nothing can go)."""
         timeline = timeline or self.table.timeline.load()
+        now = time.time() if now is None else now
         writes = timeline.write_timeline().completed()
         last = writes.last()
         policy = self.policy
         empty = CleanPlan(policy.name, None, last.timestamp if last else "")
-        guard = self._guard(timeline, time.time() if now is None else now)
+        guard = self._guard(timeline, now)
         if guard is None:
             return empty
         earliest: Instant | None = None
@@ -330,13 +339,13 @@ class CleanPlanner:
                 return instant
         return None
 
-    def _earliest_to_retain(self, writes: Timeline, now: float | None) -> Instant | None:
+    def _earliest_to_retain(self, writes: Timeline, now: float) -> Instant | None:
         policy = self.policy
         if policy.name == "KEEP_LATEST_COMMITS":
             if len(writes) <= policy.commits_retained:
                 return None
             return list(writes)[len(writes) - policy.commits_retained]
-        moment = (time.time() if now is None else now) - policy.hours_retained * 3600
+        moment = now - policy.hours_retained * 3600
         cutoff = _norm(format_instant_time(dt.datetime.fromtimestamp(moment, tz=dt.UTC)))
         return next((i for i in writes if _norm(i.timestamp) >= cutoff), None)
 
@@ -557,6 +566,7 @@ __all__ = [
     "CleanPolicy",
     "CleanResult",
     "clean",
+    "clean_metadata",
     "execute_clean",
     "schedule_clean",
 ]

@@ -30,6 +30,19 @@ HUDI_SERVICES = {
 }
 
 
+def _open(hudi_table: HudiTable, tmp_path: Path, **values: str) -> Table:
+    """The table as our writers open it: a short retention, no grace period."""
+    config = Config.resolve(
+        explicit={
+            "indexer.lock.url": f"sqlite:///{tmp_path / 'locks.db'}",
+            "hoodie.cleaner.commits.retained": "2",
+            "indexer.clean.grace.seconds": "0",
+            **values,
+        }
+    )
+    return Table.open(hudi_table.path, config)
+
+
 def _versions(base: Path) -> dict[str, int]:
     """Base files per partition."""
     return {
@@ -61,14 +74,7 @@ def test_our_cleans_and_hudis_cleans_follow_each_other(hudi: HudiPeer, tmp_path:
     hudi_table = HudiTable(str(tmp_path / "t"), metadata=False)
     first = make_rows(range(20), parts=2)
     hudi.write(hudi_table, "insert", first, options={"hoodie.clean.automatic": "false"})
-    config = Config.resolve(
-        explicit={
-            "indexer.lock.url": f"sqlite:///{tmp_path / 'locks.db'}",
-            "hoodie.cleaner.commits.retained": "2",
-            "indexer.clean.grace.seconds": "0",
-        }
-    )
-    table = Table.open(hudi_table.path, config)
+    table = _open(hudi_table, tmp_path)
     expected = by_key(first)
     with WriteClient(table) as client:
         for ts in range(2, 7):
@@ -123,15 +129,7 @@ def test_hudi_reads_our_archive_and_archives_after_it(hudi: HudiPeer, tmp_path: 
     first = make_rows(range(12), parts=2)
     hudi.write(hudi_table, "insert", first, options={"hoodie.archive.automatic": "false"})
     bounds = {"hoodie.keep.min.commits": "3", "hoodie.keep.max.commits": "5"}
-    config = Config.resolve(
-        explicit={
-            "indexer.lock.url": f"sqlite:///{tmp_path / 'locks.db'}",
-            "hoodie.cleaner.commits.retained": "2",
-            "indexer.clean.grace.seconds": "0",
-            **bounds,
-        }
-    )
-    table = Table.open(hudi_table.path, config)
+    table = _open(hudi_table, tmp_path, **bounds)
     expected = by_key(first)
     with WriteClient(table) as client:
         times = []
