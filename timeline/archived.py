@@ -65,6 +65,9 @@ class ArchivedInstant:
 
     instant: Instant
     metadata: Mapping[str, Any] | None
+    #: when it completed, where the entry says (``stateTransitionTime``: this kernel's archiver
+    #: writes a write's completion time there)
+    completion_time: str | None = None
 
 
 #: archive files written this long before a moment may still hold instants that completed after
@@ -152,7 +155,10 @@ def _completed(records: Iterator[dict[str, Any]], path: str) -> Iterator[Archive
             logger.warning("skipping an archived entry of %s: %s", path, e)
             continue
         field = METADATA_FIELDS.get(action)
-        yield ArchivedInstant(instant, record.get(field) if field else None)
+        completed = record.get("stateTransitionTime")
+        yield ArchivedInstant(
+            instant, record.get(field) if field else None, str(completed) if completed else None
+        )
 
 
 def read_archived(storage: Storage, folder: str) -> list[ArchivedInstant]:

@@ -55,6 +55,7 @@ def test_archival_keeps_the_active_timeline_between_its_bounds(tmp_path: Path) -
     assert archive(table, POLICY) is None  # 5 completed writes: not more than max
     times += write(table, 1, 5)
     before = snapshot(table)
+    completions = {t: table.timeline.completion_time(_done(table, t)) for t in times[:3]}
     result = archive(table, POLICY)
     assert result is not None
     assert [i.timestamp for i in result.instants] == times[:3]  # down to min = 3
@@ -66,6 +67,7 @@ def test_archival_keeps_the_active_timeline_between_its_bounds(tmp_path: Path) -
     assert snapshot(table) == before  # the archived commits' files are still committed
     archived = read_archived(table.storage, ".hoodie/archived")
     assert [a.instant.timestamp for a in archived] == times[:3]
+    assert {a.instant.timestamp: a.completion_time for a in archived} == completions
     for entry in archived:  # the commit metadata, in Hudi's Avro shape
         stats = entry.metadata["partitionToWriteStats"]  # type: ignore[index]
         assert stats["sf"][0]["fileId"] and stats["sf"][0]["numWrites"] == 2
@@ -99,6 +101,12 @@ def test_what_archival_never_passes(tmp_path: Path) -> None:
     assert done.plan.earliest_to_retain.timestamp == times[3]
     timeline = table.timeline.load()
     assert [i.timestamp for i in instants_to_archive(table, timeline, POLICY)] == times[:3]
+
+
+def _done(table: Table, timestamp: str) -> Any:
+    instant = table.timeline.load().get(timestamp)
+    assert instant is not None and instant.is_completed
+    return instant
 
 
 def _between(a: str, b: str) -> str:
