@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from indexer.indexer import DEFAULT_TIMEOUT_SECONDS, ENGINES, AsyncIndexer, IndexerOptions
+from indexer.status_page import footprint_lines
 from metadata_table.layout import PARTITIONS
 from timeline.cli import (
     EXIT_ERROR,
@@ -244,16 +245,31 @@ def _validate(args: argparse.Namespace) -> int:
 def _compact(args: argparse.Namespace) -> int:
     bar = Progress(enabled=False if args.json else None)
     try:
-        compacted, skipped = _indexer(args, bar).compact(_list(args.index_types) or None)
+        indexer = _indexer(args, bar)
+        compacted, skipped = indexer.compact(_list(args.index_types) or None)
+        cleaned = indexer.clean_index()
     finally:
         bar.close()
     done = {p: i.timestamp for p, i in compacted.items()}
     if args.json:
-        return _print_json({"compacted": done, "skipped": skipped})
+        return _print_json(
+            {
+                "compacted": done,
+                "skipped": skipped,
+                "removed_files": cleaned.removed_files,
+                "removed_bytes": cleaned.removed_bytes,
+                "trimmed_instants": cleaned.trimmed_instants,
+            }
+        )
     for partition, instant in done.items():
         print(f"compacted {partition} into base files at {instant}")
     for partition in skipped:
         print(f"{partition}: nothing to compact (no logs to merge, or instants to sync first)")
+    print(
+        f"deleted {cleaned.removed_files} index files that earlier compactions replaced "
+        f"({cleaned.removed_bytes / 1e6:.1f} MB), trimmed {cleaned.trimmed_instants} instants "
+        "of the index's timeline (files a compaction replaced stay for indexer.clean.grace.seconds)"
+    )
     return EXIT_OK
 
 
@@ -301,10 +317,13 @@ def _status(args: argparse.Namespace) -> int:
     if status is None:
         return failed or EXIT_ERROR
     status["problems"] = [p.to_json() for p in found]
+    status.update(indexer.footprint())
     if args.json:
         _print_json(status)
         return EXIT_ERROR if found else EXIT_OK
     print(f"table {status['table']}")
+    for line in footprint_lines(status["storage"], status["services"]):
+        print(f"  {line}")
     width = max(map(len, [*PARTITIONS, *status["lag"]]))
     for partition, lag in status["lag"].items():
         print(f"  {partition:<{width}} {_lag_line(lag)}")
@@ -474,10 +493,15 @@ def build_parser() -> argparse.ArgumentParser:
     check.set_defaults(func=_validate)
     compact = sub.add_parser(
         "compact",
-        help="merge each metadata file group's log files into a new base file (the daemon does "
-        "this every compaction_interval_seconds)",
+        help="merge each metadata file group's log files into a new base file now, then delete "
+        "the index files earlier compactions replaced (writers and the daemon do this by count: "
+        "hoodie.metadata.compact.max.delta.commits)",
     )
-    common(compact, '{"compacted": {partition: instant}, "skipped": [partitions]}')
+    common(
+        compact,
+        '{"compacted": {partition: instant}, "skipped": [partitions], "removed_files", '
+        '"removed_bytes", "trimmed_instants"}',
+    )
     compact.add_argument(
         "--index-types", help="comma-separated partitions (default: every completed one)"
     )
@@ -491,7 +515,8 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="metadata partitions, their lag, and indexing instants")
     common(
         status,
-        "{table, partitions: {name: state}, lag: {name: {state, reflects_upto, "
+        "{table, storage: {kind: {files, bytes}}, services: {clean, archive, compaction}, "
+        "partitions: {name: state}, lag: {name: {state, reflects_upto, "
         "unapplied_instants, oldest_unapplied_age_seconds, files, bytes, layout}}, "
         "indexing: [...], "
         "unapplied, lost, legacy_index, columns, problems} (see docs/user-guide.md)",

@@ -50,6 +50,7 @@ from metadata_table.partition_writer import (
     MigrationResult,
     PartitionBuild,
     PartitionWriter,
+    UpkeepResult,
     run_build_local,
     start_record_workers,
 )
@@ -76,6 +77,7 @@ from timeline.errors import (
     TableError,
 )
 from timeline.failpoints import failpoint
+from timeline.footprint import last_services, storage_usage
 from timeline.health import QUICK_CHECK_INSTANTS, TimelineProblem, timeline_problems
 from timeline.index_state import IndexState
 from timeline.instant import (
@@ -781,6 +783,26 @@ class AsyncIndexer:
                 compacted[partition] = instant
                 logger.info("compacted %s at %s", partition, instant.timestamp)
         return compacted, [p for p in names if p not in compacted]
+
+    def upkeep(self) -> UpkeepResult:
+        """The index's own upkeep, as writers run it after their commits: compaction of the
+        partitions due by count (``hoodie.metadata.compact.max.delta.commits``), then the
+        deletion of what compactions replaced once no reader can need it."""
+        self.migrate()
+        return self.writer.upkeep()
+
+    def footprint(self) -> dict[str, Any]:
+        """The table's storage by kind (data, index, timeline, archive, ...: files and bytes)
+        and what its table services last did (clean, archival, the index's compaction)."""
+        services = last_services(self.table)
+        services["compaction"] = self.writer.last_compaction()
+        usage = storage_usage(self.table)
+        return {"storage": {k: u.to_json() for k, u in usage.items()}, "services": services}
+
+    def clean_index(self) -> UpkeepResult:
+        """Delete the index files compactions replaced that no reader can need (after
+        :meth:`compact`), and trim the index's own timeline."""
+        return self.writer.clean_index()
 
     def run(self, index_types: Sequence[str], columns: Sequence[str] = ()) -> Instant | None:
         """Schedule and execute, retrying an aborted build up to ``options.retries`` times with

@@ -16,7 +16,9 @@ Per table, one job (never overlapping itself) runs every ``reconcile_interval``:
 5. run the oldest due request: ``schedule`` + ``execute`` (resuming a pending plan first); an
    aborted build goes back to pending with exponential backoff, and is marked failed with its
    last error after ``max_attempts``;
-6. compact the metadata table (every ``compaction_interval``).
+6. every ``compaction_interval``: the index's own upkeep (compaction of the partitions due by
+   ``hoodie.metadata.compact.max.delta.commits``, then the deletion of the files compactions
+   replaced once the readers' grace period has passed, and the trim of the index's timeline).
 
 SIGTERM/SIGINT: no new work; a build in progress is cancelled at its next safe point (its Spark
 jobs are cancelled) and aborted cleanly, unless it is already completing; leases are released. A
@@ -60,6 +62,7 @@ class Metrics:
     cleaned_files: int = 0
     archived_instants: int = 0
     compactions: int = 0
+    index_cleaned_files: int = 0
     synced_instants: int = 0
     resyncs: int = 0
     lost_partitions: int = 0
@@ -133,6 +136,12 @@ class Metrics:
             ),
             ("compactions_total", "counter", "Metadata table compactions", self.compactions),
             (
+                "index_cleaned_files_total",
+                "counter",
+                "Index files deleted after a compaction replaced them",
+                self.index_cleaned_files,
+            ),
+            (
                 "synced_instants_total",
                 "counter",
                 "Completed instants of other writers (e.g. Apache Hudi's) applied to the index",
@@ -182,6 +191,8 @@ class _TableState:
     progress: tuple[int, int] = (0, 0)
     last_clean: float = 0.0
     last_compaction: float = 0.0
+    #: storage and the last table services (:meth:`AsyncIndexer.footprint`), every clean interval
+    footprint: dict[str, Any] | None = None
 
 
 class IndexerService:
@@ -288,6 +299,7 @@ class IndexerService:
                     cleaned_files=sum(c.files_deleted for c in cleaned),
                     archived_instants=len(archived.instants) if archived else 0,
                 )
+                state.footprint = indexer.footprint()
             synced = indexer.sync()
             self.metrics.add(
                 synced_instants=len(synced.applied),
@@ -302,8 +314,10 @@ class IndexerService:
                 and now - state.last_compaction >= self.config.compaction_interval
             ):
                 state.last_compaction = now
-                compacted, _ = indexer.compact()
-                self.metrics.add(compactions=len(compacted))
+                upkept = indexer.upkeep()
+                self.metrics.add(
+                    compactions=len(upkept.compacted), index_cleaned_files=upkept.removed_files
+                )
         except Exception:
             logger.exception(
                 "daemon job for %s failed; it runs again in %.0fs",
@@ -413,6 +427,7 @@ class IndexerService:
                 "lag": status["lag"],
                 "pending_instants": [i for i in status["indexing"] if i["state"] != "completed"],
                 "leader": state.lease is not None and state.lease.is_valid,
+                "footprint": state.footprint,
                 "running": running,
                 "requests": [r.to_json() for r in self.store.list(base, ACTIVE)],
             }

@@ -9,7 +9,7 @@ Example (``service.toml``)::
     http_port = 8765
     token = ""
     reconcile_interval_seconds = 10  # desired indexes, requests, pending plans
-    compaction_interval_seconds = 300
+    compaction_interval_seconds = 300  # the index's upkeep: compact by count, delete replaced
     clean_interval_seconds = 60      # roll back failed writes; clean and archive
     lease_seconds = 30               # one active daemon per table
     max_attempts = 3                 # per request, then it is marked failed

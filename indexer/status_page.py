@@ -59,6 +59,16 @@ def _partitions(lag: dict[str, dict[str, Any]]) -> str:
     )
 
 
+def _footprint(footprint: dict[str, Any] | None) -> str:
+    if not footprint:
+        return '<p class="muted">Not measured yet (every clean interval).</p>'
+    items = "".join(
+        f"<li>{escape(line)}</li>"
+        for line in footprint_lines(footprint["storage"], footprint["services"])
+    )
+    return f"<ul>{items}</ul>"
+
+
 def _running(running: dict[str, Any] | None) -> str:
     if not running:
         return '<p class="muted">No build running.</p>'
@@ -104,6 +114,45 @@ def _builds(builds: list[dict[str, Any]]) -> str:
     )
 
 
+def footprint_lines(storage: dict[str, Any], services: dict[str, Any]) -> list[str]:
+    """The lines on a table's storage and on its last clean, archival and index compaction
+    (``indexer status``, the status page)."""
+
+    def usage(kind: str) -> str:
+        u = storage[kind]
+        return f"{u['files']:,} files ({u['bytes'] / 1e6:,.1f} MB)"
+
+    lines = [
+        f"storage: data {usage('data')}, index {usage('index')}, "
+        f"timeline {storage['timeline']['files']:,} instant files, archive {usage('archive')}, "
+        f"other .hoodie {usage('other')}"
+        + (
+            f", Hudi's metadata table {usage('hudi_metadata')}"
+            if storage["hudi_metadata"]["files"]
+            else ""
+        )
+    ]
+    clean, archived, compaction = services["clean"], services["archive"], services["compaction"]
+    lines.append(
+        f"last clean: {clean['instant']}, {clean['files_deleted']} files deleted"
+        if clean
+        else "last clean: none on the active timeline"
+    )
+    lines.append(
+        f"last archival: {archived['file']} at {archived['written']}, "
+        f"{archived['instant_files']} instant files"
+        if archived
+        else "last archival: none"
+    )
+    lines.append(
+        f"last index compaction: {compaction['instant']} ({compaction['partition']}, covering "
+        f"{compaction['covers_upto']})"
+        if compaction
+        else "last index compaction: none"
+    )
+    return lines
+
+
 def render(status: dict[str, Any]) -> str:
     """The page for a ``/status`` dictionary."""
     sections = []
@@ -113,6 +162,7 @@ def render(status: dict[str, Any]) -> str:
         sections.append(
             f'<section><h2>{escape(base)}</h2><p class="muted">{leader}</p>'
             f"<h3>Partitions</h3>{_partitions(table['lag'])}"
+            f"<h3>Storage and table services</h3>{_footprint(table.get('footprint'))}"
             f"<h3>Build</h3>{_running(table['running'])}"
             f"<h3>Requests</h3>{_requests(table['requests'])}"
             f"<h3>Last builds</h3>{_builds(builds)}</section>"
@@ -129,4 +179,4 @@ def render(status: dict[str, Any]) -> str:
     )
 
 
-__all__ = ["render"]
+__all__ = ["footprint_lines", "render"]

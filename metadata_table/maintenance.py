@@ -4,15 +4,20 @@
 records): the oracle
 every incrementally kept partition must equal. ``initialize`` builds partitions synchronously
 under the table lock (new or small tables; large ones use the asynchronous indexer).
-``compact`` merges each file group's base file and applicable logs into a new base file.
+``compact`` merges each file group's base file and applicable logs into a new base file;
+``upkeep`` compacts by count and ``clean_index`` deletes what compactions replaced, so the index
+stays as small as a fresh build plus the logs since its last compaction.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -23,9 +28,9 @@ from metadata_table.layout import (
     NON_PARTITIONED,
     NOTHING,
     RECORD_INDEX,
+    MetadataFile,
     check_partition,
     in_file_order,
-    read_records,
 )
 from metadata_table.partition_stats import superseded
 from metadata_table.reader import MetadataReader
@@ -38,11 +43,21 @@ from metadata_table.records import (
     virtual_keys,
 )
 from metadata_table.table import MetadataTable
+from timeline.config import CLEAN_GRACE_SECONDS, INDEX_COMPACT_MAX_DELTA_COMMITS
+from timeline.errors import CorruptInstantError, StorageFileNotFoundError
 from timeline.fs_view import FileSystemView
 from timeline.index_state import LAYOUT
-from timeline.instant import Instant, is_after
+from timeline.instant import (
+    Action,
+    Instant,
+    State,
+    format_instant_time,
+    is_after,
+    normalize_timestamp,
+)
+from timeline.storage import FileInfo
 from timeline.table import Table
-from timeline.timeline import Timeline
+from timeline.timeline import META_FOLDER, Timeline
 
 logger = logging.getLogger(__name__)
 
@@ -273,19 +288,7 @@ def compact(
             behind[0].timestamp,
         )
         return None
-    slices = reader.slices(partition)
-    base_marks = {}
-    for fg, (base, _logs) in slices.items():
-        mark = NOTHING
-        if base is not None:
-            mark = read_records(mdt.storage, base.path, ["key"])[1] or NOTHING
-        base_marks[fg] = mark
-    pending_logs = any(
-        is_after(log.instant, base_marks[fg]) and not is_after(log.instant, upto)
-        for fg, (_, logs) in slices.items()
-        for log in logs
-    )
-    if not pending_logs:
+    if not reader.delta_count(partition, upto):
         return None
     # every record visible up to W, merged, becomes the new base
     visible = _restricted_reader(mdt, timeline, upto).read(partition)
@@ -294,10 +297,157 @@ def compact(
         visible,
         upto,
         table.timeline.generator.next(),
-        len(slices),
+        len(reader.slices(partition)),
         progress=progress,
         layout=table.reload_index_state().layout(partition),
     )
+
+
+@dataclass(frozen=True)
+class UpkeepResult:
+    """What one round of the index's upkeep did: the partitions compacted (with their
+    compaction instants), the replaced files deleted (and their bytes), and the instants trimmed
+    from the index's own timeline."""
+
+    compacted: dict[str, str] = field(default_factory=dict)
+    removed_files: int = 0
+    removed_bytes: int = 0
+    trimmed_instants: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.compacted or self.removed_files or self.trimmed_instants)
+
+
+def upkeep(table: Table, force: bool = False, now: float | None = None) -> UpkeepResult:
+    """The index's own upkeep, as Apache Hudi's metadata table keeps itself: compact each
+    completed partition whose reads merge ``hoodie.metadata.compact.max.delta.commits`` data
+    instants' logs or more (every one with logs, with ``force``), then delete what compactions
+    replaced and trim the index's timeline (:func:`clean_index`)."""
+    state = table.reload_index_state()
+    if not state.partitions:
+        return UpkeepResult()
+    limit = table.config.get(INDEX_COMPACT_MAX_DELTA_COMMITS)
+    reader = MetadataTable(table).reader(table.timeline.load(), cache=False)
+    compacted = {}
+    for partition in state.completed:
+        if force or reader.delta_count(partition) >= limit:
+            instant = compact(table, partition)
+            if instant is not None:
+                compacted[partition] = instant.timestamp
+    cleaned = clean_index(table, now)
+    return replace(cleaned, compacted=compacted)
+
+
+def clean_index(table: Table, now: float | None = None) -> UpkeepResult:
+    """Delete the index files no reader can need any more, and trim the index's own timeline.
+
+    The rule: in each file group, the newest base file whose compaction completed at least
+    ``indexer.clean.grace.seconds`` ago (N, covering data instant C) stays, with everything
+    newer; base files older than N, and log files of data instants up to C, go (a reader that
+    uses N never reads them; one that listed the group before N completed has had the grace
+    period to finish, and a plan that finds a file gone plans again on a fresh snapshot).
+    A partition with a compaction or build in progress (its heartbeat beating) is left alone.
+    Then the completed metadata compactions none of whose base files remain, and the completed
+    deltacommits up to the oldest C of every partition (and of every pending build), leave
+    the index's timeline, pending states first. Every step is recomputed from a listing, so a
+    run killed part-way is finished by the next."""
+    mdt = MetadataTable(table)
+    state = table.reload_index_state()
+    timeline = mdt.timeline.load()
+    compactions = timeline.with_actions(Action.COMPACTION)
+    done = {i.timestamp: i for i in compactions.completed()}
+    busy: set[str | None] = {
+        mdt.planned_partition(i)
+        for i in compactions.pending()
+        if not mdt.heartbeat(i.timestamp).is_expired()
+    }
+    grace = table.config.get(CLEAN_GRACE_SECONDS)
+    moment = dt.datetime.fromtimestamp((time.time() if now is None else now) - grace, tz=dt.UTC)
+    cutoff = normalize_timestamp(format_instant_time(moment))
+    plans: dict[str, dict[str, Any]] = {}
+
+    def plan(instant: str) -> dict[str, Any]:
+        if instant not in plans:
+            plans[instant] = mdt.timeline.read_json(done[instant])
+        return plans[instant]
+
+    def aged(instant: str) -> bool:
+        return normalize_timestamp(mdt.timeline.completion_time(done[instant])) <= cutoff
+
+    doomed: list[FileInfo] = []
+    floors: list[str] = []
+    #: per partition looked at: the instants of the base files left in it
+    bases_left: dict[str, set[str]] = {}
+    named = {plan(t).get("partition") for t in done}
+    for partition in sorted({*state.partitions, *(p for p in named if isinstance(p, str))}):
+        if partition in busy or None in busy:
+            floors.append(NOTHING)
+            continue
+        groups: dict[str, list[tuple[MetadataFile, FileInfo]]] = defaultdict(list)
+        for entry in mdt.storage.list(partition):
+            parsed = MetadataFile.parse(partition, entry.name)
+            if parsed is not None:
+                groups[parsed.file_group].append((parsed, entry))
+        left = bases_left[partition] = set()
+        if partition not in state.partitions:  # dropped: only its timeline is trimmed
+            left.update(f.instant for files in groups.values() for f, _ in files if not f.is_log)
+            continue
+        if not groups:
+            floors.append(NOTHING)
+        for files in groups.values():
+            bases = [f.instant for f, _ in files if not f.is_log and f.instant in done]
+            kept = max((b for b in bases if aged(b)), key=normalize_timestamp, default=None)
+            covers = NOTHING if kept is None else plan(kept).get("coversUpto", NOTHING)
+            floors.append(covers)
+            for f, entry in files:
+                if kept is None:
+                    replaced = False
+                elif f.is_log:
+                    replaced = not is_after(f.instant, covers)
+                else:
+                    replaced = f.instant in done and is_after(kept, f.instant)
+                if replaced:
+                    doomed.append(entry)
+                elif not f.is_log:
+                    left.add(f.instant)
+    for entry in doomed:
+        mdt.storage.delete(entry.path)
+    floor = min(floors, key=normalize_timestamp, default=NOTHING)
+    for pending in compactions.pending():  # a build's catch-up reads the deltacommits after t
+        floor = min(floor, _plan_covers(mdt, pending), key=normalize_timestamp)
+    present = set(mdt.storage.file_names(META_FOLDER))
+    trimmed = 0
+    for instant in done.values():
+        of = plan(instant.timestamp).get("partition")
+        if of in bases_left and instant.timestamp not in bases_left[of]:
+            mdt.timeline.remove(instant, present)
+            trimmed += 1
+    for instant in timeline.with_actions(Action.DELTA_COMMIT).completed():
+        if floor != NOTHING and not is_after(instant.timestamp, floor):
+            mdt.timeline.remove(instant, present)
+            trimmed += 1
+    if doomed or trimmed:
+        logger.info(
+            "index upkeep of %s: deleted %d replaced files (%d bytes), trimmed %d instants",
+            table.base_uri,
+            len(doomed),
+            sum(e.size for e in doomed),
+            trimmed,
+        )
+    return UpkeepResult(
+        removed_files=len(doomed),
+        removed_bytes=sum(e.size for e in doomed),
+        trimmed_instants=trimmed,
+    )
+
+
+def _plan_covers(mdt: MetadataTable, instant: Instant) -> str:
+    """What a pending metadata compaction's plan covers up to (NOTHING when unreadable)."""
+    try:
+        covers = mdt.timeline.read_json(instant.with_state(State.REQUESTED)).get("coversUpto")
+    except (CorruptInstantError, StorageFileNotFoundError):
+        return NOTHING
+    return covers if isinstance(covers, str) else NOTHING
 
 
 def _restricted_reader(mdt: MetadataTable, timeline: Timeline, upto: str) -> MetadataReader:

@@ -47,7 +47,7 @@ from metadata_table.layout import (
     is_secondary_index,
     secondary_column,
 )
-from metadata_table.maintenance import compact, key_copies
+from metadata_table.maintenance import UpkeepResult, clean_index, compact, key_copies, upkeep
 from metadata_table.migrate import MigrationResult, has_legacy_index, migrate
 from metadata_table.partition_stats import superseded
 from metadata_table.reader import MetadataReader
@@ -463,6 +463,31 @@ class PartitionWriter:
     ) -> Instant | None:
         return compact(self.table, partition, progress)
 
+    def upkeep(self, force: bool = False) -> UpkeepResult:
+        """Compact the partitions due by count (all with logs, with ``force``), then delete
+        what compactions replaced (:func:`metadata_table.maintenance.upkeep`)."""
+        return upkeep(self.table, force)
+
+    def last_compaction(self) -> dict[str, Any] | None:
+        """The newest completed metadata compaction (a compaction, build or rebuild that wrote
+        base files): its instant, partition, when it completed and what it covers up to."""
+        timeline = self._mdt.timeline
+        last = timeline.load().with_actions(Action.COMPACTION).completed().last()
+        if last is None:
+            return None
+        plan = timeline.read_json(last)
+        return {
+            "instant": last.timestamp,
+            "partition": plan.get("partition"),
+            "completed": timeline.completion_time(last),
+            "covers_upto": plan.get("coversUpto"),
+        }
+
+    def clean_index(self) -> UpkeepResult:
+        """Delete the index files compactions replaced that no reader can need, and trim the
+        index's own timeline (:func:`metadata_table.maintenance.clean_index`)."""
+        return clean_index(self.table)
+
     def validate(self, progress: Callable[[int, int], None] | None = None) -> list[PartitionReport]:
         return validate(self.table, progress)
 
@@ -482,6 +507,7 @@ __all__ = [
     "PartitionWriter",
     "Survey",
     "TableSize",
+    "UpkeepResult",
     "file_records",
     "in_key_order",
     "run_build_local",

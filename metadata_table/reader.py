@@ -87,6 +87,7 @@ class MetadataReader:
         self._removed: dict[str, Removal] = {}
         self._snapshot_times: dict[str, float | None] = {}
         self._slices: dict[str, dict[str, tuple[MetadataFile | None, list[MetadataFile]]]] = {}
+        self._coverage: dict[str, str] = {}  # metadata compaction instant -> what it covers
 
     def lost(self, partition: str) -> str | None:
         """Why a completed partition cannot be read, or None. Every file group of a completed
@@ -230,6 +231,27 @@ class MetadataReader:
         logged = {log.instant for _, logs in slices.values() for log in logs} - pending
         return watermark, logged
 
+    def delta_count(self, partition: str, upto: str | None = None) -> int:
+        """How many data instants (up to ``upto``) ``partition`` applied since its base files
+        were written: those with log files newer than a file group's base, and those our
+        writers' deltacommits applied with nothing to write there (a record index's in-place
+        updates). Its compaction by count is measured by this, as Apache Hudi counts its
+        metadata table's deltacommits since the last compaction."""
+        slices = self.slices(partition)
+        watermark = min((self._covers(b) for b, _ in slices.values()), default=NOTHING)
+        deltas = self._mdt_timeline.with_actions(Action.DELTA_COMMIT).completed()
+        applied = {i.timestamp for i in deltas} | {
+            log.instant
+            for base, logs in slices.values()
+            for log in logs
+            if is_after(log.instant, self._covers(base))
+        }
+        return sum(
+            1
+            for t in applied
+            if is_after(t, watermark) and (upto is None or not is_after(t, upto))
+        )
+
     def size(self, partition: str) -> tuple[int, int]:
         """Files and bytes of ``partition`` on storage."""
         entries = [e for e in self.storage.list(check_partition(partition)) if not e.is_dir]
@@ -260,11 +282,13 @@ class MetadataReader:
         """The data instant a base file covers up to (recorded by the instant that wrote it)."""
         if base is None:
             return NOTHING
-        instant = self._mdt_timeline.get(base.instant, Action.COMPACTION)
-        if instant is None:
-            return NOTHING
-        covers: str = self.mdt.timeline.read_json(instant).get("coversUpto", NOTHING)
-        return covers
+        if base.instant not in self._coverage:
+            instant = self._mdt_timeline.get(base.instant, Action.COMPACTION)
+            covers = NOTHING
+            if instant is not None:
+                covers = self.mdt.timeline.read_json(instant).get("coversUpto", NOTHING)
+            self._coverage[base.instant] = covers
+        return self._coverage[base.instant]
 
     def _changed_files(self, instant: Instant, watermark: str) -> bool:
         """Whether a completed instant wrote data files, or deleted files an index partition with

@@ -207,7 +207,7 @@ class MetadataTable:
         for instant in self.timeline.load().with_actions(Action.COMPACTION).pending():
             if instants is not None and instant.timestamp not in instants:
                 continue
-            planned = self._planned_partition(instant)
+            planned = self.planned_partition(instant)
             if planned is not None and planned not in partitions:
                 continue
             if only_dead and not self.heartbeat(instant.timestamp).is_expired():
@@ -223,7 +223,7 @@ class MetadataTable:
             logger.info("discarded metadata compaction %s that never completed", instant)
         return discarded
 
-    def _planned_partition(self, instant: Instant) -> str | None:
+    def planned_partition(self, instant: Instant) -> str | None:
         """The partition a metadata compaction instant writes (None if its plan is unreadable)."""
         try:
             plan = self.timeline.read_json(instant.with_state(State.REQUESTED))

@@ -194,9 +194,18 @@ def test_commands_without_spark_answer_json_with_lowercase_states(tmp_path: Path
     assert sorted(compacted["compacted"]) == ["column_stats", "files"]
     assert compacted["skipped"] == []
     again = as_json("indexer", "compact", base, "--index-types", "files")
-    assert again == {"compacted": {}, "skipped": ["files"]}
+    assert (again["compacted"], again["skipped"], again["removed_files"]) == ({}, ["files"], 0)
     status = as_json("indexer", "status", base)
     assert set(status["partitions"].values()) == {"completed"}
+    # storage by kind, and what the services last did (none cleaned: one version per group)
+    files = sum(1 for p in Path(base).rglob("*") if p.is_file())
+    assert sum(u["files"] for u in status["storage"].values()) == files
+    from timeline.fs_view import FileSystemView
+
+    versions = FileSystemView(table.timeline, table.timeline.load()).all_base_files
+    assert status["storage"]["data"]["files"] == len(versions) + 3  # and partition metadata
+    compaction = status["services"]["compaction"]
+    assert compaction["instant"] == max(compacted["compacted"].values())
     for partition, lag in status["lag"].items():
         assert lag["state"] == "completed" and lag["unapplied_instants"] == 0, partition
 

@@ -39,6 +39,7 @@ from timeline.errors import ConfigError
 from timeline.hudi_metadata import hudi_metadata_table_present
 from timeline.instant import WRITE_ACTIONS, Action, Instant, State
 from timeline.instant import normalize_timestamp as _norm
+from timeline.instant_time import CLAIM_RETENTION
 from timeline.log_format import BlockType, HeaderKey, avro_data_content, encode_block
 from timeline.removals import AVRO_MAGIC, read_avro_records
 from timeline.table import Table
@@ -215,10 +216,9 @@ def archive(
     numbers = [_archive_number(f.name)[0] for f in archived.files]
     path = f"{archived.folder}/.commits_.archive.{max(numbers, default=0) + 1}_{WRITE_TOKEN}"
     table.storage.create(path, block)
-    for instant in chosen:  # the pending states first, the completed file last
-        for state in (State.REQUESTED, State.INFLIGHT, State.COMPLETED):
-            if instant.file_name_for(state) in present:
-                table.storage.delete(table.timeline.path(instant, state))
+    for instant in chosen:
+        table.timeline.remove(instant, present)
+    table.timeline.generator.prune(CLAIM_RETENTION)
     logger.info(
         "archived %d instants (%s .. %s) into %s",
         len(chosen),

@@ -220,9 +220,10 @@ CLEAN_GRACE_SECONDS: ConfigKey[float] = _key(
         "indexer.clean.grace.seconds",
         float,
         60.0,
-        "A file version is kept while a snapshot opened this many seconds ago can still read "
-        "it, whatever the cleaner policy says: a scan that started before a clean finishes "
-        "unless it runs longer than this. 0: the policy alone.",
+        "A file version (of the data, or of the index that a compaction replaced) is kept "
+        "while a snapshot opened this many seconds ago can still read it, whatever the cleaner "
+        "policy says: a scan that started before a clean finishes unless it runs longer than "
+        "this. 0: the policy alone.",
         lambda v: v >= 0,
         "must be >= 0",
     )
@@ -256,6 +257,29 @@ KEEP_MAX_COMMITS: ConfigKey[int] = _key(
         "are active; must be greater than hoodie.keep.min.commits.",
         _positive,
         "must be > 0",
+    )
+)
+
+INDEX_COMPACT_MAX_DELTA_COMMITS: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.metadata.compact.max.delta.commits",
+        int,
+        10,
+        "The index compacts a partition once a read of it merges the log files of this many "
+        "data instants on top of its base files (as Apache Hudi compacts its metadata table).",
+        _positive,
+        "must be > 0",
+    )
+)
+INDEX_UPKEEP_AUTOMATIC: ConfigKey[bool] = _key(
+    ConfigKey(
+        "indexer.metadata.upkeep.automatic",
+        _parse_bool,
+        True,
+        "After each commit of this project's writers, compact the index's partitions that "
+        "reached hoodie.metadata.compact.max.delta.commits, delete the index files a compaction "
+        "replaced once indexer.clean.grace.seconds have passed, and trim the index's own "
+        "timeline. The daemon runs the same upkeep every compaction interval.",
     )
 )
 

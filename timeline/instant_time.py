@@ -4,8 +4,10 @@ A time is ``yyyyMMddHHmmssSSS`` in UTC (hosts in different time zones agree). Wi
 generator is monotonic: each time is ``max(now, last + 1 ms)``. Across processes and hosts a time is
 unique because it is *claimed* with the storage's atomic create-if-absent of
 ``.hoodie/.aux/.instant-times/<T>`` (one empty object per instant); a lost race bumps the time by
-one millisecond and claims again. Claims older than a retention window may be pruned; a host whose
-clock lags by more than that window could then reuse a time, so keep clocks synchronised.
+one millisecond and claims again. Claims older than :data:`CLAIM_RETENTION` are pruned when the
+timeline is archived (one file per instant would otherwise pile up for the table's whole life); a
+host whose clock lags by more than that window could then reuse a time, so keep clocks
+synchronised.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from timeline.storage import Storage
 logger = logging.getLogger(__name__)
 
 CLAIM_FOLDER = ".hoodie/.aux/.instant-times"
+#: how long a claim stays: far longer than any clock skew between hosts writing one table
+CLAIM_RETENTION = dt.timedelta(minutes=15)
 _MAX_CLAIM_ATTEMPTS = 1000
 
 _local_lock = threading.Lock()

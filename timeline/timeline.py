@@ -26,7 +26,7 @@ import datetime as dt
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -359,3 +359,13 @@ class ActiveTimeline:
         for state in (State.INFLIGHT, State.REQUESTED):
             self.storage.delete(self.path(instant, state))
         logger.info("pending instant %s deleted", instant)
+
+    def remove(self, instant: Instant, present: Collection[str] | None = None) -> None:
+        """Delete every state file of an instant that leaves the active timeline (archived, or
+        trimmed from the index's own timeline): the pending states first and the completed file
+        last, so a crash part-way leaves a completed instant, never one that looks pending.
+        ``present``: the file names listed in the timeline's folder (only those are deleted)."""
+        for state in (State.REQUESTED, State.INFLIGHT, State.COMPLETED):
+            name = instant.file_name_for(state)
+            if present is None or name in present:
+                self.storage.delete(self.path(instant, state))

@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 
 from metadata_table.bloom import BloomSizing
 from metadata_table.layout import BLOOM_FILTERS, RECORD_INDEX
+from metadata_table.maintenance import UpkeepResult, upkeep
 from metadata_table.migrate import LEGACY_FOLDER, has_legacy_index
 from metadata_table.read.kept import KeptFilters
 from metadata_table.read.snapshot import IndexedSnapshot
@@ -55,6 +56,7 @@ from timeline.config import (
     EARLY_CONFLICT_DETECTION,
     EARLY_CONFLICT_TRANSACTIONAL,
     HUDI_METADATA_TABLE,
+    INDEX_UPKEEP_AUTOMATIC,
     MARKER_BATCH_INTERVAL_MS,
     MARKER_SERVER_URL,
     MARKER_THREADS,
@@ -203,6 +205,7 @@ class WriteClient:
         #: what the table services after the last commit did
         self.last_cleans: list[CleanResult] = []
         self.last_archive: ArchiveResult | None = None
+        self.last_upkeep: UpkeepResult | None = None
 
     def marker_server_url(self) -> str:
         """The marker server to use: the configured one, or one embedded in this client."""
@@ -277,9 +280,11 @@ class WriteClient:
         """The table services Apache Hudi's writers run inline after each commit: a clean of old
         file versions (``hoodie.clean.automatic``), its index update written in its critical
         section, then an archival of the oldest instants (``hoodie.archive.automatic``), never
-        of one the index has not applied. A failure is logged, not raised: the commit stands,
-        and the next commit's services finish or retry it."""
-        self.last_cleans, self.last_archive = [], None
+        of one the index has not applied, then the index's own upkeep
+        (``indexer.metadata.upkeep.automatic``: compaction by count, replaced files deleted).
+        A failure is logged, not raised: the commit stands, and the next commit's services
+        finish or retry it."""
+        self.last_cleans, self.last_archive, self.last_upkeep = [], None, None
         config, mdt = self.table.config, MetadataTable(self.table)
         try:
             if config.get(CLEAN_AUTOMATIC):
@@ -288,6 +293,8 @@ class WriteClient:
                 self.last_cleans = clean(self.table, mdt.apply_removal, self._cleaner)
             if config.get(ARCHIVE_AUTOMATIC):
                 self.last_archive = archive(self.table, unapplied=mdt.oldest_unapplied)
+            if config.get(INDEX_UPKEEP_AUTOMATIC):
+                self.last_upkeep = upkeep(self.table)
         except Exception as e:  # the commit is done; the next one retries
             logger.warning(
                 "table services after a commit to %s failed (retried after the next commit): %s",

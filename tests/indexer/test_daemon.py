@@ -467,6 +467,9 @@ def test_the_status_page_renders_in_a_real_browser(tmp_path: Path, daemons: list
         "completed",
         "Last builds",
         "No build running",
+        "Storage and table services",
+        "storage: data",
+        "last index compaction",
     ):
         assert text in dom.stdout, text
     shot = tmp_path / "status.png"

@@ -16,6 +16,7 @@ from timeline.config import Config
 from timeline.errors import ConfigError
 from timeline.fs_view import FileSystemView
 from timeline.instant import State
+from timeline.instant_time import CLAIM_FOLDER
 from writer.client import WriteClient
 
 from .test_clean import rows
@@ -184,3 +185,17 @@ def test_the_bounds_are_checked(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match=r"hoodie\.keep\.max\.commits"):
         ArchivalPolicy.from_config(config)
+
+
+def test_archival_prunes_old_instant_time_claims(tmp_path: Path) -> None:
+    """One claim file per instant time would pile up for the table's whole life: archival
+    deletes those older than the retention window, and keeps the recent ones."""
+    table = make_table(tmp_path)
+    old = "20200101000000000"
+    table.storage.create(f"{CLAIM_FOLDER}/{old}", b"")
+    write(table, 6)
+    claims = set(table.storage.file_names(CLAIM_FOLDER))
+    assert old in claims and len(claims) > 6
+    assert archive(table, POLICY) is not None
+    left = set(table.storage.file_names(CLAIM_FOLDER))
+    assert left == claims - {old}
