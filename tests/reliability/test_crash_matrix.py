@@ -33,9 +33,9 @@ import pytest
 from indexer.indexer import AsyncIndexer, IndexerOptions
 from metadata_table.index_types import index_type
 from metadata_table.layout import PARTITIONS
-from metadata_table.maintenance import build_records, initialize
+from metadata_table.maintenance import build_records, compact, initialize
 from metadata_table.table import MetadataTable
-from timeline import Table
+from timeline import Action, Table
 from timeline.config import Config
 from timeline.fs_view import FileSystemView
 from timeline.index_state import INDEX_FOLDER
@@ -381,6 +381,135 @@ def test_writer_crash_point(
     assert_converged(table, want)
     outcome = "committed before the kill" if landed else "rolled back by clean"
     MATRIX.append(("writer", f"#{n} before {writer_points[slot]}", outcome))
+
+
+# --- table services: clean, archive, index compaction and index clean ---------------------------
+
+#: small bounds, so a few commits give every service work; no grace period, so nothing waits
+SERVICES = {
+    "hoodie.cleaner.commits.retained": "2",
+    "hoodie.keep.min.commits": "3",
+    "hoodie.keep.max.commits": "5",
+    "indexer.clean.grace.seconds": "0",
+}
+
+
+@pytest.fixture(scope="module")
+def services_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A table with every index and 8 commits that no service has passed over: old versions to
+    clean, instants to archive, index logs to compact; one partition compacted before, so its
+    replaced files are there to delete too."""
+    folder = tmp_path_factory.mktemp("services-template")
+    off = {
+        "hoodie.clean.automatic": "false",
+        "hoodie.archive.automatic": "false",
+        "indexer.metadata.upkeep.automatic": "false",
+    }
+    values = {**settings(folder), **SERVICES, **off}
+    table = Table.create(
+        str(folder / "t"), "trips", ["uuid"], ["city"], "ts", config=Config.resolve(explicit=values)
+    )
+    WriteClient(table).insert(rows(keys(0, 30)))
+    initialize(table, ALL, groups=dict.fromkeys(ALL, 1))
+    with WriteClient(table) as client:
+        for ts in range(2, 10):
+            client.upsert(rows(keys(0, 10), ts=ts))
+            if ts == 5:
+                compact(table, "files")
+    return folder
+
+
+SERVICE_STEPS = (
+    ("timeline", ["clean"]),  # rolls back nothing here; cleans, applies to the index, archives
+    ("indexer", ["compact"]),  # compacts every partition, deletes what compactions replaced
+)
+
+
+def services_run(folder: Path, failpoint: str | None, steps: int = 2) -> list[int]:
+    """Run the services' commands in order, the failpoint in each (its counter restarts per
+    process); returns their exit codes, stopping after one is killed."""
+    codes = []
+    extra = [f"--conf={k}={v}" for k, v in SERVICES.items()]
+    for module, command in SERVICE_STEPS[:steps]:
+        done = run(module, [*command, str(folder / "t"), *conf_args(folder), *extra], failpoint)
+        codes.append(done.returncode)
+        if done.returncode != 0:
+            break
+    return codes
+
+
+@pytest.fixture(scope="module")
+def services_points(
+    services_template: Path, tmp_path_factory: pytest.TempPathFactory
+) -> list[tuple[int, str, str]]:
+    """(step, failpoint, label) of every crash point of the two commands."""
+    tmp = tmp_path_factory.mktemp("services-trace")
+    points = []
+    for step, (module, command) in enumerate(SERVICE_STEPS):
+        folder, _ = fresh(services_template, tmp)
+        assert services_run(folder, None, steps=step) == [0] * step
+        extra = [f"--conf={k}={v}" for k, v in SERVICES.items()]
+        args = [*command, str(folder / "t"), *conf_args(folder), *extra]
+        done = run(module, args, "storage.write:trace")
+        assert done.returncode == 0, done.stderr[-3000:]
+        traced = mutations(done.stderr)
+        assert any("delete" in m for m in traced), traced  # it had something to remove
+        points += [
+            (step, f"storage.write@{n}:kill", f"{' '.join(command)} #{n} before {what}")
+            for n, what in enumerate(traced, start=1)
+            if sampled(n, len(traced), dense_until=4, every=5)
+        ]
+        shutil.rmtree(folder)
+    assert len(points) <= SERVICES_SLOTS, f"{len(points)} points: raise SERVICES_SLOTS"
+    return points
+
+
+SERVICES_SLOTS = 70  # more than the services make; slots past the end are skipped
+
+
+@pytest.mark.parametrize("slot", range(SERVICES_SLOTS))
+def test_table_services_crash_point(
+    slot: int,
+    services_points: list[tuple[int, str, str]],
+    services_template: Path,
+    tmp_path: Path,
+) -> None:
+    """Clean, archive, index compaction and index clean killed at each point; a writer commits;
+    the services run again: every read exact, nothing pending, and nothing left behind (the
+    versions, instants and index files the rules do not keep are gone)."""
+    if slot >= len(services_points):
+        pytest.skip(f"the services make {len(services_points)} crash points")
+    step, spec, label = services_points[slot]
+    folder, table = fresh(services_template, tmp_path)
+    assert services_run(folder, None, steps=step) == [0] * step
+    module, command = SERVICE_STEPS[step]
+    extra = [f"--conf={k}={v}" for k, v in SERVICES.items()]
+    killed = run(module, [*command, str(folder / "t"), *conf_args(folder), *extra], spec)
+    assert killed.returncode == -9, f"{spec} never fired: {killed.stderr[-2000:]}"
+    after = rows(keys(5, 15), ts=20)
+    quiet = Config.resolve(
+        explicit={**settings(folder), **SERVICES, "indexer.metadata.upkeep.automatic": "false"}
+    )
+    time.sleep(LEASE_MS / 1000)  # the killed holder's lease lapses
+    WriteClient(Table.open(str(folder / "t"), quiet)).upsert(after)
+    time.sleep(3 * HEARTBEAT_MS / 1000)
+    assert services_run(folder, None) == [0, 0]
+    table = Table.open(str(folder / "t"), config(folder))
+    want = expected_rows(rows(keys(0, 30)), *(rows(keys(0, 10), ts=t) for t in range(2, 10)), after)
+    assert_converged(table, want)
+    # nothing left behind: the versions the clean keeps, the archival's bounds, one base file
+    # per index file group and at most the log of the clean that ran after the last commit
+    timeline = table.timeline.load()
+    assert len(timeline.write_timeline().completed()) <= 5
+    view = FileSystemView(table.timeline, timeline)
+    assert len(view.all_base_files) <= 3 * len(view.latest_base_files()), view.all_base_files
+    mdt = MetadataTable(table)
+    for partition in ALL:
+        names = [e.name for e in mdt.storage.list(partition)]
+        bases = [n for n in names if n.endswith(".parquet")]
+        assert len(bases) == 1 and len(names) <= 2, (partition, names)
+    assert len(mdt.timeline.load().with_actions(Action.DELTA_COMMIT)) <= 1, "deltacommits left"
+    MATRIX.append(("services", label, "killed; the services' rerun converged"))
 
 
 # --- the marker server ---------------------------------------------------------------------------
