@@ -6,8 +6,10 @@ short. When more than ``hoodie.keep.max.commits`` (30) writes are completed on t
 timeline, the oldest are moved to the archived timeline down to ``hoodie.keep.min.commits``
 (20); cleans and rollbacks are counted apart, action by action, with the same bounds. Never
 archived: anything at or after the earliest pending instant (of any action), the earliest commit
-the last clean retains (a query may still read there), a savepoint, or an instant this table's
-index has not applied yet (its readers would need it). A table with Apache Hudi's own metadata
+the last clean retains (a query may still read there), the newest write that completed
+``indexer.clean.grace.seconds`` ago (the cleaner's guard for readers' open snapshots: archiving
+it would leave the cleaner nothing to measure that period by), a savepoint, or an instant this
+table's index has not applied yet (its readers would need it). A table with Apache Hudi's own metadata
 table is left to Hudi's archiver (it also bounds archival by that table's compactions).
 
 An archival writes one new file ``.hoodie/archived/.commits_.archive.<N>_1-0-1``: a Hudi log
@@ -23,9 +25,11 @@ them again, and readers take each instant once.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import json
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import resources
@@ -34,10 +38,10 @@ from typing import Any
 from timeline.archived import _archive_number
 from timeline.clean import clean_metadata
 from timeline.commit_metadata import CommitMetadata
-from timeline.config import KEEP_MAX_COMMITS, KEEP_MIN_COMMITS, Config
+from timeline.config import CLEAN_GRACE_SECONDS, KEEP_MAX_COMMITS, KEEP_MIN_COMMITS, Config
 from timeline.errors import ConfigError
 from timeline.hudi_metadata import hudi_metadata_table_present
-from timeline.instant import WRITE_ACTIONS, Action, Instant, State
+from timeline.instant import WRITE_ACTIONS, Action, Instant, State, format_instant_time
 from timeline.instant import normalize_timestamp as _norm
 from timeline.instant_time import CLAIM_RETENTION
 from timeline.log_format import BlockType, HeaderKey, avro_data_content, encode_block
@@ -94,11 +98,38 @@ class ArchiveResult:
     file: str
 
 
+def _readers_guard(table: Table, timeline: Timeline, now: float | None) -> str | None:
+    """The newest completed write that completed ``indexer.clean.grace.seconds`` ago or more
+    (the oldest write, when none did): the cleaner keeps what a snapshot opened within the
+    grace period reads by this write, so it stays on the active timeline. Without this bound a
+    writer committing faster than ``hoodie.keep.max.commits`` per grace period would archive
+    every such write before the cleaner could use it, and nothing would ever be cleaned."""
+    grace = table.config.get(CLEAN_GRACE_SECONDS)
+    writes = timeline.write_timeline().completed()
+    first = writes.first()
+    if grace <= 0 or first is None:
+        return None
+    moment = dt.datetime.fromtimestamp((time.time() if now is None else now) - grace, tz=dt.UTC)
+    cutoff = _norm(format_instant_time(moment))
+    guard = first.timestamp
+    for instant in writes:  # oldest first: only the writes older than the cutoff are read
+        if _norm(instant.timestamp) > cutoff:
+            break
+        if _norm(table.timeline.completion_time(instant)) > cutoff:
+            break
+        guard = instant.timestamp
+    return guard
+
+
 def instants_to_archive(
-    table: Table, timeline: Timeline, policy: ArchivalPolicy, unapplied: str | None = None
+    table: Table,
+    timeline: Timeline,
+    policy: ArchivalPolicy,
+    unapplied: str | None = None,
+    now: float | None = None,
 ) -> list[Instant]:
     """The completed instants an archival moves now, oldest first (see the module's rules)."""
-    bound = _bound(table, timeline, unapplied)
+    bound = _bound(table, timeline, unapplied, now)
 
     def before_bound(i: Instant) -> bool:
         return bound is None or _norm(i.timestamp) < _norm(bound)
@@ -118,9 +149,14 @@ def instants_to_archive(
     return sorted(out)
 
 
-def _bound(table: Table, timeline: Timeline, unapplied: str | None) -> str | None:
+def _bound(
+    table: Table, timeline: Timeline, unapplied: str | None, now: float | None = None
+) -> str | None:
     """The oldest instant time nothing at or after may be archived."""
     candidates = [unapplied] if unapplied else []
+    guard = _readers_guard(table, timeline, now)
+    if guard is not None:
+        candidates.append(guard)
     pending = timeline.pending().filter(lambda i: i.action is not Action.SAVEPOINT).first()
     if pending is not None:
         candidates.append(pending.timestamp)
@@ -182,6 +218,7 @@ def archive(
     policy: ArchivalPolicy | None = None,
     unapplied: UnappliedBound | None = None,
     timeline: Timeline | None = None,
+    now: float | None = None,
 ) -> ArchiveResult | None:
     """Archive what the rules allow now (None when nothing is due). ``unapplied`` names the
     oldest instant the table's index has not applied (that and everything after stays)."""
@@ -200,7 +237,7 @@ def archive(
     ):
         return None  # the usual case after a commit: nothing read
     chosen = instants_to_archive(
-        table, timeline, policy, unapplied(timeline) if unapplied is not None else None
+        table, timeline, policy, unapplied(timeline) if unapplied is not None else None, now
     )
     if not chosen:
         return None

@@ -199,3 +199,34 @@ def test_archival_prunes_old_instant_time_claims(tmp_path: Path) -> None:
     assert archive(table, POLICY) is not None
     left = set(table.storage.file_names(CLAIM_FOLDER))
     assert left == claims - {old}
+
+
+def test_a_fast_writer_is_still_cleaned_archival_keeps_the_cleaners_guard(
+    tmp_path: Path,
+) -> None:
+    """A writer that commits more than hoodie.keep.max.commits times per grace period: archival
+    used to move every write that completed before the grace period, so the cleaner (which
+    keeps what a snapshot opened within it reads, measured by such a write) never found one and
+    never deleted a version. Archival now keeps the newest of them active."""
+    import time
+
+    from timeline.clean import clean
+
+    from .test_clean import versions
+
+    table = make_table(
+        tmp_path,
+        **{
+            "indexer.clean.grace.seconds": "2",
+            "hoodie.archive.automatic": "true",
+            "hoodie.cleaner.commits.retained": "2",
+        },
+    )
+    write(table, 8)
+    time.sleep(2.5)
+    times = write(table, 8, 8)
+    oldest = table.timeline.load().write_timeline().completed().first()
+    assert oldest is not None and oldest.timestamp < times[0]  # an aged write stayed active
+    before = len(versions(tmp_path))
+    assert clean(table)  # it finds its guard: versions before it go
+    assert len(versions(tmp_path)) < before
