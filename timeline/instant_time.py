@@ -28,8 +28,9 @@ from timeline.storage import Storage
 logger = logging.getLogger(__name__)
 
 CLAIM_FOLDER = ".hoodie/.aux/.instant-times"
-#: how long a claim stays: far longer than any clock skew between hosts writing one table
-CLAIM_RETENTION = dt.timedelta(minutes=15)
+#: how long a claim stays: longer than any clock skew between hosts writing one table can be
+#: (writers' heartbeats, 2 minutes by default, assume clocks within that already)
+CLAIM_RETENTION = dt.timedelta(minutes=2)
 _MAX_CLAIM_ATTEMPTS = 1000
 
 _local_lock = threading.Lock()

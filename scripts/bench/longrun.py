@@ -6,7 +6,11 @@ one key up through the index). Prints each checkpoint and, at the end, the ratio
 checkpoint to the first one at or after --baseline commits (targets: flat within 1.3x; data
 within 1.5x of what the cleaner retains).
 
-    python -m scripts.bench.longrun --commits 10000 [--every 500] [--rows 20000] [--partitions 8]
+With ``--daemon`` the writer's inline services are off and ``indexer serve`` runs them beside
+it (clean, archival and the index's upkeep every 10 seconds). ``--out FILE`` writes the
+checkpoints as JSON, which ``python -m scripts.bench.plot_longrun`` draws.
+
+    python -m scripts.bench.longrun --commits 10000 [--every 500] [--daemon] [--out run.json]
 """
 
 from __future__ import annotations
@@ -84,12 +88,64 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     from timeline.config import Config
     from writer.client import WriteClient
 
-    base = Path(tempfile.mkdtemp(prefix="longrun-")) / "t"
-    config = Config.resolve(explicit={"indexer.lock.url": "inprocess", **dict(args.conf)})
+    folder = Path(tempfile.mkdtemp(prefix="longrun-"))
+    base = folder / "t"
+    lock = f"sqlite:///{folder / 'locks.sqlite'}" if args.daemon else "inprocess"
+    values = {"indexer.lock.url": lock, **dict(args.conf)}
+    if args.daemon:  # the daemon runs the services; the writer commits only
+        values.update(dict.fromkeys(_SERVICES, "false"))
+    config = Config.resolve(explicit=values)
     table = Table.create(str(base), "trips", ["uuid"], ["city"], "ts", config=config)
     with WriteClient(table) as client:
         client.insert(_rows(list(range(args.rows)), args.partitions, 0))
     initialize(table, [FILES, COLUMN_STATS, BLOOM_FILTERS, RECORD_INDEX])
+    daemon = _start_daemon(folder, base, lock, dict(args.conf)) if args.daemon else None
+    try:
+        return _commit(args, table, base)
+    finally:
+        if daemon is not None:
+            daemon.terminate()
+            daemon.wait(timeout=120)
+
+
+_SERVICES = (
+    "hoodie.clean.automatic",
+    "hoodie.archive.automatic",
+    "indexer.metadata.upkeep.automatic",
+)
+
+
+def _start_daemon(
+    folder: Path, base: Path, lock: str, conf: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    """``indexer serve`` for the table, its services on, every 10 seconds."""
+    pairs = ", ".join(f'"{k}" = "{v}"' for k, v in conf.items())
+    service = folder / "service.toml"
+    service.write_text(f"""
+[service]
+request_store = "sqlite:///{folder / "service.sqlite"}"
+http_port = 0
+reconcile_interval_seconds = 10
+clean_interval_seconds = 10
+compaction_interval_seconds = 10
+
+[[tables]]
+base = "{base}"
+index_types = ["files", "column_stats", "bloom_filters", "record_index"]
+lock_url = "{lock}"
+conf = {{ {pairs} }}
+""")
+    log = open(folder / "daemon.log", "wb")  # noqa: SIM115 (the daemon's whole life)
+    return subprocess.Popen(
+        [sys.executable, "-m", "indexer", "serve", "--config", str(service)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _commit(args: argparse.Namespace, table: Any, base: Path) -> list[dict[str, Any]]:
+    from writer.client import WriteClient
+
     points: list[dict[str, Any]] = []
     latencies: list[float] = []
     step = max(1, args.rows // args.per_commit)
@@ -130,8 +186,17 @@ def main(argv: list[str] | None = None) -> int:
         type=lambda s: tuple(s.split("=", 1)),
         help="key=value for the writer (e.g. hoodie.clean.automatic=false)",
     )
+    parser.add_argument(
+        "--daemon",
+        action="store_true",
+        help="run the table services in `indexer serve` beside the writer, not inline",
+    )
+    parser.add_argument("--out", help="write the checkpoints to this JSON file")
     args = parser.parse_args(argv)
     points = run(args)
+    if args.out:
+        label = "writer and indexer serve" if args.daemon else "writer alone (inline services)"
+        Path(args.out).write_text(json.dumps({"label": label, "points": points}, indent=1))
     first = next((p for p in points if p["commits"] >= args.baseline), points[0])
     last = points[-1]
     print(f"\nfrom {first['commits']} to {last['commits']} commits (last / first):")
