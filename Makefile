@@ -77,8 +77,13 @@ bench-scan: $(VENV)/.installed-test
 
 # A table's long life: a warm writer upserting with default settings (clean and archival on),
 # storage, timeline, commit p50/p95 and a fresh read every 500 commits, up to 10,000.
+# A table's long life, writer alone and beside `indexer serve`; the plot goes to docs/longrun.svg.
+LONGRUN_COMMITS ?= 10000
 bench-longrun: $(VENV)/.installed-test
-	$(PY) -m scripts.bench.longrun --commits 10000
+	mkdir -p bench-results
+	$(PY) -m scripts.bench.longrun --commits $(LONGRUN_COMMITS) --out bench-results/longrun-alone.json
+	$(PY) -m scripts.bench.longrun --commits $(LONGRUN_COMMITS) --daemon --out bench-results/longrun-daemon.json
+	$(PY) -m scripts.bench.plot_longrun bench-results/longrun-alone.json bench-results/longrun-daemon.json --out docs/longrun.svg
 
 # Merge-on-read tables: the build over slices with 0, 4, 16 log files each (also in `make bench`).
 bench-mor: $(VENV)/.installed-test

@@ -230,3 +230,29 @@ def test_a_fast_writer_is_still_cleaned_archival_keeps_the_cleaners_guard(
     before = len(versions(tmp_path))
     assert clean(table)  # it finds its guard: versions before it go
     assert len(versions(tmp_path)) < before
+
+
+def test_time_travel_past_our_clean_and_archival_is_refused_by_name(tmp_path: Path) -> None:
+    """After our writers' own clean and archival, a read as of an archived instant whose files
+    were cleaned is refused naming the clean and the setting that keeps more; one within what
+    the cleaner keeps answers as the table was."""
+    from metadata_table.read.scan import load_table
+    from timeline.errors import SnapshotUnavailableError
+
+    table = make_table(
+        tmp_path,
+        **{
+            "hoodie.clean.automatic": "true",
+            "hoodie.archive.automatic": "true",
+            "hoodie.cleaner.commits.retained": "2",
+        },
+    )
+    times = write(table, 10)
+    assert table.timeline.load().get(times[0]) is None  # archived
+    trips = load_table(table.base_uri, config=table.config)
+    with pytest.raises(SnapshotUnavailableError, match=r"\.clean deleted .*commits\.retained"):
+        trips.scan(as_of=times[0]).plan()
+    then = trips.scan(as_of=times[-2]).to_arrow().to_pylist()
+    assert sorted((r["uuid"], r["ts"]) for r in then) == [("a", 8)] + [
+        (f"k{ts}", ts) for ts in range(9)
+    ]
