@@ -57,7 +57,7 @@ from timeline.instant import (
 )
 from timeline.storage import FileInfo
 from timeline.table import Table
-from timeline.timeline import META_FOLDER, Timeline
+from timeline.timeline import COMPLETION_TIME_KEY, META_FOLDER, Timeline
 
 logger = logging.getLogger(__name__)
 
@@ -364,15 +364,20 @@ def clean_index(table: Table, now: float | None = None) -> UpkeepResult:
     grace = table.config.get(CLEAN_GRACE_SECONDS)
     moment = dt.datetime.fromtimestamp((time.time() if now is None else now) - grace, tz=dt.UTC)
     cutoff = normalize_timestamp(format_instant_time(moment))
-    plans: dict[str, dict[str, Any]] = {}
-
     def plan(instant: str) -> dict[str, Any]:
-        if instant not in plans:
-            plans[instant] = mdt.timeline.read_json(done[instant])
-        return plans[instant]
+        """A completed compaction's content (immutable: kept for the process)."""
+        key = (mdt.storage.base_uri, instant)
+        if key not in _COMPLETED_PLANS:
+            if len(_COMPLETED_PLANS) >= 4096:
+                _COMPLETED_PLANS.clear()
+            _COMPLETED_PLANS[key] = mdt.timeline.read_json(done[instant])
+        return _COMPLETED_PLANS[key]
 
     def aged(instant: str) -> bool:
-        return normalize_timestamp(mdt.timeline.completion_time(done[instant])) <= cutoff
+        when = plan(instant).get(COMPLETION_TIME_KEY)
+        if not isinstance(when, str):
+            when = mdt.timeline.completion_time(done[instant])
+        return normalize_timestamp(when) <= cutoff
 
     doomed: list[FileInfo] = []
     floors: list[str] = []
@@ -439,6 +444,10 @@ def clean_index(table: Table, now: float | None = None) -> UpkeepResult:
         removed_bytes=sum(e.size for e in doomed),
         trimmed_instants=trimmed,
     )
+
+
+#: (metadata table, instant) -> a completed metadata compaction's content, read once per process
+_COMPLETED_PLANS: dict[tuple[str, str], dict[str, Any]] = {}
 
 
 def _plan_covers(mdt: MetadataTable, instant: Instant) -> str:
