@@ -320,9 +320,10 @@ class UpkeepResult:
 
 def upkeep(table: Table, force: bool = False, now: float | None = None) -> UpkeepResult:
     """The index's own upkeep, as Apache Hudi's metadata table keeps itself: compact each
-    completed partition whose reads merge ``hoodie.metadata.compact.max.delta.commits`` data
-    instants' logs or more (every one with logs, with ``force``), then delete what compactions
-    replaced and trim the index's timeline (:func:`clean_index`)."""
+    completed partition that applied ``hoodie.metadata.compact.max.delta.commits`` data
+    instants or more since its base files (:meth:`MetadataReader.delta_count`; any, with
+    ``force``), then delete what compactions replaced and trim the index's timeline
+    (:func:`clean_index`)."""
     state = table.reload_index_state()
     if not state.partitions:
         return UpkeepResult()
@@ -364,6 +365,7 @@ def clean_index(table: Table, now: float | None = None) -> UpkeepResult:
     grace = table.config.get(CLEAN_GRACE_SECONDS)
     moment = dt.datetime.fromtimestamp((time.time() if now is None else now) - grace, tz=dt.UTC)
     cutoff = normalize_timestamp(format_instant_time(moment))
+
     def plan(instant: str) -> dict[str, Any]:
         """A completed compaction's content (immutable: kept for the process)."""
         key = (mdt.storage.base_uri, instant)

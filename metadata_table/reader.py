@@ -247,9 +247,7 @@ class MetadataReader:
             if is_after(log.instant, self._covers(base))
         }
         return sum(
-            1
-            for t in applied
-            if is_after(t, watermark) and (upto is None or not is_after(t, upto))
+            1 for t in applied if is_after(t, watermark) and (upto is None or not is_after(t, upto))
         )
 
     def size(self, partition: str) -> tuple[int, int]:

@@ -265,8 +265,8 @@ INDEX_COMPACT_MAX_DELTA_COMMITS: ConfigKey[int] = _key(
         "hoodie.metadata.compact.max.delta.commits",
         int,
         10,
-        "The index compacts a partition once a read of it merges the log files of this many "
-        "data instants on top of its base files (as Apache Hudi compacts its metadata table).",
+        "The index compacts a partition once it has applied this many data instants since its "
+        "base files were written (as Apache Hudi counts its metadata table's deltacommits).",
         _positive,
         "must be > 0",
     )
