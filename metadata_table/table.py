@@ -616,19 +616,30 @@ class MetadataTable:
 
     def tombstones(self, reader: MetadataReader, partition: str, removal: Removal) -> pa.Table:
         """Deletion records, at the removal's instant time, for every record of ``partition``
-        that describes a data file ``removal`` deleted."""
-        rows = reader.read(partition)
+        that describes a data file ``removal`` deleted: its key and file, every other field
+        null (a tombstone's values are never read). Only the columns that name the file are
+        read, not the stats (a clean after every commit reads the partition each time)."""
+        rows = reader.read(partition, columns=["partition", "file_name"], ordered=False)
         pairs = zip(
             rows.column("partition").to_pylist(), rows.column("file_name").to_pylist(), strict=True
         )
-        gone = [removal.removes(data_partition(p), f) for p, f in pairs]
-        rows = rows.filter(pa.array(gone, pa.bool_()))
+        gone = pa.array([removal.removes(data_partition(p), f) for p, f in pairs], pa.bool_())
+        rows = rows.filter(gone)
         size = rows.num_rows
-        rows = rows.set_column(
-            rows.schema.get_field_index("is_deleted"), "is_deleted", pa.array([True] * size)
-        )
-        instant = pa.array([removal.instant.timestamp] * size, pa.string())
-        return rows.set_column(rows.schema.get_field_index("instant"), "instant", instant)
+        given = {
+            "is_deleted": pa.array([True] * size),
+            "instant": pa.array([removal.instant.timestamp] * size, pa.string()),
+        }
+        schema = schema_of(partition)
+        columns: list[pa.Array | pa.ChunkedArray] = []
+        for f in schema:
+            if f.name in given:
+                columns.append(given[f.name])
+            elif f.name in rows.column_names:
+                columns.append(rows.column(f.name).cast(f.type))
+            else:
+                columns.append(pa.nulls(size, f.type))
+        return pa.table(columns, schema=schema)
 
     # --- reads -----------------------------------------------------------------------------------
 
