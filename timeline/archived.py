@@ -102,7 +102,7 @@ class ArchivedTimeline:
             for e in self.storage.list(self.folder)
             if not e.is_dir and e.name.startswith(".commits_.archive.")
         ]
-        return sorted(found, key=lambda e: _archive_number(e.name))
+        return sorted(found, key=lambda e: archive_number(e.name))
 
     def instants(self, written_since: float | None = None) -> list[ArchivedInstant]:
         """Completed instants, oldest first, from every archive file, or only from those
@@ -138,7 +138,7 @@ class ArchivedTimeline:
         return parsed
 
 
-def _archive_number(name: str) -> tuple[int, str]:
+def archive_number(name: str) -> tuple[int, str]:
     """``.commits_.archive.<N>_<token>``: Hudi numbers its archive files in order."""
     number = name.removeprefix(".commits_.archive.").split("_", 1)[0]
     return (int(number), name) if number.isdigit() else (-1, name)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from timeline.archived import _archive_number
+from timeline.archived import archive_number
 from timeline.clean import clean_metadata
 from timeline.commit_metadata import CommitMetadata
 from timeline.config import CLEAN_GRACE_SECONDS, KEEP_MAX_COMMITS, KEEP_MIN_COMMITS, Config
@@ -250,7 +250,7 @@ def archive(
         avro_data_content(entries, schema),
     )
     archived = table.archive()
-    numbers = [_archive_number(f.name)[0] for f in archived.files]
+    numbers = [archive_number(f.name)[0] for f in archived.files]
     path = f"{archived.folder}/.commits_.archive.{max(numbers, default=0) + 1}_{WRITE_TOKEN}"
     table.storage.create(path, block)
     for instant in chosen:

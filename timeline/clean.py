@@ -58,7 +58,7 @@ from timeline.config import (
     Config,
 )
 from timeline.errors import CorruptInstantError
-from timeline.fs_view import _list_data_files, _list_partitions, file_id_of, slice_instant
+from timeline.fs_view import file_id_of, list_data_files, list_partitions, slice_instant
 from timeline.hudi_avro import avro_file
 from timeline.hudi_metadata import hudi_metadata_table_present
 from timeline.instant import Action, Instant, State, format_instant_time
@@ -312,9 +312,9 @@ class CleanPlanner:
         if partitions is not None and not partitions:
             return CleanPlan(policy.name, earliest, empty.last_completed_commit)
         listed = (
-            _list_data_files(self.table.storage)
+            list_data_files(self.table.storage)
             if partitions is None
-            else _list_partitions(self.table.storage, sorted(partitions))
+            else list_partitions(self.table.storage, sorted(partitions))
         )
         files = self._deletable(timeline, listed, bound)
         return CleanPlan(policy.name, earliest, empty.last_completed_commit, files)

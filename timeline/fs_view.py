@@ -434,7 +434,7 @@ class FileSystemView:
         self.as_of = as_of
         self._listing = listing
         if partition_listing is None and listing is None:
-            partition_listing = partial(_list_partitions, self.storage)
+            partition_listing = partial(list_partitions, self.storage)
         self._partition_listing = partition_listing
 
     @cached_property
@@ -463,7 +463,7 @@ class FileSystemView:
     def _listed(self) -> pa.Table:
         """One listing of the data folders: ``partition_path``, ``file_name``, ``path`` and
         ``size`` of every file (and :func:`with_base_name_fields`' when the listing has them)."""
-        entries = self._listing() if self._listing is not None else _list_data_files(self.storage)
+        entries = self._listing() if self._listing is not None else list_data_files(self.storage)
         return _as_listed(entries)
 
     @cached_property
@@ -919,14 +919,14 @@ def read_parquet_file(
         raise NotParquetError(path, str(e).splitlines()[0]) from e
 
 
-def _list_partitions(storage: Storage, partitions: list[str]) -> list[FileInfo]:
+def list_partitions(storage: Storage, partitions: list[str]) -> list[FileInfo]:
     """The files in the folders of ``partitions`` ("" is the base path), not in their
     subfolders (another partition's, or ``.hoodie/``); a missing folder holds none."""
     return [e for partition in partitions for e in storage.list(partition) if not e.is_dir]
 
 
 def data_file_paths(storage: Storage) -> pa.Table:
-    """The files :func:`_list_data_files` lists, as a table of :data:`_LISTED` whose sizes are
+    """The files :func:`list_data_files` lists, as a table of :data:`_LISTED` whose sizes are
     not listed (0): a view of it counts the latest file slices' files (or names them) without
     a stat a file."""
     paths: list[str] = []
@@ -939,7 +939,7 @@ def data_file_paths(storage: Storage) -> pa.Table:
     return _listed_paths(paths, pa.repeat(pa.scalar(0, pa.int64()), len(paths)))
 
 
-def _list_data_files(storage: Storage) -> list[FileInfo]:
+def list_data_files(storage: Storage) -> list[FileInfo]:
     """Files under the base path outside ``.hoodie/`` (data files, partition metadata)."""
     out: list[FileInfo] = []
     for entry in storage.list():

@@ -213,14 +213,14 @@ def test_incremental_planning_lists_the_partitions_written_since_the_last_clean(
     clean(table)  # the first clean lists every partition
     write(table, 3, "ny")
     listed: list[list[str]] = []
-    original = clean_module._list_partitions
+    original = clean_module.list_partitions
 
     def spy(storage: Any, partitions: list[str]) -> Any:
         listed.append(partitions)
         return original(storage, partitions)
 
-    monkeypatch.setattr(clean_module, "_list_partitions", spy)
-    monkeypatch.setattr(clean_module, "_list_data_files", lambda _s: pytest.fail("listed all"))
+    monkeypatch.setattr(clean_module, "list_partitions", spy)
+    monkeypatch.setattr(clean_module, "list_data_files", lambda _s: pytest.fail("listed all"))
     (result,) = clean(table)
     # E moved from la's 2nd commit to ny's 2nd: the commits between wrote la and ny; la's
     # older slices go (ny's first one is what a query at E reads)
