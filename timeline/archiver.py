@@ -146,6 +146,10 @@ def instants_to_archive(
             if not before_bound(instant) or instant.timestamp in saved:
                 break  # (Hudi stops at a savepoint: what follows it stays active)
             out.append(instant)
+    if len(out) < policy.max_commits - policy.min_commits:
+        # a bound (the readers' grace period, a pending write) leaves only a few: wait for a
+        # batch, as Hudi archives one, or every commit would write an archive file of its own
+        return []
     return sorted(out)
 
 

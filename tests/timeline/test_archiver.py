@@ -87,6 +87,9 @@ def test_what_archival_never_passes(tmp_path: Path) -> None:
     # an instant the index has not applied
     unapplied = instants_to_archive(table, timeline, POLICY, unapplied=times[2])
     assert [i.timestamp for i in unapplied] == times[:2]
+    # one archivable instant is fewer than a batch (max - min): it waits for more, or every
+    # commit behind such a bound would write an archive file of its own
+    assert instants_to_archive(table, timeline, POLICY, unapplied=times[1]) == []
     # the earliest pending instant of any action
     pending = table.timeline.create_requested(Action.CLEAN, b"", _between(times[1], times[2]))
     timeline = table.timeline.load()
