@@ -57,7 +57,7 @@ from timeline.config import (
     CLEANER_POLICY,
     Config,
 )
-from timeline.errors import CorruptInstantError
+from timeline.errors import CorruptInstantError, InstantAlreadyExistsError
 from timeline.fs_view import file_id_of, list_data_files, list_partitions, slice_instant
 from timeline.hudi_avro import avro_file
 from timeline.hudi_metadata import hudi_metadata_table_present
@@ -471,7 +471,10 @@ def execute_clean(
     plan = CleanPlan.from_bytes(data, timeline.path(requested), table.storage)
     inflight = instant
     if instant.is_requested:
-        inflight = timeline.transition_to_inflight(instant, data)
+        try:
+            inflight = timeline.transition_to_inflight(instant, data)
+        except InstantAlreadyExistsError:  # another process (a writer, the daemon) executes it too
+            inflight = instant.with_state(State.INFLIGHT)
     paths = plan.paths
     for done, path in enumerate(paths, 1):
         table.storage.delete(path)

@@ -14,7 +14,14 @@ import pyarrow as pa
 import pytest
 
 from timeline import Action, Table
-from timeline.clean import CleanPlan, CleanPlanner, CleanPolicy, clean, schedule_clean
+from timeline.clean import (
+    CleanPlan,
+    CleanPlanner,
+    CleanPolicy,
+    clean,
+    execute_clean,
+    schedule_clean,
+)
 from timeline.config import Config
 from timeline.fs_view import FileSystemView
 from timeline.instant import State
@@ -200,6 +207,21 @@ def test_an_interrupted_clean_is_finished_from_its_plan(tmp_path: Path) -> None:
     assert versions(tmp_path) == times[2:]
     (metadata,) = read_avro_records(table.timeline.read_content(results[0].instant))
     assert metadata["totalFilesDeleted"] == 2  # the file already gone counts as deleted
+
+
+def test_two_processes_executing_one_clean_both_finish_it(tmp_path: Path) -> None:
+    """A writer's inline clean and the daemon's may execute the same planned clean: the one
+    that finds it inflight already goes on from there (it failed on the transition before),
+    and the one that finds it completed reports it done."""
+    table = make_table(tmp_path, **{"hoodie.cleaner.commits.retained": "2"})
+    times = write(table, 5)
+    requested = schedule_clean(table, CleanPlanner(table).plan())
+    assert requested is not None
+    table.timeline.transition_to_inflight(requested, table.timeline.read_content(requested))
+    first = execute_clean(table, requested)  # as read before the other moved it on
+    second = execute_clean(table, requested)
+    assert first.instant.is_completed and second.instant == first.instant
+    assert versions(tmp_path) == times[2:]
 
 
 def test_incremental_planning_lists_the_partitions_written_since_the_last_clean(
