@@ -425,13 +425,21 @@ SERVICE_STEPS = (
 )
 
 
+def service_step(
+    folder: Path, step: int, failpoint: str | None
+) -> subprocess.CompletedProcess[str]:
+    """Run one of the services' commands on the table in ``folder``."""
+    module, command = SERVICE_STEPS[step]
+    extra = [f"--conf={k}={v}" for k, v in SERVICES.items()]
+    return run(module, [*command, str(folder / "t"), *conf_args(folder), *extra], failpoint)
+
+
 def services_run(folder: Path, failpoint: str | None, steps: int = 2) -> list[int]:
     """Run the services' commands in order, the failpoint in each (its counter restarts per
     process); returns their exit codes, stopping after one is killed."""
     codes = []
-    extra = [f"--conf={k}={v}" for k, v in SERVICES.items()]
-    for module, command in SERVICE_STEPS[:steps]:
-        done = run(module, [*command, str(folder / "t"), *conf_args(folder), *extra], failpoint)
+    for step in range(steps):
+        done = service_step(folder, step, failpoint)
         codes.append(done.returncode)
         if done.returncode != 0:
             break
@@ -445,12 +453,10 @@ def services_points(
     """(step, failpoint, label) of every crash point of the two commands."""
     tmp = tmp_path_factory.mktemp("services-trace")
     points = []
-    for step, (module, command) in enumerate(SERVICE_STEPS):
+    for step, (_, command) in enumerate(SERVICE_STEPS):
         folder, _ = fresh(services_template, tmp)
         assert services_run(folder, None, steps=step) == [0] * step
-        extra = [f"--conf={k}={v}" for k, v in SERVICES.items()]
-        args = [*command, str(folder / "t"), *conf_args(folder), *extra]
-        done = run(module, args, "storage.write:trace")
+        done = service_step(folder, step, "storage.write:trace")
         assert done.returncode == 0, done.stderr[-3000:]
         traced = mutations(done.stderr)
         assert any("delete" in m for m in traced), traced  # it had something to remove
@@ -482,9 +488,7 @@ def test_table_services_crash_point(
     step, spec, label = services_points[slot]
     folder, table = fresh(services_template, tmp_path)
     assert services_run(folder, None, steps=step) == [0] * step
-    module, command = SERVICE_STEPS[step]
-    extra = [f"--conf={k}={v}" for k, v in SERVICES.items()]
-    killed = run(module, [*command, str(folder / "t"), *conf_args(folder), *extra], spec)
+    killed = service_step(folder, step, spec)
     assert killed.returncode == -9, f"{spec} never fired: {killed.stderr[-2000:]}"
     after = rows(keys(5, 15), ts=20)
     quiet = Config.resolve(
