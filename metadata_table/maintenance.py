@@ -11,9 +11,7 @@ stays as small as a fresh build plus the logs since its last compaction.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -43,6 +41,7 @@ from metadata_table.records import (
     virtual_keys,
 )
 from metadata_table.table import MetadataTable
+from timeline.clean import time_ago
 from timeline.config import CLEAN_GRACE_SECONDS, INDEX_COMPACT_MAX_DELTA_COMMITS
 from timeline.errors import CorruptInstantError, StorageFileNotFoundError
 from timeline.fs_view import FileSystemView
@@ -51,7 +50,6 @@ from timeline.instant import (
     Action,
     Instant,
     State,
-    format_instant_time,
     is_after,
     normalize_timestamp,
 )
@@ -362,9 +360,7 @@ def clean_index(table: Table, now: float | None = None) -> UpkeepResult:
         for i in compactions.pending()
         if not mdt.heartbeat(i.timestamp).is_expired()
     }
-    grace = table.config.get(CLEAN_GRACE_SECONDS)
-    moment = dt.datetime.fromtimestamp((time.time() if now is None else now) - grace, tz=dt.UTC)
-    cutoff = normalize_timestamp(format_instant_time(moment))
+    cutoff = time_ago(table.config.get(CLEAN_GRACE_SECONDS), now)
 
     def plan(instant: str) -> dict[str, Any]:
         """A completed compaction's content (immutable: kept for the process)."""

@@ -25,23 +25,21 @@ them again, and readers take each instant once.
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import json
 import logging
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from timeline.archived import archive_number
-from timeline.clean import clean_metadata
+from timeline.clean import clean_metadata, newest_completed_before
 from timeline.commit_metadata import CommitMetadata
 from timeline.config import CLEAN_GRACE_SECONDS, KEEP_MAX_COMMITS, KEEP_MIN_COMMITS, Config
 from timeline.errors import ConfigError
 from timeline.hudi_metadata import hudi_metadata_table_present
-from timeline.instant import WRITE_ACTIONS, Action, Instant, State, format_instant_time
+from timeline.instant import WRITE_ACTIONS, Action, Instant, State
 from timeline.instant import normalize_timestamp as _norm
 from timeline.instant_time import CLAIM_RETENTION
 from timeline.log_format import BlockType, HeaderKey, avro_data_content, encode_block
@@ -99,26 +97,18 @@ class ArchiveResult:
 
 
 def _readers_guard(table: Table, timeline: Timeline, now: float | None) -> str | None:
-    """The newest completed write that completed ``indexer.clean.grace.seconds`` ago or more
-    (the oldest write, when none did): the cleaner keeps what a snapshot opened within the
-    grace period reads by this write, so it stays on the active timeline. Without this bound a
-    writer committing faster than ``hoodie.keep.max.commits`` per grace period would archive
-    every such write before the cleaner could use it, and nothing would ever be cleaned."""
+    """The cleaner's readers' guard (:func:`timeline.clean.newest_completed_before`: the newest
+    write that completed ``indexer.clean.grace.seconds`` ago or more; the oldest write, when
+    none did), which must stay on the active timeline. Without this bound a writer committing
+    faster than ``hoodie.keep.max.commits`` per grace period would archive every such write
+    before the cleaner could use it, and nothing would ever be cleaned."""
     grace = table.config.get(CLEAN_GRACE_SECONDS)
     writes = timeline.write_timeline().completed()
     first = writes.first()
     if grace <= 0 or first is None:
         return None
-    moment = dt.datetime.fromtimestamp((time.time() if now is None else now) - grace, tz=dt.UTC)
-    cutoff = _norm(format_instant_time(moment))
-    guard = first.timestamp
-    for instant in writes:  # oldest first: only the writes older than the cutoff are read
-        if _norm(instant.timestamp) > cutoff:
-            break
-        if _norm(table.timeline.completion_time(instant)) > cutoff:
-            break
-        guard = instant.timestamp
-    return guard
+    guard = newest_completed_before(table, writes, grace, now)
+    return (guard or first).timestamp
 
 
 def instants_to_archive(

@@ -241,6 +241,30 @@ def clean_metadata(table: Table, instant: Instant) -> Mapping[str, Any]:
     return record
 
 
+def time_ago(seconds: float, now: float | None = None) -> str:
+    """The instant time (normalized, 17 digits) ``seconds`` before ``now`` (default: now)."""
+    moment = (time.time() if now is None else now) - seconds
+    return _norm(format_instant_time(dt.datetime.fromtimestamp(moment, tz=dt.UTC)))
+
+
+def newest_completed_before(
+    table: Table, completed: Timeline, seconds: float, now: float | None = None
+) -> Instant | None:
+    """The newest of ``completed`` that completed at least ``seconds`` before ``now``: the
+    readers' guard of a clean (what a snapshot opened within the grace period reads is measured
+    by it), which archival therefore keeps active. Only the instants that started before the
+    cutoff have their completion time read."""
+    if seconds <= 0:
+        return completed.last()
+    cutoff = time_ago(seconds, now)
+    for instant in reversed(list(completed)):
+        if _norm(instant.timestamp) > cutoff:
+            continue  # started within the grace period: completed within it too
+        if _norm(table.timeline.completion_time(instant)) <= cutoff:
+            return instant
+    return None
+
+
 # --- planning ------------------------------------------------------------------------------------
 
 
@@ -327,17 +351,7 @@ class CleanPlanner:
         pending = writes.pending().first()
         if pending is not None:
             completed = completed.before(pending.timestamp)
-        if self.policy.grace_seconds <= 0:
-            return completed.last()
-        cutoff = format_instant_time(
-            dt.datetime.fromtimestamp(now - self.policy.grace_seconds, tz=dt.UTC)
-        )
-        for instant in reversed(list(completed)):
-            if _norm(instant.timestamp) > _norm(cutoff):
-                continue  # started within the grace period: completed within it too
-            if _norm(self.table.timeline.completion_time(instant)) <= _norm(cutoff):
-                return instant
-        return None
+        return newest_completed_before(self.table, completed, self.policy.grace_seconds, now)
 
     def _earliest_to_retain(self, writes: Timeline, now: float) -> Instant | None:
         policy = self.policy
@@ -345,8 +359,7 @@ class CleanPlanner:
             if len(writes) <= policy.commits_retained:
                 return None
             return list(writes)[len(writes) - policy.commits_retained]
-        moment = now - policy.hours_retained * 3600
-        cutoff = _norm(format_instant_time(dt.datetime.fromtimestamp(moment, tz=dt.UTC)))
+        cutoff = time_ago(policy.hours_retained * 3600, now)
         return next((i for i in writes if _norm(i.timestamp) >= cutoff), None)
 
     def _partitions(self, timeline: Timeline, earliest: Instant | None) -> set[str] | None:
