@@ -488,7 +488,7 @@ class AsyncIndexer:
         from the active timeline and from Hudi's archive (Hudi may archive them while a build
         runs), oldest first."""
         timeline = timeline if timeline is not None else self.table.timeline.load()
-        archived = [a.instant for a in self.table.archive().instants()]
+        archived = [a.instant for a in self.table.archive().instants(newer_than=t)]
         found: dict[str, Instant] = {}
         for i in [*timeline, *archived]:  # active first: an instant in both is still active
             changes = i.action in WRITE_ACTIONS or i.action in REMOVAL_ACTIONS

@@ -120,8 +120,8 @@ class MetadataReader:
         known = {(i.timestamp, i.action) for i in active}
         archived = [
             i
-            for i in self._archived_since(partition)
-            if (i.timestamp, i.action) not in known and is_after(i.timestamp, watermark)
+            for i in self._archived_since(partition, watermark)
+            if (i.timestamp, i.action) not in known
         ]
         changes = sorted([*active, *archived])
         return [
@@ -133,14 +133,14 @@ class MetadataReader:
             and not self._deltacommit_names(i.timestamp, partition)
         ]
 
-    def _archived_since(self, partition: str) -> list[Instant]:
-        """Completed data and removal instants in the archive files written since ``partition``
-        last took a snapshot for its base files (every instant archived before then is reflected
-        by them, or was applied before they became readable)."""
+    def _archived_since(self, partition: str, watermark: str) -> list[Instant]:
+        """Completed data and removal instants after ``watermark`` in the archive files written
+        since ``partition`` last took a snapshot for its base files (every instant archived
+        before then is reflected by them, or was applied before they became readable)."""
         since = self._snapshot_time(partition)
         return [
             a.instant
-            for a in self._archive.instants(written_since=since)
+            for a in self._archive.instants(written_since=since, newer_than=watermark)
             if a.instant.action in WRITE_ACTIONS or a.instant.action in REMOVAL_ACTIONS
         ]
 

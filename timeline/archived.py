@@ -37,7 +37,7 @@ import fastavro
 
 from timeline.errors import CorruptInstantError
 from timeline.failpoints import failpoint
-from timeline.instant import Action, Instant, State
+from timeline.instant import Action, Instant, State, normalize_timestamp
 from timeline.storage import FileInfo, Storage
 
 logger = logging.getLogger(__name__)
@@ -74,9 +74,17 @@ class ArchivedInstant:
 #: it (the time between a snapshot of the timeline and the file we compare with, clock skew)
 MTIME_MARGIN_SECONDS = 600.0
 
+
+@dataclass(frozen=True)
+class _ParsedFile:
+    instants: tuple[ArchivedInstant, ...]
+    #: the newest instant time in the file, normalized ("" for a file without instants)
+    newest: str
+
+
 #: parsed archive files, by (uri, size, mtime): an archive file is only ever appended to or
 #: replaced whole, so a file with the same size and time has the same instants
-_PARSED: OrderedDict[tuple[str, int, float | None], tuple[ArchivedInstant, ...]] = OrderedDict()
+_PARSED: OrderedDict[tuple[str, int, float | None], _ParsedFile] = OrderedDict()
 _PARSED_MAX = 512
 _PARSED_LOCK = threading.Lock()
 
@@ -104,10 +112,15 @@ class ArchivedTimeline:
         ]
         return sorted(found, key=lambda e: archive_number(e.name))
 
-    def instants(self, written_since: float | None = None) -> list[ArchivedInstant]:
+    def instants(
+        self, written_since: float | None = None, newer_than: str | None = None
+    ) -> list[ArchivedInstant]:
         """Completed instants, oldest first, from every archive file, or only from those
         modified at or after ``written_since`` (seconds since the epoch, storage time) less
-        :data:`MTIME_MARGIN_SECONDS` (a file whose time is unknown is always read)."""
+        :data:`MTIME_MARGIN_SECONDS` (a file whose time is unknown is always read), and only
+        those later than instant time ``newer_than`` (a parsed file with none is passed over
+        whole, so a long archive costs a look per file, not per instant)."""
+        after = normalize_timestamp(newer_than) if newer_than is not None else ""
         found: dict[tuple[str, Action], ArchivedInstant] = {}
         for entry in self.files:
             if (
@@ -116,11 +129,15 @@ class ArchivedTimeline:
                 and entry.mtime < written_since - MTIME_MARGIN_SECONDS
             ):
                 continue
-            for archived in self._parsed(entry):
-                found[(archived.instant.timestamp, archived.instant.action)] = archived
+            parsed = self._parsed(entry)
+            if parsed.newest <= after:
+                continue
+            for archived in parsed.instants:
+                if not after or normalize_timestamp(archived.instant.timestamp) > after:
+                    found[(archived.instant.timestamp, archived.instant.action)] = archived
         return sorted(found.values(), key=lambda a: a.instant)
 
-    def _parsed(self, entry: FileInfo) -> tuple[ArchivedInstant, ...]:
+    def _parsed(self, entry: FileInfo) -> _ParsedFile:
         key = (self.storage.uri(entry.path), entry.size, entry.mtime)
         with _PARSED_LOCK:
             cached = _PARSED.get(key)
@@ -128,9 +145,11 @@ class ArchivedTimeline:
                 _PARSED.move_to_end(key)
                 return cached
         failpoint("archive.read", detail=entry.path)
-        parsed = tuple(
+        instants = tuple(
             _completed(archived_records(self.storage.read(entry.path), entry.path), entry.path)
         )
+        newest = max((normalize_timestamp(a.instant.timestamp) for a in instants), default="")
+        parsed = _ParsedFile(instants, newest)
         with _PARSED_LOCK:
             _PARSED[key] = parsed
             while len(_PARSED) > _PARSED_MAX:

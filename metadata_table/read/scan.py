@@ -380,7 +380,7 @@ class TableScan:
         known = {i.timestamp for i in self.timeline}
         archived = [
             a.instant
-            for a in self.table.archive().instants()
+            for a in self.table.archive().instants(newer_than=begin)
             if a.instant.timestamp not in known
             and (a.instant.action in WRITE_ACTIONS or a.instant.action in REMOVAL_ACTIONS)
             and is_after(a.instant.timestamp, begin)

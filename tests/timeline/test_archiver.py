@@ -259,3 +259,24 @@ def test_time_travel_past_our_clean_and_archival_is_refused_by_name(tmp_path: Pa
     assert sorted((r["uuid"], r["ts"]) for r in then) == [("a", 8)] + [
         (f"k{ts}", ts) for ts in range(9)
     ]
+
+
+def test_archived_instants_newer_than_an_instant(tmp_path: Path) -> None:
+    """A reader that needs only the archived instants after a watermark (an index's unapplied
+    check, a catch-up, an incremental read) gets exactly those, whichever file holds them, and
+    a file holding only older ones adds none (it is passed over, not read instant by instant)."""
+    from timeline.archived import ArchivedTimeline
+    from timeline.storage import Storage
+
+    from .hudi_archive import clean_entry, write_archive_file
+
+    storage = Storage(str(tmp_path))
+    times = [f"2026010100000{i:04d}" for i in range(12)]
+    for n, batch in enumerate((times[:4], times[4:8], [times[2], *times[8:]])):
+        entries = [clean_entry(t, {"p": [f"{t}.parquet"]}) for t in batch]
+        write_archive_file(storage, f"archived/.commits_.archive.{n + 1}_1-0-1", entries)
+    archive = ArchivedTimeline(storage, "archived")
+    assert [a.instant.timestamp for a in archive.instants()] == times
+    assert [a.instant.timestamp for a in archive.instants(newer_than=times[5])] == times[6:]
+    assert [a.instant.timestamp for a in archive.instants(newer_than=times[1])] == times[2:]
+    assert archive.instants(newer_than=times[-1]) == []
