@@ -486,3 +486,13 @@ class InjectedFailure(TableError):
     def __init__(self, point: str) -> None:
         super().__init__(f"injected failure at {point}")
         self.point = point
+
+
+class HFileFormatError(TableError):
+    """Bytes that should be an HFile (Apache Hudi's metadata table) are not one this kernel
+    reads: a damaged block or trailer, a checksum that disagrees, an unsupported codec."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: not a readable HFile: {reason}")
+        self.path = path
+        self.reason = reason

@@ -217,9 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         label = "writer and indexer serve" if args.daemon else "writer alone (inline services)"
         Path(args.out).write_text(json.dumps({"label": label, "points": points}, indent=1))
-    first = next(
-        (p for p in points if p["commits"] - args.every >= args.baseline), points[0]
-    )
+    first = next((p for p in points if p["commits"] - args.every >= args.baseline), points[0])
     last = points[-1]
     worst = max(p["data_files"] / max(1, p["data_files_kept_by_rules"]) for p in points)
     print(f"\ndata files / what the retention rules keep: at most {worst:.2f}x (target 1.5x)")

@@ -1,0 +1,2 @@
+"""Apache Hudi's file formats that no Python library reads or writes: HFile (the base files and
+log blocks of Hudi's metadata table)."""
