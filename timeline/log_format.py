@@ -56,7 +56,9 @@ _LONG = struct.Struct(">q")
 _INT = struct.Struct(">i")
 
 _LOG_FILE = re.compile(
-    r"^\.(?P<file_id>[^_/]+)_(?P<base>\d{17}|\d{14})\.log\.(?P<version>\d+)"
+    # a base instant of 17 digits, 20 in Hudi's metadata table (a compaction's "001" suffix...),
+    # or 14 (legacy)
+    r"^\.(?P<file_id>[^_/]+)_(?P<base>\d{17}(?:\d{3})?|\d{14})\.log\.(?P<version>\d+)"
     r"(?:_(?P<token>\d+-\d+-\d+))?(?P<suffix>\.cdc)?$"
 )
 

@@ -114,6 +114,11 @@ def test_log_file_names() -> None:
         "f1-0", "20250101000000000", 3, "0-1-2", True
     )
     assert LogFileName.parse("f1-0_20250101000000000.log.1") is None  # no leading dot
+    # in Hudi's metadata table, a slice's base instant may carry a suffix (001: a compaction)
+    assert LogFileName.parse(".files-0000-0_20261127185239487001.log.1_0-1-2") == LogFileName(
+        "files-0000-0", "20261127185239487001", 1, "0-1-2", False
+    )
+    assert LogFileName.parse(".f1-0_2025010100000000.log.1") is None  # 16 digits
     assert LogFileName.parse("f1-0_0-1-2_20250101000000000.parquet") is None
     first = LogFileName.parse(".f_20250101000000000.log.2_0-1-2")
     retried = LogFileName.parse(".f_20250101000000000.log.2_1-1-3")

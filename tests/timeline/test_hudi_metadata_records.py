@@ -1,0 +1,211 @@
+"""Apache Hudi 0.15's own metadata table, read cell by cell: a table Hudi writes with its
+``files``, ``column_stats``, ``bloom_filters`` and ``record_index`` partitions on (inserts,
+upserts, deletes, a metadata compaction that writes base HFiles for every file group, then
+more log blocks), decoded by timeline/formats and checked against the data files themselves."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.hudi_peer.peer import HudiPeer, HudiTable
+from tests.hudi_peer.rows import make_rows
+from timeline.formats import metadata_records as records
+from timeline.formats.hfile import HFileReader
+from timeline.log_format import BlockType, HeaderKey, LogFileName, read_blocks
+
+PARTITIONS = ("files", "column_stats", "bloom_filters", "record_index")
+INDEXES = {
+    "hoodie.metadata.index.column.stats.enable": "true",
+    "hoodie.metadata.index.bloom.filter.enable": "true",
+    "hoodie.metadata.record.index.enable": "true",
+    "hoodie.index.type": "RECORD_INDEX",
+}
+
+
+@pytest.fixture(scope="module")
+def table(hudi: HudiPeer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("hudi-mdt") / "t"
+    written = HudiTable(path=str(base), extra=INDEXES)
+    hudi.write(written, "insert", make_rows(range(60), ts=1, parts=3))
+    hudi.write(written, "upsert", make_rows(range(40, 80), ts=2, parts=3))
+    hudi.write(written, "delete", make_rows(range(5), ts=3, parts=3))
+    # a metadata compaction first (base HFiles in every file group), then log blocks on them
+    compact = {"hoodie.metadata.compact.max.delta.commits": "1"}
+    hudi.write(written, "upsert", make_rows(range(70, 90), ts=4, parts=3), options=compact)
+    hudi.write(written, "upsert", make_rows(range(85, 95), ts=5, parts=3))
+    return base
+
+
+Cell = tuple[str, int, str, bytes]  # (file, file group, key, value)
+
+
+def _file_group(partition: str, file_name: str) -> int:
+    prefix = records.FILE_GROUP_PREFIXES[partition]
+    return int(file_name.lstrip(".")[len(prefix) : len(prefix) + 4])
+
+
+def _contents(table: Path, partition: str) -> list[tuple[str, Any]]:
+    """The latest slice of each file group of one metadata partition, in the order a merge
+    applies them: its base HFile's reader, then its log files' blocks by version."""
+    folder = table / ".hoodie" / "metadata" / partition
+    names = [n for n in os.listdir(folder) if not n.endswith(".crc")]
+    bases = {}
+    hfiles = [n for n in names if n.endswith(".hfile")]
+    for name in sorted(hfiles, key=lambda n: n.rsplit("_", 1)[1]):  # the newest base last
+        bases[_file_group(partition, name)] = name
+    out: list[tuple[str, Any]] = []
+    for group in sorted({_file_group(partition, n) for n in names if "-0_" in n}):
+        base = bases.get(group)
+        since = base.rsplit("_", 1)[1].removesuffix(".hfile") if base else ""
+        if base is not None:
+            out.append((base, HFileReader((folder / base).read_bytes(), base)))
+        logs = sorted(
+            (parsed.order, name)
+            for name in names
+            if (parsed := LogFileName.parse(name)) is not None
+            and _file_group(partition, name) == group
+            and parsed.base_instant >= since
+        )
+        for _, name in logs:
+            out.extend((name, block) for block in read_blocks((folder / name).read_bytes()))
+    return out
+
+
+def _cells(table: Path, partition: str) -> list[Cell]:
+    cells: list[Cell] = []
+    for name, content in _contents(table, partition):
+        if isinstance(content, HFileReader):
+            assert content.file_info[b"schema"].decode() == records.SCHEMA_JSON
+            reader = content
+        elif content.block_type == BlockType.HFILE_DATA:
+            assert content.header[HeaderKey.SCHEMA] == records.SCHEMA_JSON
+            reader = HFileReader(content.content, name)
+        else:
+            continue
+        group = _file_group(partition, name)
+        cells.extend((name, group, row.decode(), value) for row, value in reader)
+    return cells
+
+
+@pytest.mark.parametrize("partition", PARTITIONS)
+def test_every_cell_hudi_wrote_decodes_and_encodes_back_byte_for_byte(
+    table: Path, partition: str
+) -> None:
+    cells = _cells(table, partition)
+    assert cells
+    groups = {group for _, group, _, _ in cells}
+    count = len(
+        {
+            _file_group(partition, n)
+            for n in os.listdir(table / ".hoodie/metadata" / partition)
+            if "-0_" in n
+        }
+    )
+    for name, group, key, value in cells:
+        record = records.decode(key, value)
+        assert record["key"] == key
+        assert records.encode(record) == value, (name, key)
+        assert records.file_group_index(key, count) == group, (name, key)
+    assert groups <= set(range(count))
+
+
+def _latest_data_files(table: Path) -> dict[str, tuple[str, str]]:
+    """file id -> (partition, file name) of each file group's newest base file."""
+    newest: dict[str, tuple[str, str]] = {}
+    for partition in ("p0", "p1", "p2"):
+        for name in os.listdir(table / partition):
+            if name.endswith(".parquet"):
+                file_id, instant = name.split("_")[0], name.rsplit("_", 1)[1]
+                if file_id not in newest or newest[file_id][1].rsplit("_", 1)[1] < instant:
+                    newest[file_id] = (partition, name)
+    return newest
+
+
+def test_keys_and_values_agree_with_the_data_files(table: Path) -> None:
+    files_on_storage = {
+        (p, n) for p in ("p0", "p1", "p2") for n in os.listdir(table / p) if n.endswith(".parquet")
+    }
+    partition_of = {name: partition for partition, name in files_on_storage}
+
+    # files: the merged listing of each partition is what is on storage
+    listing: dict[str, dict[str, bool]] = defaultdict(dict)
+    for _, _, key, value in _cells(table, "files"):
+        record = records.decode(key, value)
+        for name, info in (record["filesystemMetadata"] or {}).items():
+            listing[key][name] = not info["isDeleted"]
+    assert set(listing[records.ALL_PARTITIONS_KEY]) == {"p0", "p1", "p2"}
+    listed = {(p, n) for p in ("p0", "p1", "p2") for n, live in listing[p].items() if live}
+    assert listed == files_on_storage
+
+    # column_stats: a record per (file, column), its key from the names, min/max the footer's
+    seen = 0
+    for _, _, key, value in _cells(table, "column_stats"):
+        stats = records.decode(key, value)["ColumnStatsMetadata"]
+        file_name, column = stats["fileName"], stats["columnName"]
+        partition = partition_of[file_name]
+        assert key == records.column_stats_key(column, partition, file_name)
+        assert key.startswith(records.column_stats_prefix(column))
+        if column in ("id", "ts", "name", "fare"):
+            footer = pq.ParquetFile(table / partition / file_name).metadata
+            at = footer.schema.names.index(column)
+            groups = [
+                footer.row_group(i).column(at).statistics for i in range(footer.num_row_groups)
+            ]
+            low = records.unwrap(stats["minValue"])
+            high = records.unwrap(stats["maxValue"])
+            assert low is not None and high is not None
+            assert low[1] == min(g.min for g in groups)
+            assert high[1] == max(g.max for g in groups)
+            expected = {"id": "LongWrapper", "ts": "LongWrapper", "name": "StringWrapper"}
+            assert low[0] == expected.get(column, "DoubleWrapper")
+            assert stats["valueCount"] == footer.num_rows
+            seen += 1
+    assert seen >= 4 * len(files_on_storage)
+
+    # bloom_filters: the data file's footer string, under its key
+    blooms = 0
+    for _, _, key, value in _cells(table, "bloom_filters"):
+        bloom = records.decode(key, value)["BloomFilterMetadata"]
+        matches = [(p, n) for p, n in files_on_storage if records.bloom_filter_key(p, n) == key]
+        assert len(matches) == 1, key
+        partition, name = matches[0]
+        footer = pq.ParquetFile(table / partition / name).metadata.metadata
+        assert bloom["bloomFilter"] == footer[b"org.apache.hudi.bloomfilter"]
+        assert bloom["type"] == "DYNAMIC_V0"
+        blooms += 1
+    assert blooms == len(files_on_storage)
+
+    # record_index: after merging (later blocks win, deletes remove), each live key's location
+    # is the file group holding it, and the instant is when it was written there
+    locations: dict[str, records.RecordLocation | None] = {}
+    for _, content in _contents(table, "record_index"):
+        if isinstance(content, HFileReader) or content.block_type == BlockType.HFILE_DATA:
+            reader = content if isinstance(content, HFileReader) else HFileReader(content.content)
+            for row, value in reader:
+                info = records.decode(row.decode(), value)["recordIndexMetadata"]
+                location = records.record_location(info)
+                assert records.record_index_value(location) == info
+                locations[row.decode()] = location
+        elif content.block_type == BlockType.DELETE:
+            for deleted in content.deletes():
+                locations[str(deleted.record_key)] = None
+    live = {k: v for k, v in locations.items() if v is not None}
+    expected_keys: dict[str, tuple[str, str]] = {}
+    for file_id, (partition, name) in _latest_data_files(table).items():
+        data = pq.read_table(table / partition / name, columns=["_hoodie_record_key"])
+        for key in data.column(0).to_pylist():
+            expected_keys[key] = (partition, file_id)
+    assert {k: (v.partition_path, v.file_id) for k, v in live.items()} == expected_keys
+    for key, location in live.items():
+        written = pq.read_table(
+            table / expected_keys[key][0] / _latest_data_files(table)[location.file_id][1],
+            columns=["_hoodie_record_key", "_hoodie_commit_time"],
+        ).to_pylist()
+        instant = next(r["_hoodie_commit_time"] for r in written if r["_hoodie_record_key"] == key)
+        assert location.instant_millis <= records.instant_millis(instant)

@@ -1,0 +1,130 @@
+"""Hudi 0.15's metadata-table records without a JVM: keys and routing pinned to values Hudi's Java
+computes (see HUDI-MDT.md §4.2, and Java's String.hashCode run here), record-index locations in
+both encodings. test_hudi_metadata_records.py checks all of it on files Hudi writes."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC
+from decimal import Decimal
+
+import pytest
+
+from timeline.formats import metadata_records as records
+
+
+def test_the_schema_is_hudis_text_with_the_meta_fields_first() -> None:
+    assert len(records.SCHEMA_JSON) == 7156
+    fields = [f["name"] for f in json.loads(records.SCHEMA_JSON)["fields"]]
+    assert fields[:5] == [
+        "_hoodie_commit_time",
+        "_hoodie_commit_seqno",
+        "_hoodie_record_key",
+        "_hoodie_partition_path",
+        "_hoodie_file_name",
+    ]
+    assert fields[5:] == [
+        "key",
+        "type",
+        "filesystemMetadata",
+        "BloomFilterMetadata",
+        "ColumnStatsMetadata",
+        "recordIndexMetadata",
+    ]
+
+
+def test_keys_are_hudis() -> None:
+    # XXH64 under Hudi's seed and MD5, Base64 with padding: values Hudi's Java computed
+    assert records.column_stats_prefix("ts") == "oyTjviKHuhI="
+    assert records.column_stats_prefix("ts", "2024/01/01") == "oyTjviKHuhI=NEj/wCdb1IM="
+    assert records.column_stats_key("ts", "2024/01/01", "x.parquet") == (
+        "oyTjviKHuhI=NEj/wCdb1IM=fOymB5T8R2LT10LOup9pKQ=="
+    )
+    assert records.bloom_filter_key("", "x.parquet") == "FXThHwelITM=fOymB5T8R2LT10LOup9pKQ=="
+    assert records.partition_identifier("") == "."
+    assert records.file_group_id("record_index", 42) == "record-index-0042-0"
+
+
+@pytest.mark.parametrize(
+    ("key", "of7", "of10"),
+    [
+        ("", 0, 0),
+        ("abc", 6, 4),
+        ("\U0001f600x", 0, 9),  # a surrogate pair: two UTF-16 code units
+        ("key-1", 4, 3),
+        ("\u00ff\u00e9", 4, 8),
+        ("polygenelubricants", 2, 8),  # hashCode() == Integer.MIN_VALUE
+        ("record-key-000123", 1, 2),
+    ],
+)
+def test_file_group_routing_is_javas(key: str, of7: int, of10: int) -> None:
+    assert records.file_group_index(key, 7) == of7
+    assert records.file_group_index(key, 10) == of10
+
+
+def test_values_round_trip_with_their_key_outside() -> None:
+    stats = {
+        "key": records.column_stats_key("price", "p", "f.parquet"),
+        "type": records.RecordType.COLUMN_STATS,
+        "ColumnStatsMetadata": {
+            "fileName": "f.parquet",
+            "columnName": "price",
+            "minValue": records.wrap("DecimalWrapper", Decimal("1.500000000000000")),
+            "maxValue": records.wrap("DecimalWrapper", Decimal("99.250000000000000")),
+            "valueCount": 10,
+            "nullCount": 1,
+            "totalSize": 100,
+            "totalUncompressedSize": 120,
+            "isDeleted": False,
+        },
+    }
+    value = records.encode(stats)
+    assert stats["key"].encode() not in value  # the cell's row holds the key
+    back = records.decode(stats["key"], value)
+    assert back["ColumnStatsMetadata"]["minValue"] == stats["ColumnStatsMetadata"]["minValue"]
+    assert records.unwrap(back["ColumnStatsMetadata"]["maxValue"]) == (
+        "DecimalWrapper",
+        Decimal("99.250000000000000"),
+    )
+    assert records.encode(back) == value
+    listing = records.file_list_record("", {"a.parquet": 10}, deleted=("b.parquet",))
+    assert records.decode(".", records.encode(listing))["filesystemMetadata"] == {
+        "a.parquet": {"size": 10, "isDeleted": False},
+        "b.parquet": {"size": 0, "isDeleted": True},
+    }
+
+
+@pytest.mark.parametrize(
+    ("file_id", "encoding"),
+    [
+        ("e2a307bd-9c9a-4079-a204-6df342e60633-0", 0),
+        ("e2a307bd-9c9a-4079-a204-6df342e60633-17", 0),
+        ("e2a307bd-9c9a-4079-a204-6df342e60633", 0),  # a bare UUID: file index -1
+        ("f1-0", 1),
+        ("E2A307BD-9C9A-4079-A204-6DF342E60633-0", 1),  # not how Java prints a UUID back
+    ],
+)
+def test_record_index_locations_in_both_encodings(file_id: str, encoding: int) -> None:
+    location = records.RecordLocation("p1", file_id, 1_795_805_545_328)
+    info = records.record_index_value(location)
+    assert info["fileIdEncoding"] == encoding
+    assert records.record_location(info) == location
+    value = records.encode(
+        {"key": "k", "type": records.RecordType.RECORD_INDEX, "recordIndexMetadata": info}
+    )
+    assert records.decode("k", value)["recordIndexMetadata"] == info
+
+
+def test_record_index_bits_are_javas_signed_longs() -> None:
+    # what Hudi wrote for a key in file group ea31c6f6-...-0 of one of its tables here
+    info = records.record_index_value(
+        records.RecordLocation("p1", "ea31c6f6-7135-49bf-ad84-ba5c9176bb83-0", 0)
+    )
+    assert info["fileIdHighBits"] == -1571256033212020289
+    assert info["fileIdLowBits"] == -5943420701481976957
+    assert info["fileIndex"] == 0 and info["fileId"] == ""
+
+
+def test_instant_times_as_hudi_stores_them() -> None:
+    assert records.instant_millis("20261127185225328", UTC) == 1_795_805_545_328
+    assert records.instant_millis("20261127185225", UTC) == 1_795_805_545_000

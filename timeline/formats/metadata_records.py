@@ -1,0 +1,253 @@
+"""Apache Hudi 0.15's metadata-table records: the ``HoodieMetadataRecord`` Avro schema its HFiles
+and log blocks carry, the key of each record per partition, the file group a key belongs to, and
+the values each partition stores.
+
+A cell of a metadata-table HFile is (key, the record in Avro's binary encoding under
+:data:`SCHEMA_JSON` with ``key`` set to ""): the row holds the key, and a reader puts it back.
+Keys per partition (Hudi's ``HoodieMetadataPayload``)::
+
+    files           the partition path ("." for a table without partitions); the list of
+                    partitions under "__all_partitions__"
+    column_stats    b64(xxh64(column)) b64(xxh64(partition)) b64(md5(file name))
+    bloom_filters   b64(xxh64(partition)) b64(md5(file name))
+    record_index    the record key
+
+with XXH64 under Hudi's seed (the Java int 0xdabadaba widened to a long), big-endian, and Base64
+with padding. A key's file group is Java's ``String.hashCode`` of it (over UTF-16 code units,
+32-bit overflow) modulo the partition's file-group count, as Hudi's readers and writers route
+every partition's keys. The schema text is Hudi's own (``HoodieAvroUtils.addMetadataFields`` of
+the 0.15 generated class, the five ``_hoodie_*`` fields first), kept byte for byte because Hudi
+compares it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import IntEnum
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import fastavro
+import xxhash
+
+#: the writer schema Hudi 0.15 puts in its metadata table's HFiles and log block headers
+SCHEMA_JSON: str = (
+    resources.files("timeline.hudi_schemas").joinpath("HoodieMetadataRecord.avsc").read_text()
+)
+_NAMESPACE = "org.apache.hudi.avro.model"
+_HASH_SEED = 0xDABADABA - (1 << 32) + (1 << 64)  # a negative Java int widened to a long
+
+#: the metadata partitions of Hudi 0.15 and the prefix of their file groups' ids
+FILE_GROUP_PREFIXES = {
+    "files": "files-",
+    "column_stats": "col-stats-",
+    "bloom_filters": "bloom-filters-",
+    "record_index": "record-index-",
+}
+ALL_PARTITIONS_KEY = "__all_partitions__"
+NON_PARTITIONED = "."
+
+
+class RecordType(IntEnum):
+    """``HoodieMetadataRecord.type``."""
+
+    PARTITION_LIST = 1
+    FILE_LIST = 2
+    COLUMN_STATS = 3
+    BLOOM_FILTER = 4
+    RECORD_INDEX = 5
+
+
+@cache
+def schema() -> Any:
+    return fastavro.parse_schema(json.loads(SCHEMA_JSON))
+
+
+# --- keys -------------------------------------------------------------------------------------------
+
+
+def partition_identifier(partition_path: str) -> str:
+    """How Hudi names a data partition in its metadata table ("." for no partition)."""
+    return partition_path or NON_PARTITIONED
+
+
+def _hash_id(text: str) -> str:
+    digest = xxhash.xxh64_intdigest(text.encode(), seed=_HASH_SEED)
+    return base64.b64encode(digest.to_bytes(8, "big")).decode()
+
+
+def _file_id(file_name: str) -> str:
+    return base64.b64encode(hashlib.md5(file_name.encode()).digest()).decode()
+
+
+def column_stats_key(column: str, partition_path: str, file_name: str) -> str:
+    return column_stats_prefix(column, partition_path) + _file_id(file_name)
+
+
+def column_stats_prefix(column: str, partition_path: str | None = None) -> str:
+    """The key prefix of a column's records (in one data partition, or in all)."""
+    prefix = _hash_id(column)
+    if partition_path is not None:
+        prefix += _hash_id(partition_identifier(partition_path))
+    return prefix
+
+
+def bloom_filter_key(partition_path: str, file_name: str) -> str:
+    return _hash_id(partition_identifier(partition_path)) + _file_id(file_name)
+
+
+def file_group_index(key: str, count: int) -> int:
+    """The file group (0 .. count-1) of a metadata partition that holds ``key``."""
+    h = 0
+    data = key.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    signed = h - (1 << 32) if h >= 1 << 31 else h
+    # Java's abs(abs(h) % count): for h = MIN_VALUE too, the magnitude of the remainder
+    return abs(signed) % count
+
+
+def file_group_id(partition: str, index: int) -> str:
+    """The id of file group ``index`` of metadata partition ``partition``."""
+    return f"{FILE_GROUP_PREFIXES[partition]}{index:04d}-0"
+
+
+# --- values ------------------------------------------------------------------------------------------
+
+
+def encode(record: Mapping[str, Any]) -> bytes:
+    """The Avro bytes of one record as Hudi stores it in a cell: its key left empty (the cell's
+    row holds it), the ``_hoodie_*`` fields null. Column-stats values are ``(wrapper, value)``
+    pairs (:func:`wrap`)."""
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, schema(), {**record, "key": ""})
+    return out.getvalue()
+
+
+def decode(key: str, value: bytes) -> dict[str, Any]:
+    """One record from a cell (its key put back); column-stats values come back as
+    ``(wrapper, value)`` pairs."""
+    record = fastavro.schemaless_reader(
+        io.BytesIO(value),
+        schema(),
+        None,
+        return_record_name=True,
+        return_record_name_override=True,
+    )
+    if not isinstance(record, dict):
+        raise ValueError(f"metadata record {key!r}: not a HoodieMetadataRecord")
+    return {**record, "key": key}
+
+
+def wrap(wrapper: str, value: Any) -> tuple[str, dict[str, Any]]:
+    """A column-stats min or max in its wrapper record: ``IntWrapper``, ``LongWrapper``,
+    ``StringWrapper``, ``DecimalWrapper`` (a Decimal, scale 15), ``DateWrapper`` (days),
+    ``TimestampMicrosWrapper`` ...; see Hudi's ``HoodieAvroUtils.wrapValueIntoAvro``."""
+    return (f"{_NAMESPACE}.{wrapper}", {"value": value})
+
+
+def unwrap(wrapped: Any) -> tuple[str, Any] | None:
+    """(wrapper name without namespace, value) of a decoded min or max; None for null."""
+    if wrapped is None:
+        return None
+    name, record = wrapped
+    return name.rsplit(".", 1)[-1], record["value"]
+
+
+def file_list_record(
+    partition_path: str, files: Mapping[str, int], deleted: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """The ``files`` record of one data partition: file name -> size, and deleted names."""
+    listing = {name: {"size": size, "isDeleted": False} for name, size in files.items()}
+    listing.update({name: {"size": 0, "isDeleted": True} for name in deleted})
+    return {
+        "key": partition_identifier(partition_path),
+        "type": RecordType.FILE_LIST,
+        "filesystemMetadata": listing,
+    }
+
+
+def partition_list_record(partition_paths: list[str]) -> dict[str, Any]:
+    return {
+        "key": ALL_PARTITIONS_KEY,
+        "type": RecordType.PARTITION_LIST,
+        "filesystemMetadata": {
+            partition_identifier(p): {"size": 0, "isDeleted": False} for p in partition_paths
+        },
+    }
+
+
+@dataclass(frozen=True)
+class RecordLocation:
+    """Where a record key lives, as the record index says: data partition, file id, and the
+    instant that wrote it (epoch milliseconds as Hudi stores it)."""
+
+    partition_path: str
+    file_id: str
+    instant_millis: int
+
+
+def record_index_value(location: RecordLocation) -> dict[str, Any]:
+    """``HoodieRecordIndexInfo``: a ``<uuid>-<n>`` (or bare UUID) file id as its 128 bits and n
+    (encoding 0), any other file id as a string (encoding 1)."""
+    try:
+        head, _, tail = location.file_id.rpartition("-")
+        if len(location.file_id) == 36:
+            parsed, index = uuid.UUID(location.file_id), -1
+        else:
+            parsed, index = uuid.UUID(head), int(tail)
+        if str(parsed) != (location.file_id if index == -1 else head):
+            raise ValueError(location.file_id)
+    except ValueError:
+        return {
+            "partitionName": location.partition_path,
+            "fileIdHighBits": -1,
+            "fileIdLowBits": -1,
+            "fileIndex": -1,
+            "fileId": location.file_id,
+            "instantTime": location.instant_millis,
+            "fileIdEncoding": 1,
+        }
+    bits = parsed.int
+    high, low = bits >> 64, bits & ((1 << 64) - 1)
+    return {
+        "partitionName": location.partition_path,
+        "fileIdHighBits": high - (1 << 64) if high >= 1 << 63 else high,
+        "fileIdLowBits": low - (1 << 64) if low >= 1 << 63 else low,
+        "fileIndex": index,
+        "fileId": "",
+        "instantTime": location.instant_millis,
+        "fileIdEncoding": 0,
+    }
+
+
+def record_location(info: Mapping[str, Any]) -> RecordLocation:
+    """The location a decoded ``HoodieRecordIndexInfo`` names."""
+    if info.get("fileIdEncoding", 0) == 1:
+        file_id = str(info["fileId"])
+    else:
+        high, low = (
+            info["fileIdHighBits"] & ((1 << 64) - 1),
+            info["fileIdLowBits"] & ((1 << 64) - 1),
+        )
+        file_id = str(uuid.UUID(int=high << 64 | low))
+        if info["fileIndex"] != -1:
+            file_id += f"-{info['fileIndex']}"
+    return RecordLocation(str(info["partitionName"]), file_id, int(info["instantTime"]))
+
+
+def instant_millis(instant_time: str, zone: Any = None) -> int:
+    """Epoch milliseconds of a ``yyyyMMddHHmmssSSS`` instant time, read in ``zone`` (Hudi reads
+    it in the JVM's default zone; None: this process's local zone)."""
+    parsed = datetime.strptime(instant_time[:14], "%Y%m%d%H%M%S")
+    parsed = parsed.replace(microsecond=int(instant_time[14:17] or 0) * 1000)
+    moment = parsed.replace(tzinfo=zone) if zone is not None else parsed.astimezone()
+    return int(moment.timestamp() * 1000)
