@@ -400,7 +400,7 @@ def effective_blocks(
     return kept
 
 
-# --- writing blocks (made-to-order log files for tests and benchmarks) ---------------------------
+# --- writing blocks (Hudi's metadata table; made-to-order log files for tests and benchmarks) -----
 
 
 def encode_block(
@@ -443,6 +443,22 @@ def avro_data_content(records: Iterable[Mapping[str, Any]], schema: Mapping[str,
         fastavro.schemaless_writer(buffer, parsed, dict(record))
         encoded.append(_INT.pack(buffer.tell()) + buffer.getvalue())
     return _INT.pack(3) + _INT.pack(len(encoded)) + b"".join(encoded)
+
+
+def delete_content(deletes: Iterable[DeleteRecord]) -> bytes:
+    """A delete block's content as Hudi 0.14+ writes it: version 3, the length, then one
+    ``HoodieDeleteRecordList`` in Avro (:meth:`LogBlock.deletes` reads it back)."""
+    buffer = io.BytesIO()
+    listed = [
+        {
+            "recordKey": d.record_key,
+            "partitionPath": d.partition_path,
+            "orderingVal": d.ordering_value,
+        }
+        for d in deletes
+    ]
+    fastavro.schemaless_writer(buffer, DELETE_RECORD_LIST_SCHEMA, {"deleteRecordList": listed})
+    return _INT.pack(3) + _INT.pack(buffer.tell()) + buffer.getvalue()
 
 
 # --- Avro schemas as Arrow schemas ---------------------------------------------------------------

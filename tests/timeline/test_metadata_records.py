@@ -128,3 +128,32 @@ def test_record_index_bits_are_javas_signed_longs() -> None:
 def test_instant_times_as_hudi_stores_them() -> None:
     assert records.instant_millis("20261127185225328", UTC) == 1_795_805_545_328
     assert records.instant_millis("20261127185225", UTC) == 1_795_805_545_000
+
+
+def test_files_and_log_blocks_read_back() -> None:
+    from timeline.formats.hfile import HFileReader
+    from timeline.log_format import BlockType, HeaderKey, read_blocks
+
+    listed = [
+        records.file_list_record("p", {"b.parquet": 2}),
+        records.file_list_record("p", {"a.parquet": 1}),  # a key may repeat in a log block
+        records.partition_list_record(["p"]),
+    ]
+    data = records.log_block(listed, "20261127000000000010")
+    data += records.delete_block(["k1", "k2"], "record_index", "20261127000000000011")
+    data += records.delete_block([], "files", "20261127000000000012")
+    hfile, deleted, empty = read_blocks(data)
+    assert hfile.block_type == BlockType.HFILE_DATA
+    assert hfile.header[HeaderKey.SCHEMA] == records.SCHEMA_JSON
+    cells = [(k.decode(), records.decode(k.decode(), v)) for k, v in HFileReader(hfile.content)]
+    assert [k for k, _ in cells] == [records.ALL_PARTITIONS_KEY, "p", "p"]
+    assert [c["filesystemMetadata"] for k, c in cells if k == "p"] == [
+        {"b.parquet": {"size": 2, "isDeleted": False}},
+        {"a.parquet": {"size": 1, "isDeleted": False}},
+    ]
+    assert [d.record_key for d in deleted.deletes()] == ["k1", "k2"]
+    assert deleted.instant_time == "20261127000000000011"
+    assert empty.deletes() == [] and HeaderKey.SCHEMA not in empty.header
+    base = HFileReader(records.base_file(listed[1:]))
+    assert base.file_info[b"minRecordKey"] == records.ALL_PARTITIONS_KEY.encode()
+    assert [k for k, _ in base] == [records.ALL_PARTITIONS_KEY.encode(), b"p"]

@@ -266,12 +266,17 @@ class Block:
     payload: bytes
 
 
-def _compress(payload: bytes, codec: Compression) -> bytes:
+#: the operating-system byte of a gzip member's header: 255 ("unknown") is what Hudi 0.15
+#: writes here (Hadoop's native zlib); HBase's Java gzip writes 0
+GZIP_OS_UNKNOWN, GZIP_OS_JAVA = 255, 0
+
+
+def _compress(payload: bytes, codec: Compression, gzip_os: int = GZIP_OS_UNKNOWN) -> bytes:
     if codec is Compression.NONE:
         return payload
     if codec is Compression.GZ:
         member = gzip.compress(payload, compresslevel=6, mtime=0)
-        return member[:9] + b"\x00" + member[10:]  # the OS byte as Java's gzip writes it
+        return member[:9] + bytes([gzip_os]) + member[10:]
     raise ValueError(f"HFile compression {codec.name}: only GZ and NONE are written")
 
 
@@ -304,11 +309,15 @@ def _checksums(data: bytes | memoryview, kind: int, chunk: int) -> bytes:
 
 
 def encode_block(
-    magic: bytes, payload: bytes, codec: Compression, previous: int = -1
+    magic: bytes,
+    payload: bytes,
+    codec: Compression,
+    previous: int = -1,
+    gzip_os: int = GZIP_OS_UNKNOWN,
 ) -> tuple[bytes, int]:
     """A block's bytes (header, compressed payload, CRC32C checksums) and its size before
     compression with its header (what the trailer's totals count)."""
-    body = _compress(payload, codec)
+    body = _compress(payload, codec, gzip_os)
     chunks = -(-(HEADER.size + len(body)) // BYTES_PER_CHECKSUM)
     header = HEADER.pack(
         magic,
@@ -556,11 +565,13 @@ def write_hfile(
     block_size: int = DEFAULT_BLOCK_SIZE,
     compression: Compression = Compression.GZ,
     unique: bool = True,
+    gzip_os: int = GZIP_OS_UNKNOWN,
 ) -> bytes:
     """An HFile of ``cells`` ((row, value), in ascending row order: strictly so when ``unique``,
     as in Hudi's base files; a log block's may repeat), as Hudi 0.15's writer lays it out: data
     blocks of about ``block_size`` bytes before compression, ``meta_blocks`` by name, one level
-    of index, file info with HBase's entries and ``file_info``, Hudi's comparator."""
+    of index, file info with HBase's entries and ``file_info``, Hudi's comparator; gzip members
+    with ``gzip_os`` in their header."""
     out = bytearray()
     index: list[tuple[int, int, bytes]] = []
     total_uncompressed = entries = key_bytes = value_bytes = 0
@@ -574,7 +585,7 @@ def write_hfile(
         nonlocal block, block_first, previous_data, total_uncompressed
         if block_first is None:
             return
-        data, uncompressed = encode_block(DATA, bytes(block), compression, previous_data)
+        data, uncompressed = encode_block(DATA, bytes(block), compression, previous_data, gzip_os)
         index.append((len(out), len(data), block_first))
         previous_data = len(out)
         total_uncompressed += uncompressed
@@ -604,7 +615,7 @@ def write_hfile(
     previous_meta = -1
     for name in sorted(meta_blocks or {}):
         data, uncompressed = encode_block(
-            META, (meta_blocks or {})[name], compression, previous_meta
+            META, (meta_blocks or {})[name], compression, previous_meta, gzip_os
         )
         metas.append((len(out), len(data), name.encode()))
         previous_meta = len(out)
@@ -618,9 +629,13 @@ def write_hfile(
 
     load_on_open = len(out)
     data_index = root_index(index)
-    data, _ = encode_block(ROOT_INDEX, data_index, compression)  # HBase leaves it out of the total
+    data, _ = encode_block(
+        ROOT_INDEX, data_index, compression, -1, gzip_os
+    )  # HBase leaves it out of the total
     out.extend(data)
-    data, uncompressed = encode_block(ROOT_INDEX, root_index(metas), compression, load_on_open)
+    data, uncompressed = encode_block(
+        ROOT_INDEX, root_index(metas), compression, load_on_open, gzip_os
+    )
     total_uncompressed += uncompressed
     out.extend(data)
 
@@ -638,7 +653,9 @@ def write_hfile(
         for name in sorted(info)
     )
     file_info_offset = len(out)
-    data, uncompressed = encode_block(FILE_INFO, b"PBUF" + _varint(len(pairs)) + pairs, compression)
+    data, uncompressed = encode_block(
+        FILE_INFO, b"PBUF" + _varint(len(pairs)) + pairs, compression, -1, gzip_os
+    )
     total_uncompressed += uncompressed
     out.extend(data)
 

@@ -27,7 +27,7 @@ import hashlib
 import io
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import IntEnum
@@ -37,6 +37,9 @@ from typing import Any
 
 import fastavro
 import xxhash
+
+from timeline.formats.hfile import write_hfile
+from timeline.log_format import BlockType, DeleteRecord, HeaderKey, delete_content, encode_block
 
 #: the writer schema Hudi 0.15 puts in its metadata table's HFiles and log block headers
 SCHEMA_JSON: str = (
@@ -251,3 +254,40 @@ def instant_millis(instant_time: str, zone: Any = None) -> int:
     parsed = parsed.replace(microsecond=int(instant_time[14:17] or 0) * 1000)
     moment = parsed.replace(tzinfo=zone) if zone is not None else parsed.astimezone()
     return int(moment.timestamp() * 1000)
+
+
+# --- files -------------------------------------------------------------------------------------------
+
+
+def _cells(metadata: Iterable[Mapping[str, Any]]) -> list[tuple[bytes, bytes]]:
+    """(key, value) cells of records, in key order (UTF-8 bytes, as HBase compares them)."""
+    return sorted(((str(r["key"]).encode(), encode(r)) for r in metadata), key=lambda c: c[0])
+
+
+def base_file(metadata: Iterable[Mapping[str, Any]]) -> bytes:
+    """A base HFile of one file group: the records by key (one per key), the schema and the
+    first and last keys in its file info, as Hudi's writer leaves them (without the bloom filter
+    of the keys Hudi adds as a meta block, which its metadata readers do not consult)."""
+    cells = _cells(metadata)
+    info = {b"schema": SCHEMA_JSON.encode()}
+    if cells:
+        info[b"minRecordKey"], info[b"maxRecordKey"] = cells[0][0], cells[-1][0]
+    return write_hfile(cells, info)
+
+
+def log_block(metadata: Iterable[Mapping[str, Any]], instant: str) -> bytes:
+    """An HFile data block of records (a key may repeat) written at ``instant``, as Hudi
+    appends one to a file group's log file."""
+    content = write_hfile(_cells(metadata), {b"schema": SCHEMA_JSON.encode()}, unique=False)
+    header = {HeaderKey.INSTANT_TIME: instant, HeaderKey.SCHEMA: SCHEMA_JSON}
+    return encode_block(BlockType.HFILE_DATA, header, content)
+
+
+def delete_block(keys: Iterable[str], partition: str, instant: str) -> bytes:
+    """A delete block of metadata records (the record index's deleted keys) at ``instant``;
+    with no keys, the empty block Hudi starts every new file group's log with."""
+    deletes = [DeleteRecord(key, partition, ("long", 0)) for key in keys]  # a Java long 0
+    header = {HeaderKey.INSTANT_TIME: instant}
+    if deletes:
+        header[HeaderKey.SCHEMA] = SCHEMA_JSON
+    return encode_block(BlockType.DELETE, header, delete_content(deletes))
