@@ -76,6 +76,36 @@ LOCK_URL: ConfigKey[str] = _key(
         "table's storage otherwise.",
     )
 )
+HUDI_LOCK_PROVIDER: ConfigKey[str] = _key(
+    ConfigKey(
+        "hoodie.write.lock.provider",
+        str,
+        "",
+        "Take the table lock by the protocol of Apache Hudi's lock provider of this class name, "
+        "so that our commits and Hudi's writers exclude each other: "
+        "org.apache.hudi.client.transaction.lock.FileSystemBasedLockProvider (a lock file, "
+        "hoodie.write.lock.filesystem.*). Empty: indexer.lock.url.",
+    )
+)
+HUDI_LOCK_FILESYSTEM_PATH: ConfigKey[str] = _key(
+    ConfigKey(
+        "hoodie.write.lock.filesystem.path",
+        str,
+        "",
+        "Folder of Hudi's filesystem lock file ('lock'). Empty: the table's .hoodie folder.",
+    )
+)
+HUDI_LOCK_FILESYSTEM_EXPIRE: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.write.lock.filesystem.expire",
+        int,
+        0,
+        "Minutes after which Hudi's filesystem lock file counts as abandoned and is taken over; "
+        "0: never (a writer that died holding it blocks until the file is deleted).",
+        lambda v: v >= 0,
+        "must be 0 or more",
+    )
+)
 LOCK_WAIT_MS: ConfigKey[int] = _key(
     ConfigKey(
         "hoodie.write.lock.wait_time_ms",

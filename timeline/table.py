@@ -6,8 +6,17 @@ import logging
 from collections.abc import Callable, Iterable
 
 from timeline.archived import ArchivedInstant, ArchivedTimeline
-from timeline.config import FAILED_WRITES_POLICY, HEARTBEAT_TOLERABLE_MISSES, LOCK_URL, Config
+from timeline.config import (
+    FAILED_WRITES_POLICY,
+    HEARTBEAT_TOLERABLE_MISSES,
+    HUDI_LOCK_FILESYSTEM_EXPIRE,
+    HUDI_LOCK_FILESYSTEM_PATH,
+    HUDI_LOCK_PROVIDER,
+    LOCK_URL,
+    Config,
+)
 from timeline.errors import (
+    ConfigError,
     FileAlreadyExistsError,
     StorageFileNotFoundError,
     TableAlreadyExistsError,
@@ -16,7 +25,13 @@ from timeline.errors import (
 )
 from timeline.heartbeat import Heartbeat, heartbeat_age, is_expired
 from timeline.index_state import STATE_FILE, IndexState
-from timeline.locks import LockHandle, LockProvider, default_owner, lock_provider_for
+from timeline.locks import (
+    LockHandle,
+    LockProvider,
+    default_owner,
+    hudi_lock_provider,
+    lock_provider_for,
+)
 from timeline.storage import Storage
 from timeline.table_config import (
     ARCHIVELOG_FOLDER,
@@ -198,10 +213,24 @@ class Table:
     @property
     def lock_provider(self) -> LockProvider:
         if self._lock_provider is None:
-            self._lock_provider = lock_provider_for(
-                self.config.get(LOCK_URL),
-                self.storage,
-                lease_seconds=self.config.lock_lease_seconds,
+            config, lease = self.config, self.config.lock_lease_seconds
+            hudi = config.get(HUDI_LOCK_PROVIDER)
+            if hudi and config.get(LOCK_URL):
+                raise ConfigError(
+                    HUDI_LOCK_PROVIDER.key,
+                    f"set either it (the lock Apache Hudi's writers take) or {LOCK_URL.key} "
+                    "(a lock only this project takes), not both",
+                )
+            self._lock_provider = (
+                hudi_lock_provider(
+                    hudi,
+                    self.storage,
+                    config.get(HUDI_LOCK_FILESYSTEM_PATH),
+                    config.get(HUDI_LOCK_FILESYSTEM_EXPIRE),
+                    lease,
+                )
+                if hudi
+                else lock_provider_for(config.get(LOCK_URL), self.storage, lease_seconds=lease)
             )
         return self._lock_provider
 

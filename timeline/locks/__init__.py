@@ -11,6 +11,9 @@ lock URL                          provider
 ``inprocess``                     :class:`InProcessLockProvider` (threads of one process)
 ================================= ============================================================
 
+With ``hoodie.write.lock.provider`` set to Apache Hudi's class name, the lock is taken by that
+provider's protocol instead, shared with Hudi's writers (:mod:`timeline.locks.hudi_filesystem`).
+
 Without a URL: a local table uses the SQLite file at :func:`default_sqlite_url`; a table on any
 other storage uses ``storage`` (SQLite on one host cannot coordinate writers on several hosts).
 """
@@ -26,6 +29,7 @@ from timeline.locks.base import (
     LockProvider,
     default_owner,
 )
+from timeline.locks.hudi_filesystem import HUDI_PROVIDER_CLASS, HudiFileSystemLockProvider
 from timeline.locks.inprocess import InProcessLockProvider
 from timeline.locks.sql import SqlLockProvider, default_sqlite_url
 from timeline.locks.storage_lock import StorageLockProvider
@@ -34,6 +38,7 @@ from timeline.storage import Storage
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
     "DEFAULT_TIMEOUT_SECONDS",
+    "HudiFileSystemLockProvider",
     "InProcessLockProvider",
     "Lease",
     "LockHandle",
@@ -42,6 +47,7 @@ __all__ = [
     "StorageLockProvider",
     "default_owner",
     "default_sqlite_url",
+    "hudi_lock_provider",
     "lock_provider_for",
 ]
 
@@ -70,4 +76,28 @@ def lock_provider_for(
         "indexer.lock.url",
         f"unknown lock URL {url!r}: use sqlite:///..., postgresql://..., storage, "
         "file:///..., s3://... or inprocess",
+    )
+
+
+def hudi_lock_provider(
+    class_name: str,
+    table_storage: Storage,
+    folder: str = "",
+    expire_minutes: int = 0,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+) -> LockProvider:
+    """The provider that takes the lock as Apache Hudi's ``class_name`` does
+    (``hoodie.write.lock.provider``), lock files in ``folder`` (a URI or path; empty: the
+    table's ``.hoodie``)."""
+    if class_name == HUDI_PROVIDER_CLASS:
+        if not folder:
+            return HudiFileSystemLockProvider(
+                table_storage, ".hoodie", expire_minutes, lease_seconds
+            )
+        storage = Storage(folder, table_storage.options)
+        return HudiFileSystemLockProvider(storage, "", expire_minutes, lease_seconds)
+    raise ConfigError(
+        "hoodie.write.lock.provider",
+        f"{class_name!r} is not a lock provider this kernel can share with Apache Hudi's "
+        f"writers; supported: {HUDI_PROVIDER_CLASS} (or leave it empty and set indexer.lock.url)",
     )
