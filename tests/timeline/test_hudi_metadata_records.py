@@ -245,3 +245,22 @@ def test_we_write_what_hudi_wrote_byte_for_byte(table: Path, partition: str) -> 
                     assert ours == written, name
                 checked += 1
     assert checked > 3
+
+
+def test_our_bloom_filter_of_a_files_keys_is_the_footer_hudi_wrote(table: Path) -> None:
+    from timeline.formats.hudi_bloom import HudiBloomFilter
+
+    files = [table / p / n for p in ("p0", "p1", "p2") for n in os.listdir(table / p)]
+    checked = 0
+    for path in files:
+        if not path.name.endswith(".parquet"):
+            continue
+        footer = pq.ParquetFile(path).metadata.metadata
+        keys = pq.read_table(path, columns=["_hoodie_record_key"]).column(0).to_pylist()
+        assert footer[b"hoodie_bloom_filter_type_code"] == b"DYNAMIC_V0"
+        ours = HudiBloomFilter.of_keys(keys).serialize().encode()
+        assert ours == footer[b"org.apache.hudi.bloomfilter"], path.name
+        assert footer[b"hoodie_min_record_key"].decode() == min(keys)
+        assert footer[b"hoodie_max_record_key"].decode() == max(keys)
+        checked += 1
+    assert checked >= 9
