@@ -24,8 +24,22 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from timeline.config import BLOOM_FILTER_ENTRIES, BLOOM_FILTER_FPP, Config
+from timeline.config import (
+    BLOOM_DYNAMIC_MAX_ENTRIES,
+    BLOOM_FILTER_ENTRIES,
+    BLOOM_FILTER_FPP,
+    BLOOM_FILTER_TYPE,
+    HUDI_BLOOM_FOOTER,
+    Config,
+)
 from timeline.errors import BloomFilterFormatError
+from timeline.formats.hudi_bloom import (
+    FOOTER_KEY,
+    MAX_KEY,
+    MIN_KEY,
+    TYPE_CODE_KEY,
+    HudiBloomFilter,
+)
 
 BLOOM_TYPE = "PARQUET_SPLIT_BLOCK"
 _SALT = (
@@ -51,10 +65,40 @@ class BloomSizing:
 
     fpp: float = BLOOM_FILTER_FPP.default
     entries: int = BLOOM_FILTER_ENTRIES.default
+    #: Hudi's own filter in the footer too (``indexer.write.hudi_bloom_footer``: auto, true,
+    #: false), its type and bound
+    hudi_footer: str = HUDI_BLOOM_FOOTER.default
+    hudi_type: str = BLOOM_FILTER_TYPE.default
+    hudi_max_entries: int = BLOOM_DYNAMIC_MAX_ENTRIES.default
 
     @classmethod
     def from_config(cls, config: Config) -> BloomSizing:
-        return cls(config.get(BLOOM_FILTER_FPP), config.get(BLOOM_FILTER_ENTRIES))
+        return cls(
+            config.get(BLOOM_FILTER_FPP),
+            config.get(BLOOM_FILTER_ENTRIES),
+            config.get(HUDI_BLOOM_FOOTER),
+            config.get(BLOOM_FILTER_TYPE),
+            config.get(BLOOM_DYNAMIC_MAX_ENTRIES),
+        )
+
+    def hudi_footer_metadata(self, keys: Sequence[str], table_has_it: bool) -> dict[bytes, bytes]:
+        """What Apache Hudi's writer puts in a base file's footer for its (sorted or written
+        order) ``keys``: its bloom filter string, its type and the first and last keys; nothing
+        when that is off (``auto``: unless ``table_has_it``, the table's files carry it) or the
+        file has no keys."""
+        wanted = self.hudi_footer == "true" or (self.hudi_footer == "auto" and table_has_it)
+        if not wanted or not keys:
+            return {}
+        built = HudiBloomFilter.of_keys(
+            keys, self.hudi_type, self.entries, self.fpp, self.hudi_max_entries
+        )
+        return {
+            FOOTER_KEY: built.serialize().encode(),
+            TYPE_CODE_KEY: self.hudi_type.encode(),
+            # Java's String order (UTF-16 code units), as Hudi compares keys
+            MIN_KEY: min(keys, key=_utf16).encode(),
+            MAX_KEY: max(keys, key=_utf16).encode(),
+        }
 
     def ndv(self, keys: int) -> int:
         """The number of distinct keys a filter of a file of ``keys`` keys is sized for."""
@@ -67,6 +111,10 @@ class BloomSizing:
     def build(self, keys: Sequence[str | bytes]) -> SplitBlockBloomFilter:
         """The filter of ``keys``, as Parquet's writer would have sized it."""
         return SplitBlockBloomFilter.build(keys, self.ndv(len(keys)), self.fpp)
+
+
+def _utf16(key: str) -> bytes:
+    return key.encode("utf-16-be")
 
 
 def hash_value(value: str | bytes) -> int:

@@ -488,6 +488,41 @@ BLOOM_FILTER_ENTRIES: ConfigKey[int] = _key(
         "must be positive",
     )
 )
+HUDI_BLOOM_FOOTER: ConfigKey[str] = _key(
+    ConfigKey(
+        "indexer.write.hudi_bloom_footer",
+        str,
+        "auto",
+        "Write Apache Hudi's bloom filter of the record keys and the first and last keys into "
+        "each data file's footer, as Hudi's writer does, so that Hudi's bloom index "
+        "(hoodie.index.type=BLOOM) can tag upserts against our files (Hudi 0.15 fails on a file "
+        "without them). auto: when the table's newest base file has them (Hudi writes them into "
+        "every file); true: always (about 431 KB a file at Hudi's default sizing); false: never.",
+        lambda v: v in ("auto", "true", "false"),
+        "auto, true or false",
+    )
+)
+BLOOM_FILTER_TYPE: ConfigKey[str] = _key(
+    ConfigKey(
+        "hoodie.bloom.index.filter.type",
+        str,
+        "DYNAMIC_V0",
+        "Type of Hudi's bloom filter in data file footers: DYNAMIC_V0 (rows of "
+        "hoodie.index.bloom.num_entries keys) or SIMPLE.",
+        lambda v: v in ("DYNAMIC_V0", "SIMPLE"),
+        "DYNAMIC_V0 or SIMPLE",
+    )
+)
+BLOOM_DYNAMIC_MAX_ENTRIES: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.bloom.index.filter.dynamic.max.entries",
+        int,
+        100_000,
+        "Keys after which a DYNAMIC_V0 filter adds no more rows (Hudi's default).",
+        _positive,
+        "must be positive",
+    )
+)
 
 FILES_FILE_GROUPS: ConfigKey[int] = _key(
     ConfigKey(

@@ -77,6 +77,7 @@ from timeline.errors import (
     TableError,
 )
 from timeline.failpoints import failpoint
+from timeline.formats.hudi_bloom import FOOTER_KEY as HUDI_BLOOM_FOOTER
 from timeline.fs_view import (
     BaseFile,
     FileSystemView,
@@ -112,7 +113,7 @@ from writer.files import (
     ensure_partition_metadata,
     not_less,
 )
-from writer.parquet_layout import footer_schema
+from writer.parquet_layout import footer_keys, footer_schema
 from writer.planner import bucket_file_id, new_file_id, plan_group, records_per_file
 from writer.schema import conform, evolve
 
@@ -692,18 +693,20 @@ class WriteTransaction:
             _check_parquet_types(incoming)
         newest = self.index.newest_base_file
         table_schema = template = stored = None
+        hudi_bloom = False
         if newest is not None:
             footer = parquet_footer(self.table.storage, newest.path)
             stored = read_parquet_schema_bytes(footer, newest.path)
             table_schema = pa.schema([f for f in stored if f.name not in META_COLUMNS])
             template = footer_schema(footer)
+            hudi_bloom = HUDI_BLOOM_FOOTER in footer_keys(footer)
             self._verify_keys(newest, stored)
         schema = evolve(table_schema, incoming) if incoming is not None else None
         self._schema = schema
         # what the commit names (extraMetadata.schema): a delete keeps the table's, as Hudi's
         self._commit_schema = schema if schema is not None else table_schema
         meta = stored is None or RECORD_KEY in stored.names
-        self.layout = FileLayout(schema, template, meta)
+        self.layout = FileLayout(schema, template, meta, hudi_bloom)
         return self.layout
 
     def _verify_keys(self, newest: BaseFile, stored: pa.Schema) -> None:

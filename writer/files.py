@@ -65,6 +65,9 @@ class FileLayout:
     #: the newest file has Hudi's meta columns: a table without meta fields keeps them in its
     #: files as Hudi's writer left them (null but the file name)
     meta_columns: bool = True
+    #: the newest file has Hudi's bloom filter footer (``indexer.write.hudi_bloom_footer=auto``
+    #: writes it then)
+    hudi_bloom_footer: bool = False
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,12 @@ def encode_file_group(
             rows = rows.drop_columns(list(META_COLUMNS))
         pq.write_table(rows, sink, compression="snappy")
     else:
+        footer = bloom.hudi_footer_metadata(
+            rows.column(RECORD_KEY).to_pylist(),
+            layout is not None and layout.hudi_bloom_footer,
+        )
+        if footer:
+            rows = rows.replace_schema_metadata({**(rows.schema.metadata or {}), **footer})
         pq.write_table(
             rows,
             sink,

@@ -380,6 +380,12 @@ def footer_schema(data: bytes) -> Node:
     return _tree(decode(split_footer(data)[1]).get(_FMD_SCHEMA).items)
 
 
+def footer_keys(data: bytes) -> set[bytes]:
+    """The keys of a whole Parquet file's footer key-value metadata."""
+    kv = decode(split_footer(data)[1]).get(_FMD_KEY_VALUE)
+    return set() if kv is None else {bytes(item.get(1)) for item in kv.items}
+
+
 def conform_layout(data: bytes, template: Node) -> bytes:
     """The Parquet file ``data`` (as pyarrow wrote it) with its nested columns in the layout of
     ``template`` (the schema of one of the table's files). Unchanged when they already agree."""

@@ -331,3 +331,44 @@ def test_a_delete_that_matches_nothing_records_the_schema(tmp_path: Path) -> Non
     ).write_stats
     assert extra(deleted)["schema"] == extra(inserted)["schema"]
     assert sorted(r["uuid"] for r in hudi_rs(table.base_uri, {})) == ["a", "b"]
+
+
+@pytest.mark.parametrize("setting", ["auto", "true", "false"])
+def test_hudis_bloom_footer_follows_the_table_or_the_setting(tmp_path: Path, setting: str) -> None:
+    """auto: a table whose newest file carries Hudi's bloom filter footer gets it in our files
+    too (Hudi writes it into all of its own); a table only we write does not (431 KB a file)."""
+    from timeline.formats.hudi_bloom import FOOTER_KEY, MAX_KEY, MIN_KEY, HudiBloomFilter
+
+    config = Config.resolve(
+        explicit={"indexer.lock.url": "inprocess", "indexer.write.hudi_bloom_footer": setting}
+    )
+    table = Table.create(str(tmp_path / "t"), "trips", ["uuid"], ["city"], "ts", config=config)
+
+    def newest_footer() -> tuple[dict[bytes, bytes], list[str]]:
+        newest = max(
+            FileSystemView(table.timeline, table.timeline.load()).latest_base_files(),
+            key=lambda b: b.instant_time,
+        )
+        path = tmp_path / "t" / newest.path
+        keys = pq.read_table(path, columns=["_hoodie_record_key"]).column(0).to_pylist()
+        return dict(pq.ParquetFile(path).metadata.metadata or {}), keys
+
+    with WriteClient(table) as client:
+        client.insert(rows(("k1", "p", 1, 1.0), ("k0", "p", 1, 2.0)))
+    footer, _ = newest_footer()
+    assert (FOOTER_KEY in footer) is (setting == "true")
+    if setting == "auto":  # as if Hudi had written the file: the next file follows it
+        newest = max(
+            FileSystemView(table.timeline, table.timeline.load()).latest_base_files(),
+            key=lambda b: b.instant_time,
+        )
+        path = tmp_path / "t" / newest.path
+        data = pq.read_table(path)
+        pq.write_table(data.replace_schema_metadata({FOOTER_KEY: b"x"}), path)
+    with WriteClient(table) as client:
+        client.upsert(rows(("k2", "p", 2, 3.0)))
+    footer, keys = newest_footer()
+    assert (FOOTER_KEY in footer) is (setting != "false")
+    if setting != "false":
+        assert footer[FOOTER_KEY] == HudiBloomFilter.of_keys(keys).serialize().encode()
+        assert (footer[MIN_KEY], footer[MAX_KEY]) == (min(keys).encode(), max(keys).encode())

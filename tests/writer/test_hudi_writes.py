@@ -186,3 +186,46 @@ def test_schema_on_write_reads_in_hudi(
     hudi.write(hudi_table, "upsert", again)
     expected |= by_key(again)
     _assert_reads(hudi, hudi_table, expected, "simple")
+
+
+def test_hudis_bloom_index_tags_upserts_against_our_files(hudi: HudiPeer, tmp_path: Path) -> None:
+    """On a table Hudi wrote, our data files carry Hudi's bloom filter footer as its files do
+    (indexer.write.hudi_bloom_footer=auto: the string, its type, the first and last keys), so
+    Hudi's bloom-index upsert after our commits updates in place; without it (false) Hudi 0.15
+    fails on our file."""
+    import pyarrow.parquet as pq
+
+    from timeline.formats.hudi_bloom import HudiBloomFilter
+
+    bloom = {"hoodie.index.type": "BLOOM", "hoodie.metadata.enable": "false"}
+    for footer in (True, False):
+        setting = "auto" if footer else "false"
+        hudi_table = HudiTable(str(tmp_path / f"footer-{footer}"), metadata=False)
+        hudi.write(hudi_table, "insert", make_rows(range(6)), options=bloom)
+        config = Config.resolve(
+            explicit={
+                "indexer.lock.url": "inprocess",
+                "indexer.write.hudi_bloom_footer": setting,
+            }
+        )
+        table = Table.open(hudi_table.path, config)
+        with WriteClient(table) as client:
+            client.upsert(make_rows(range(3, 9), ts=2))
+        ours = list(Path(hudi_table.path).glob("p*/*.parquet"))
+        newest = max(ours, key=lambda p: p.name.rsplit("_", 1)[1])
+        metadata = pq.ParquetFile(newest).metadata.metadata or {}
+        if footer:
+            keys = pq.read_table(newest, columns=["_hoodie_record_key"]).column(0).to_pylist()
+            expected = HudiBloomFilter.of_keys(keys).serialize().encode()
+            assert metadata[b"org.apache.hudi.bloomfilter"] == expected
+            assert metadata[b"hoodie_min_record_key"] == min(keys).encode()
+            hudi.write(hudi_table, "upsert", make_rows([0, 4, 8, 20], ts=3), options=bloom)
+            rows = hudi.read(hudi_table, metadata=False, columns=["id", "ts"]).to_pylist()
+            got = sorted((r["id"], r["ts"]) for r in rows)
+            assert got == sorted(
+                [(0, 3), (1, 1), (2, 1), (3, 2), (4, 3), (5, 2), (6, 2), (7, 2), (8, 3), (20, 3)]
+            )
+        else:
+            assert b"org.apache.hudi.bloomfilter" not in metadata
+            with pytest.raises(Exception, match=r"(?s)NullPointer|bloom"):
+                hudi.write(hudi_table, "upsert", make_rows([0, 4], ts=3), options=bloom)

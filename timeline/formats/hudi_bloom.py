@@ -32,6 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 
 DYNAMIC_V0, SIMPLE = "DYNAMIC_V0", "SIMPLE"
+#: the footer keys of a Hudi base file: the filter, its type, the first and last record keys
+FOOTER_KEY = b"org.apache.hudi.bloomfilter"
+TYPE_CODE_KEY = b"hoodie_bloom_filter_type_code"
+MIN_KEY, MAX_KEY = b"hoodie_min_record_key", b"hoodie_max_record_key"
 #: Hudi's defaults: hoodie.index.bloom.num_entries, .fpp, hoodie.bloom.index.filter.dynamic.max.entries
 DEFAULT_ENTRIES, DEFAULT_FPP, DEFAULT_MAX_ENTRIES = 60_000, 1e-9, 100_000
 MURMUR = 1
