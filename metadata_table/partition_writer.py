@@ -62,7 +62,7 @@ from metadata_table.records import (
     virtual_keys,
 )
 from metadata_table.table import MetadataTable
-from metadata_table.validate import PartitionReport, validate
+from metadata_table.validate import PartitionReport, validate, validate_hudi
 from timeline.commit_metadata import CommitMetadata
 from timeline.errors import (
     ConfigError,
@@ -489,7 +489,9 @@ class PartitionWriter:
         return clean_index(self.table)
 
     def validate(self, progress: Callable[[int, int], None] | None = None) -> list[PartitionReport]:
-        return validate(self.table, progress)
+        """Our index's completed partitions against a rebuild, then Apache Hudi's own metadata
+        table against the data files when the table has one (``hudi:<partition>`` reports)."""
+        return [*validate(self.table, progress), *validate_hudi(self.table)]
 
     def duplicate_keys_error(self) -> DuplicateRecordKeyError | None:
         """The record keys of the table in more than one file group, as one error naming how

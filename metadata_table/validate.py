@@ -33,7 +33,7 @@ from metadata_table.records import virtual_keys
 from metadata_table.table import MetadataTable
 from metadata_table.workers import chunked, workers_for
 from timeline.config import LOCAL_BUILD_MEMORY_MB, LOCAL_BUILD_WORKERS
-from timeline.fs_view import FileSystemView
+from timeline.fs_view import BaseFile, FileSystemView
 from timeline.table import Table
 
 logger = logging.getLogger(__name__)
@@ -260,3 +260,166 @@ def _same(a: pa.ChunkedArray | pa.Array, b: pa.ChunkedArray | pa.Array) -> np.nd
     equal = np.asarray(pc.fill_null(pc.equal(a, b), False).to_numpy(zero_copy_only=False))
     same_rows: np.ndarray = (a_null & b_null) | equal.astype(bool)
     return same_rows
+
+
+# --- Apache Hudi's own metadata table ---------------------------------------------------------------
+
+
+def validate_hudi(table: Table) -> list[PartitionReport]:
+    """Apache Hudi's metadata table (``.hoodie/metadata``), each published partition compared
+    with the data files, as Hudi's ``HoodieMetadataTableValidator`` does; one report per
+    partition, named ``hudi:<partition>``, keys naming the file or record that differs:
+
+    * ``files``: every data file on storage, by partition, with its size;
+    * ``bloom_filters``: a record per base file, holding the file's footer filter;
+    * ``column_stats``: the files it covers are on storage, and each primitive column's min,
+      max and null count equal the Parquet footer's (other types: present);
+    * ``record_index`` (copy-on-write tables): every key of the latest base files, located in
+      its file group, and no other key.
+
+    None when the table has no metadata table of Hudi's."""
+    from metadata_table.hudi_table import HudiMetadataTable
+    from timeline.formats import metadata_records as mdt_records
+    from timeline.formats.hudi_bloom import FOOTER_KEY
+    from timeline.fs_view import parquet_file, read_parquet
+    from timeline.table_config import TableType
+
+    hudi = HudiMetadataTable(table)
+    if not hudi.present:
+        return []
+    timeline = table.timeline.load()
+    view = FileSystemView(table.timeline, timeline)
+    storage = table.storage
+    on_storage = _data_files_by_partition(table, {i.timestamp for i in timeline.completed()})
+    reports = []
+    listed = hudi.file_listing()
+    missing, stale, wrong = _compare_maps(
+        {f"{p}/{n}": s for p, files in on_storage.items() for n, s in files.items()},
+        {f"{p}/{n}": s for p, files in listed.items() for n, s in files.items()},
+    )
+    reports.append(PartitionReport("hudi:files", missing=missing, stale=stale, wrong=wrong))
+
+    latest = view.latest_base_files()
+    footers = {b.path: parquet_file(storage, b.path).metadata for b in latest}
+    if "bloom_filters" in hudi.partitions:
+        expected = {}
+        for base in latest:
+            footer = footers[base.path].metadata or {}
+            if FOOTER_KEY in footer:
+                key = mdt_records.bloom_filter_key(base.partition_path, base.file_name)
+                expected[key] = (base.path, footer[FOOTER_KEY])
+        found = hudi.records("bloom_filters")
+        report = PartitionReport("hudi:bloom_filters")
+        for key, (path, value) in sorted(expected.items()):
+            record = found.get(key)
+            if record is None:
+                report.missing.append(path)
+            elif record["BloomFilterMetadata"]["bloomFilter"] != value:
+                report.wrong.append(path)
+        reports.append(report)
+
+    if "column_stats" in hudi.partitions:
+        report = PartitionReport("hudi:column_stats")
+        files = {n for names in on_storage.values() for n in names}
+        by_name = {b.file_name: b for b in latest}
+        for _, record in sorted(hudi.records("column_stats").items()):
+            stats = record["ColumnStatsMetadata"]
+            name, column = stats["fileName"], stats["columnName"]
+            if stats["isDeleted"]:
+                continue
+            if name not in files:
+                report.stale.append(f"{name}:{column}")
+                continue
+            newest = by_name.get(name)
+            if newest is None:
+                continue  # an older version, still on storage
+            if not _stats_agree(footers[newest.path], column, stats):
+                report.wrong.append(f"{newest.path}:{column}")
+        reports.append(report)
+
+    if (
+        "record_index" in hudi.partitions
+        and table.table_config.table_type is TableType.COPY_ON_WRITE
+    ):
+        expected_at = {}
+        for base in latest:
+            keys = read_parquet(storage, base.path, ["_hoodie_record_key"])
+            for key in keys.column(0).to_pylist():
+                expected_at[key] = f"{base.partition_path}/{base.file_id}"
+        found_at = {
+            key: _location(r["recordIndexMetadata"])
+            for key, r in hudi.records("record_index").items()
+        }
+        missing, stale, wrong = _compare_maps(expected_at, found_at)
+        reports.append(
+            PartitionReport("hudi:record_index", missing=missing, stale=stale, wrong=wrong)
+        )
+    return reports
+
+
+def _data_files_by_partition(table: Table, completed: set[str]) -> dict[str, dict[str, int]]:
+    """The data files on storage by partition: log files, and base files of completed writes
+    (a write in flight has files Hudi's metadata table does not list yet)."""
+    from timeline.fs_view import list_data_files
+    from timeline.log_format import LogFileName
+
+    out: dict[str, dict[str, int]] = {}
+    for entry in list_data_files(table.storage):
+        name = entry.name
+        if LogFileName.parse(name) is None:
+            base = BaseFile.parse("", name)
+            if base is None or base.instant_time not in completed:
+                continue
+        partition = entry.path.rsplit("/", 1)[0] if "/" in entry.path else ""
+        out.setdefault(partition, {})[name] = entry.size
+    return out
+
+
+def _compare_maps(
+    expected: dict[str, Any], found: dict[str, Any]
+) -> tuple[list[str], list[str], list[str]]:
+    missing = sorted(k for k in expected if k not in found)
+    stale = sorted(k for k in found if k not in expected)
+    wrong = sorted(k for k in expected if k in found and found[k] != expected[k])
+    return missing, stale, wrong
+
+
+def _location(info: dict[str, Any]) -> str:
+    from timeline.formats.metadata_records import record_location
+
+    location = record_location(info)
+    return f"{location.partition_path}/{location.file_id}"
+
+
+#: the wrappers whose value is the Parquet statistic itself (Hudi's ParquetUtils)
+_DIRECT = {
+    "IntWrapper",
+    "LongWrapper",
+    "StringWrapper",
+    "DoubleWrapper",
+    "FloatWrapper",
+    "BooleanWrapper",
+}
+
+
+def _stats_agree(footer: Any, column: str, stats: dict[str, Any]) -> bool:
+    """Whether a column-stats record's min, max and null count are the footer's, for the
+    primitive columns whose value Hudi stores as Parquet does; other columns: True."""
+    from timeline.formats.metadata_records import unwrap
+
+    names = footer.schema.names
+    if column not in names:
+        return False
+    at = names.index(column)
+    chunks = [footer.row_group(i).column(at) for i in range(footer.num_row_groups)]
+    low, high = unwrap(stats["minValue"]), unwrap(stats["maxValue"])
+    if any(c.statistics is None or not c.statistics.has_min_max for c in chunks):
+        return True  # Hudi records nulls there; nothing to compare with
+    if low is None or high is None or low[0] not in _DIRECT:
+        return True  # no statistics (Hudi stores nulls), or a converted type: present is all
+    nulls = sum(c.statistics.null_count for c in chunks)
+    return bool(
+        low[1] == min(c.statistics.min for c in chunks)
+        and high[1] == max(c.statistics.max for c in chunks)
+        and stats["nullCount"] == nulls
+    )

@@ -308,3 +308,56 @@ def test_the_merged_partitions_are_the_table(table: Path) -> None:
     stats = hudi_mdt.records("column_stats")
     assert len(stats) == files * 10  # every column, the five meta columns included
     assert all(not r["ColumnStatsMetadata"]["isDeleted"] for r in stats.values())
+
+
+def test_validate_passes_on_hudis_table_and_names_a_planted_record(
+    table: Path, tmp_path: Path
+) -> None:
+    """`indexer validate` checks Hudi's metadata table against the data files; a record-index
+    entry planted wrong (a log block of ours under a completed metadata deltacommit, as a
+    writer would append it) is named, and so is a file the files partition lists that is gone."""
+    import shutil
+
+    from metadata_table.validate import validate_hudi
+    from timeline import Table
+    from timeline.config import Config
+
+    config = Config.resolve(explicit={"indexer.lock.url": "inprocess"})
+    reports = validate_hudi(Table.open(str(table), config))
+    assert sorted(r.partition for r in reports) == sorted(f"hudi:{p}" for p in PARTITIONS)
+    assert all(r.ok for r in reports), [r.to_json() for r in reports if not r.ok]
+
+    copy = tmp_path / "t"
+    shutil.copytree(table, copy)
+    opened = Table.open(str(copy), config)
+    key = "42"
+    count = len(
+        {
+            _file_group("record_index", n)
+            for n in os.listdir(copy / ".hoodie/metadata/record_index")
+            if "-0_" in n
+        }
+    )
+    group = records.file_group_index(key, count)
+    wrong = records.RecordLocation("p0", "00000000-0000-0000-0000-000000000000-0", 0)
+    instant = opened.timeline.load().completed().last().timestamp + "010"
+    planted = {
+        "key": key,
+        "type": records.RecordType.RECORD_INDEX,
+        "recordIndexMetadata": records.record_index_value(wrong),
+    }
+    folder = copy / ".hoodie/metadata/record_index"
+    base = next(
+        n
+        for n in os.listdir(folder)
+        if n.startswith(records.file_group_id("record_index", group)) and n.endswith(".hfile")
+    )
+    base_instant = base.removesuffix(".hfile").rsplit("_", 1)[1]
+    log = folder / f".{records.file_group_id('record_index', group)}_{base_instant}.log.9_0-0-0"
+    log.write_bytes(records.log_block([planted], instant))
+    (copy / ".hoodie/metadata/.hoodie" / f"{instant}.deltacommit").write_text("{}")
+    gone = next((copy / "p1").glob("*.parquet"))
+    gone.unlink()
+    reports = {r.partition: r for r in validate_hudi(Table.open(str(copy), config))}
+    assert reports["hudi:record_index"].wrong == [key]
+    assert reports["hudi:files"].stale == [f"p1/{gone.name}"]
