@@ -24,14 +24,17 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from timeline.commit_metadata import CommitMetadata
 from timeline.errors import StorageFileNotFoundError
 from timeline.formats import metadata_records as records
 from timeline.formats.hfile import HFileReader
+from timeline.formats.hudi_bloom import FOOTER_KEY, TYPE_CODE_KEY
+from timeline.fs_view import parquet_file
 from timeline.log_format import BlockType, LogFileName, effective_blocks, read_blocks
 from timeline.table import Table
 from timeline.table_config import METADATA_PARTITIONS
@@ -188,3 +191,110 @@ def _live_files(record: dict[str, Any]) -> dict[str, Any]:
         **record,
         "filesystemMetadata": {n: i for n, i in listing.items() if not i["isDeleted"]},
     }
+
+
+# --- what a commit adds to Hudi's metadata table ------------------------------------------------------
+
+
+def commit_records(
+    table: Table, instant: str, metadata: CommitMetadata, partitions: Iterable[str]
+) -> dict[str, list[dict[str, Any]]]:
+    """The records Hudi 0.15's writer puts in its metadata table's ``partitions`` for a commit
+    at ``instant`` that wrote ``metadata``'s files, by metadata partition: ``files`` (the
+    partitions written, then each one's new files and sizes), ``bloom_filters`` (each new base
+    file's footer filter) and ``column_stats`` (each new base file's top-level columns of the
+    types Hudi's column stats take, from its footer). ``record_index`` needs the writer's own
+    record locations and is not made here."""
+    wanted = set(partitions)
+    out: dict[str, list[dict[str, Any]]] = {p: [] for p in wanted}
+    written: dict[str, dict[str, int]] = defaultdict(dict)
+    for stat in metadata.write_stats:
+        written[stat.partition_path][stat.path.rsplit("/", 1)[-1]] = stat.file_size_in_bytes
+    if "files" in wanted:
+        out["files"].append(records.partition_list_record(sorted(written)))
+        out["files"].extend(records.file_list_record(p, f) for p, f in sorted(written.items()))
+    for partition_path, files in sorted(written.items()):
+        for name in sorted(files):
+            if not name.endswith(".parquet"):
+                continue  # a log file: its stats come from the writer, not a footer
+            path = f"{partition_path}/{name}" if partition_path else name
+            footer = parquet_file(table.storage, path).metadata
+            if "bloom_filters" in wanted:
+                kv = footer.metadata or {}
+                if FOOTER_KEY in kv:
+                    out["bloom_filters"].append(
+                        {
+                            "key": records.bloom_filter_key(partition_path, name),
+                            "type": records.RecordType.BLOOM_FILTER,
+                            "BloomFilterMetadata": {
+                                "type": kv.get(TYPE_CODE_KEY, b"DYNAMIC_V0").decode(),
+                                "timestamp": instant,
+                                "bloomFilter": kv[FOOTER_KEY],
+                                "isDeleted": False,
+                            },
+                        }
+                    )
+            if "column_stats" in wanted:
+                out["column_stats"].extend(_column_stats(footer, partition_path, name))
+    return out
+
+
+def _column_stats(footer: Any, partition_path: str, name: str) -> Iterator[dict[str, Any]]:
+    """A file's column-stats records, as Hudi's ParquetUtils makes them from the footer: its
+    top-level primitive columns, row groups aggregated; a column whose values Hudi would store
+    in a form not made here (decimals, dates, binary, timestamps of other units) is left out,
+    which keeps the file for every filter on it."""
+    schema = footer.schema
+    for at in range(len(schema)):
+        column = schema.column(at)
+        if "." in column.path:
+            continue  # nested: Hudi leaves them out
+        wrapper = _WRAPPERS.get((column.physical_type, str(column.logical_type)))
+        if wrapper is None:
+            continue
+        chunks = [footer.row_group(i).column(at) for i in range(footer.num_row_groups)]
+        values = sum(c.num_values for c in chunks)
+        stats = [c.statistics for c in chunks]
+        if not chunks or any(s is None or not s.has_min_max for s in stats):
+            low = high = None
+            nulls = values
+        else:
+            low_value, high_value = min(s.min for s in stats), max(s.max for s in stats)
+            if wrapper in ("DoubleWrapper", "FloatWrapper"):
+                # a zero bound is -0.0 as a minimum and +0.0 as a maximum, as Parquet's writers
+                # store it (the footer reader gives 0.0 either way)
+                low_value = -0.0 if low_value == 0 else low_value
+                high_value = 0.0 if high_value == 0 else high_value
+            low, high = records.wrap(wrapper, low_value), records.wrap(wrapper, high_value)
+            nulls = sum(s.null_count for s in stats)
+        yield {
+            "key": records.column_stats_key(column.path, partition_path, name),
+            "type": records.RecordType.COLUMN_STATS,
+            "ColumnStatsMetadata": {
+                "fileName": name,
+                "columnName": column.path,
+                "minValue": low,
+                "maxValue": high,
+                "valueCount": values,
+                "nullCount": nulls,
+                "totalSize": sum(c.total_compressed_size for c in chunks),
+                "totalUncompressedSize": sum(c.total_uncompressed_size for c in chunks),
+                "isDeleted": False,
+            },
+        }
+
+
+#: (Parquet physical type, logical type) -> Hudi's wrapper, where the footer's statistic is the
+#: value Hudi stores
+_WRAPPERS = {
+    ("INT32", "None"): "IntWrapper",
+    ("INT32", "Int(bitWidth=8, isSigned=true)"): "IntWrapper",
+    ("INT32", "Int(bitWidth=16, isSigned=true)"): "IntWrapper",
+    ("INT32", "Int(bitWidth=32, isSigned=true)"): "IntWrapper",
+    ("INT64", "None"): "LongWrapper",
+    ("INT64", "Int(bitWidth=64, isSigned=true)"): "LongWrapper",
+    ("DOUBLE", "None"): "DoubleWrapper",
+    ("FLOAT", "None"): "FloatWrapper",
+    ("BOOLEAN", "None"): "BooleanWrapper",
+    ("BYTE_ARRAY", "String"): "StringWrapper",
+}
