@@ -45,6 +45,9 @@ SPARK_CONF = {
     "spark.default.parallelism": "4",
     # Rows handed back to the tests: timestamps as INT64 microseconds, which pyarrow reads as is.
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    # Java 17: Kryo serializes Hudi's lock-holding objects (a record-index upsert under a lock
+    # provider), which needs this package open beside the ones Spark opens itself
+    "spark.driver.extraJavaOptions": "--add-opens=java.base/java.util.concurrent.locks=ALL-UNNAMED",
 }
 
 WRITE_OPERATIONS = {
@@ -77,6 +80,10 @@ class Peer:
 
             builder = SparkSession.builder.appName("hudi-peer").master(self.master)
             builder = builder.config("spark.jars", ",".join(self.jars))
+            # Hudi's Avro classes on the driver's own class path too: from spark.jars alone,
+            # Avro decodes a metadata table's delete blocks as generic records, which Hudi's
+            # reader cannot cast to its own (HUDI-MDT.md)
+            builder = builder.config("spark.driver.extraClassPath", ":".join(self.jars))
             for key, value in SPARK_CONF.items():
                 builder = builder.config(key, value)
             self._spark = builder.getOrCreate()
