@@ -22,6 +22,7 @@ entry is replaced or removed by a delete block.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
@@ -29,15 +30,16 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from timeline.commit_metadata import CommitMetadata
-from timeline.errors import StorageFileNotFoundError
+from timeline.commit_metadata import CommitMetadata, WriteStat
+from timeline.errors import RebuildRequiredError, StorageFileNotFoundError
 from timeline.formats import metadata_records as records
 from timeline.formats.hfile import HFileReader
 from timeline.formats.hudi_bloom import FOOTER_KEY, TYPE_CODE_KEY
-from timeline.fs_view import parquet_file
+from timeline.fs_view import file_id_of, parquet_file
+from timeline.locks import LockHandle
 from timeline.log_format import BlockType, LogFileName, effective_blocks, read_blocks
 from timeline.table import Table
-from timeline.table_config import METADATA_PARTITIONS
+from timeline.table_config import METADATA_PARTITIONS, METADATA_PARTITIONS_INFLIGHT
 
 FOLDER = ".hoodie/metadata"
 _INSTANT = re.compile(
@@ -298,3 +300,116 @@ _WRAPPERS = {
     ("BOOLEAN", "None"): "BooleanWrapper",
     ("BYTE_ARRAY", "String"): "StringWrapper",
 }
+
+
+# --- our commits, kept in Hudi's metadata table -------------------------------------------------------
+
+#: the write token of the log files we append (Hudi's pattern: task-stage-attempt)
+LOG_WRITE_TOKEN = "0-0-0"
+
+
+def apply_commit(
+    table: Table,
+    instant: str,
+    metadata: CommitMetadata,
+    placed: Mapping[str, tuple[str, str]],
+    deleted: Iterable[str],
+    lock: LockHandle,
+) -> list[str]:
+    """Write, in a commit's critical section (under the table lock Hudi's writers share, before
+    data instant ``instant`` completes), the metadata deltacommit Hudi's writer would: the
+    commit's records for every completed and inflight partition of Hudi's metadata table, one
+    log file per file group they route to (an HFile data block, and a delete block of the record
+    index's deleted keys), then ``<instant>.deltacommit`` on the metadata table's timeline.
+    ``placed`` maps the keys the commit put somewhere new to their (partition, file name).
+    Hudi's readers use the blocks once the data instant completes (a rolled-back one never
+    does). Returns the log files written."""
+    hudi = HudiMetadataTable(table)
+    props = table.reload_table_config().props
+    targets = [
+        p
+        for p in (*hudi.partitions, *props.get(METADATA_PARTITIONS_INFLIGHT, "").split(","))
+        if p in records.FILE_GROUP_PREFIXES
+    ]
+    made = commit_records(table, instant, metadata, targets)
+    removed: dict[str, list[str]] = {}
+    if "record_index" in targets:
+        millis = records.instant_millis(instant)
+        made["record_index"] = [
+            {
+                "key": key,
+                "type": records.RecordType.RECORD_INDEX,
+                "recordIndexMetadata": records.record_index_value(
+                    records.RecordLocation(partition, file_id_of(name) or name, millis)
+                ),
+            }
+            for key, (partition, name) in sorted(placed.items())
+        ]
+        removed["record_index"] = sorted(deleted)
+    stats: list[WriteStat] = []
+    written: list[str] = []
+    for partition in targets:
+        slices = hudi.slices(partition)
+        count = len(slices)
+        if count == 0:
+            raise RebuildRequiredError(
+                f"hudi:{partition}", f"{FOLDER}/{partition} has no file group to write to"
+            )
+        cells: dict[int, list[dict[str, Any]]] = defaultdict(list)
+        for record in made.get(partition, []):
+            cells[records.file_group_index(str(record["key"]), count)].append(record)
+        gone: dict[int, list[str]] = defaultdict(list)
+        for key in removed.get(partition, []):
+            gone[records.file_group_index(key, count)].append(key)
+        for group in sorted(set(cells) | set(gone)):
+            piece = slices[group]
+            content = b""
+            if cells.get(group):
+                content += records.log_block(cells[group], instant)
+            if gone.get(group):
+                content += records.delete_block(gone[group], partition, instant)
+            path = _next_log_file(hudi, partition, piece)
+            lock.ensure_valid()
+            table.storage.create(path, content)
+            written.append(path)
+            stats.append(
+                WriteStat(
+                    file_id=records.file_group_id(partition, group),
+                    path=path.removeprefix(f"{FOLDER}/"),
+                    partition_path=partition,
+                    prev_commit=_base_instant(piece),
+                    num_writes=len(cells.get(group, [])),
+                    num_deletes=len(gone.get(group, [])),
+                    total_write_bytes=len(content),
+                    file_size_in_bytes=len(content),
+                )
+            )
+    committed = CommitMetadata.of(stats, "UPSERT_PREPPED", {"schema": records.SCHEMA_JSON})
+    timeline = f"{FOLDER}/.hoodie/{instant}.deltacommit"
+    lock.ensure_valid()
+    table.storage.create(f"{timeline}.requested", b"")
+    table.storage.create(f"{timeline}.inflight", b"")
+    table.storage.create(timeline, json.dumps(committed.to_json(), indent=2).encode())
+    return written
+
+
+def _base_instant(piece: FileSlice) -> str:
+    if piece.base is not None:
+        return piece.base.removesuffix(".hfile").rsplit("_", 1)[1]
+    parsed = LogFileName.parse(piece.logs[0]) if piece.logs else None
+    if parsed is None:
+        raise RebuildRequiredError("hudi", f"file group {piece.file_group} has no file slice")
+    return parsed.base_instant
+
+
+def _next_log_file(hudi: HudiMetadataTable, partition: str, piece: FileSlice) -> str:
+    """The next log file of a file group's latest slice (its version after the newest)."""
+    base = _base_instant(piece)
+    versions = [
+        parsed.version
+        for name in piece.logs
+        if (parsed := LogFileName.parse(name)) is not None and parsed.base_instant == base
+    ]
+    file_id = records.file_group_id(partition, piece.file_group)
+    version = max(versions, default=0) + 1
+    return f"{FOLDER}/{partition}/.{file_id}_{base}.log.{version}_{LOG_WRITE_TOKEN}"

@@ -955,6 +955,27 @@ def placed_keys(infos: Iterable[DataFileInfo]) -> set[str]:
     return out
 
 
+def key_changes(infos: Iterable[DataFileInfo]) -> tuple[dict[str, tuple[str, str]], set[str]]:
+    """What a writer's files did to its record keys' locations: the keys it put somewhere new
+    (inserted, or moved from another file group) with the (partition, file name) they are in
+    now, and the keys it deleted and put nowhere."""
+    placed: dict[str, tuple[str, str]] = {}
+    gone: set[str] = set()
+    for info in infos:
+        rows = info.rows
+        if rows is None or not rows.num_rows:
+            continue
+        deleted = rows.column(ROW_DELETED)
+        new = pc.invert(deleted)
+        if ROW_IN_PLACE in rows.column_names:
+            new = pc.and_(new, pc.invert(pc.fill_null(rows.column(ROW_IN_PLACE), False)))
+        keys = rows.column(RECORD_KEY)
+        where = (info.partition, info.file_name)
+        placed.update((k, where) for k in keys.filter(new).to_pylist() if k is not None)
+        gone.update(k for k in keys.filter(deleted).to_pylist() if k is not None)
+    return placed, gone - set(placed)
+
+
 class _Codes:
     """String values coded as a dictionary array, one chunk at a time: a value repeated over a
     whole chunk (a file's partition, its file id, a base file's instant) costs no string per

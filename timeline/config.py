@@ -349,8 +349,8 @@ MARKERS_TYPE: ConfigKey[str] = _key(
 
 def _hudi_metadata_choice(value: str) -> str:
     choice = value.strip().lower()
-    if choice not in ("drop", "refuse"):
-        raise ValueError(f"{value!r} is not drop or refuse")
+    if choice not in ("drop", "refuse", "maintain"):
+        raise ValueError(f"{value!r} is not drop, refuse or maintain")
     return choice
 
 
@@ -359,10 +359,11 @@ HUDI_METADATA_TABLE: ConfigKey[str] = _key(
         "indexer.write.hudi_metadata_table",
         _hudi_metadata_choice,
         "drop",
-        "What a write of ours does on a table with Apache Hudi's own metadata table, which it "
-        "cannot update: drop (take it down as a Hudi writer with the metadata table off does; "
-        "Hudi's readers list files and Hudi's next writer rebuilds it) or refuse (fail the write "
-        "before it writes anything).",
+        "What a write of ours does on a table with Apache Hudi's own metadata table: drop (take "
+        "it down as a Hudi writer with the metadata table off does; Hudi's readers list files "
+        "and Hudi's next writer rebuilds it), refuse (fail the write before it writes anything) "
+        "or maintain (write the commit's records into it as Hudi's writer would, and leave "
+        "cleaning to Hudi's cleaner; its compaction is Hudi's too).",
     )
 )
 MARKER_SERVER_URL: ConfigKey[str] = _key(

@@ -35,12 +35,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from metadata_table.bloom import BloomSizing
+from metadata_table.hudi_table import HudiMetadataTable, apply_commit
 from metadata_table.layout import BLOOM_FILTERS, RECORD_INDEX
 from metadata_table.maintenance import UpkeepResult, upkeep
 from metadata_table.migrate import LEGACY_FOLDER, has_legacy_index
 from metadata_table.read.kept import KeptFilters
 from metadata_table.read.snapshot import IndexedSnapshot
-from metadata_table.records import DataFileInfo, placed_keys, read_record_keys
+from metadata_table.records import DataFileInfo, key_changes, placed_keys, read_record_keys
 from metadata_table.table import MetadataTable
 from timeline.archiver import ArchiveResult, archive
 from timeline.arrow_types import as_stored
@@ -145,7 +146,7 @@ class WriteOptions:
     marker_batch_interval_ms: int = MARKER_BATCH_INTERVAL_MS.default
     marker_threads: int = MARKER_THREADS.default
     async_conflict_period_ms: int = ASYNC_CONFLICT_PERIOD_MS.default
-    hudi_metadata_table: str = HUDI_METADATA_TABLE.default  # drop or refuse
+    hudi_metadata_table: str = HUDI_METADATA_TABLE.default  # drop, refuse or maintain
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "markers", marker_type(self.markers))
@@ -288,7 +289,7 @@ class WriteClient:
         self.last_cleans, self.last_archive, self.last_upkeep = [], None, None
         config, mdt = self.table.config, MetadataTable(self.table)
         try:
-            if config.get(CLEAN_AUTOMATIC):
+            if config.get(CLEAN_AUTOMATIC) and not self.maintains_hudi_metadata_table():
                 if self._cleaner is None:
                     self._cleaner = CleanPlanner(self.table)
                 self.last_cleans = clean(self.table, mdt.apply_removal, self._cleaner)
@@ -302,6 +303,14 @@ class WriteClient:
                 self.table.base_uri,
                 e,
             )
+
+    def maintains_hudi_metadata_table(self) -> bool:
+        """Whether this writer's commits go into Apache Hudi's own metadata table
+        (``indexer.write.hudi_metadata_table=maintain`` on a table Hudi's readers read it on);
+        its cleans are then left to Hudi's cleaner, which records them there."""
+        return (
+            self.options.hudi_metadata_table == "maintain" and HudiMetadataTable(self.table).present
+        )
 
     def hudi_metadata_table(self, lock: LockHandle | None, why: str) -> None:
         """Apache Hudi's own metadata table, if the table has one: refused (with
@@ -868,7 +877,11 @@ class WriteTransaction:
             self._check_placed_keys(self.table.reload_index_state(), candidates, fresh)
             self._finalize()
             self._update_metadata_table(lock)
-            self.client.hudi_metadata_table(lock, f"commit {self.instant_time}")
+            if self.client.maintains_hudi_metadata_table():
+                placed, deleted = key_changes(self._infos[s.path] for s in self.stats)
+                apply_commit(self.table, self.instant_time, metadata, placed, deleted, lock)
+            else:
+                self.client.hudi_metadata_table(lock, f"commit {self.instant_time}")
             lock.ensure_valid()
             self._state = _TxnState.UNKNOWN
             try:

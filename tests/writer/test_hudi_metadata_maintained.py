@@ -1,0 +1,107 @@
+"""Our writer keeping Apache Hudi's own metadata table current
+(``indexer.write.hudi_metadata_table=maintain``), against Hudi 0.15: a table Hudi writes with its
+files, column_stats, bloom_filters and record_index partitions; our upserts, inserts and deletes
+go into it as Hudi's writer's would; then Hudi reads with its metadata table and data skipping,
+tags upserts with its record index and its bloom index reading the metadata table, and compacts
+the metadata table over our deltacommits. `indexer validate` finds it equal to the data
+throughout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from metadata_table.hudi_table import HudiMetadataTable
+from metadata_table.validate import validate_hudi
+from timeline import Table
+from timeline.config import Config
+from timeline.locks.hudi_filesystem import HUDI_PROVIDER_CLASS
+from timeline.table_config import METADATA_PARTITIONS
+from writer.client import WriteClient
+
+from ..hudi_peer.peer import HudiPeer, HudiTable
+from ..hudi_peer.rows import by_key, make_rows
+
+PARTITIONS = {"files", "column_stats", "bloom_filters", "record_index"}
+INDEXES = {
+    "hoodie.metadata.index.column.stats.enable": "true",
+    "hoodie.metadata.index.bloom.filter.enable": "true",
+    "hoodie.metadata.record.index.enable": "true",
+    "hoodie.write.lock.provider": HUDI_PROVIDER_CLASS,
+}
+
+
+def _valid(table: Table) -> None:
+    reports = validate_hudi(table)
+    assert {r.partition for r in reports} == {f"hudi:{p}" for p in PARTITIONS}
+    assert all(r.ok for r in reports), [r.to_json() for r in reports if not r.ok]
+
+
+def _read(hudi: HudiPeer, hudi_table: HudiTable, **options: Any) -> dict[Any, Any]:
+    rows = hudi.read(hudi_table, metadata=True, options=options).to_pylist()
+    keys = [r["_hoodie_record_key"] for r in rows]
+    assert len(keys) == len(set(keys)), "a record key appears twice"
+    return {k: v["ts"] for k, v in by_key(rows).items()}
+
+
+def test_our_commits_keep_hudis_metadata_table_current(hudi: HudiPeer, tmp_path: Path) -> None:
+    hudi_table = HudiTable(str(tmp_path / "t"), extra=INDEXES)
+    hudi.write(hudi_table, "insert", make_rows(range(30), ts=1, parts=3))
+    config = Config.resolve(
+        explicit={
+            "indexer.write.hudi_metadata_table": "maintain",
+            "hoodie.write.lock.provider": HUDI_PROVIDER_CLASS,
+        }
+    )
+    table = Table.open(hudi_table.path, config)
+    assert HudiMetadataTable(table).present
+    expected = {i: 1 for i in range(30)}
+    with WriteClient(table) as client:
+        client.upsert(make_rows(range(20, 40), ts=2, parts=3))  # 10 updates, 10 inserts
+        expected |= {i: 2 for i in range(20, 40)}
+        client.delete(make_rows([0, 25], ts=2, parts=3))
+        del expected[0], expected[25]
+    props = table.reload_table_config().props
+    assert set(props[METADATA_PARTITIONS].split(",")) == PARTITIONS  # kept, not taken down
+    _valid(table)
+
+    # Hudi's reader, its metadata table listing our files, data skipping on its column stats
+    assert _read(hudi, hudi_table) == expected
+    skipping = {"hoodie.enable.data.skipping": "true"}
+    assert _read(hudi, hudi_table, **skipping) == expected
+
+    # Hudi's record index tags a key we inserted (no second copy) and one it wrote
+    hudi.write(
+        hudi_table,
+        "upsert",
+        make_rows([35, 5], ts=3, parts=3),
+        options={"hoodie.index.type": "RECORD_INDEX"},
+    )
+    expected |= {35: 3, 5: 3}
+    assert _read(hudi, hudi_table) == expected
+    _valid(table)
+
+    # Hudi's bloom index reading filters from its metadata table finds our files' keys; its
+    # metadata compaction runs over our deltacommits
+    hudi.write(
+        hudi_table,
+        "upsert",
+        make_rows([36, 6], ts=4, parts=3),
+        options={
+            "hoodie.index.type": "BLOOM",
+            "hoodie.bloom.index.use.metadata": "true",
+            "hoodie.metadata.compact.max.delta.commits": "1",
+        },
+    )
+    expected |= {36: 4, 6: 4}
+    assert _read(hudi, hudi_table) == expected
+    compactions = list((Path(hudi_table.path) / ".hoodie/metadata/.hoodie").glob("*001.commit"))
+    assert compactions
+    _valid(table)
+
+    # and our writer goes on after Hudi's
+    with WriteClient(table) as client:
+        client.upsert(make_rows([37, 7, 50], ts=5, parts=3))
+    expected |= {37: 5, 7: 5, 50: 5}
+    _valid(table)
+    assert _read(hudi, hudi_table, **skipping) == expected
