@@ -237,11 +237,11 @@ def commit_records(
                         }
                     )
             if "column_stats" in wanted:
-                out["column_stats"].extend(_column_stats(footer, partition_path, name))
+                out["column_stats"].extend(hudi_column_stats(footer, partition_path, name))
     return out
 
 
-def _column_stats(footer: Any, partition_path: str, name: str) -> Iterator[dict[str, Any]]:
+def hudi_column_stats(footer: Any, partition_path: str, name: str) -> Iterator[dict[str, Any]]:
     """A file's column-stats records, as Hudi's ParquetUtils makes them from the footer: its
     top-level primitive columns, row groups aggregated; a column whose values Hudi would store
     in a form not made here (decimals, dates, binary, timestamps of other units) is left out,

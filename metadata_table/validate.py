@@ -272,13 +272,13 @@ def validate_hudi(table: Table) -> list[PartitionReport]:
 
     * ``files``: every data file on storage, by partition, with its size;
     * ``bloom_filters``: a record per base file, holding the file's footer filter;
-    * ``column_stats``: the files it covers are on storage, and each primitive column's min,
-      max and null count equal the Parquet footer's (other types: present);
+    * ``column_stats``: each latest base file's record per column, equal to the one Hudi's
+      writer makes from the footer (for the column types :func:`hudi_column_stats` makes);
     * ``record_index`` (copy-on-write tables): every key of the latest base files, located in
       its file group, and no other key.
 
     None when the table has no metadata table of Hudi's."""
-    from metadata_table.hudi_table import HudiMetadataTable
+    from metadata_table.hudi_table import HudiMetadataTable, hudi_column_stats
     from timeline.formats import metadata_records as mdt_records
     from timeline.formats.hudi_bloom import FOOTER_KEY
     from timeline.fs_view import parquet_file, read_parquet
@@ -319,22 +319,19 @@ def validate_hudi(table: Table) -> list[PartitionReport]:
         reports.append(report)
 
     if "column_stats" in hudi.partitions:
+        # every latest base file's record per column, equal to the one Hudi's writer makes from
+        # its footer (records of files cleaned since stay in Hudi's own table, unread)
+        found = hudi.records("column_stats")
         report = PartitionReport("hudi:column_stats")
-        files = {n for names in on_storage.values() for n in names}
-        by_name = {b.file_name: b for b in latest}
-        for _, record in sorted(hudi.records("column_stats").items()):
-            stats = record["ColumnStatsMetadata"]
-            name, column = stats["fileName"], stats["columnName"]
-            if stats["isDeleted"]:
-                continue
-            if name not in files:
-                report.stale.append(f"{name}:{column}")
-                continue
-            newest = by_name.get(name)
-            if newest is None:
-                continue  # an older version, still on storage
-            if not _stats_agree(footers[newest.path], column, stats):
-                report.wrong.append(f"{newest.path}:{column}")
+        for base in latest:
+            made = hudi_column_stats(footers[base.path], base.partition_path, base.file_name)
+            for record in made:
+                key, column = record["key"], record["ColumnStatsMetadata"]["columnName"]
+                stored = found.get(key)
+                if stored is None:
+                    report.missing.append(f"{base.path}:{column}")
+                elif stored["ColumnStatsMetadata"] != record["ColumnStatsMetadata"]:
+                    report.wrong.append(f"{base.path}:{column}")
         reports.append(report)
 
     if (
@@ -389,37 +386,3 @@ def _location(info: dict[str, Any]) -> str:
 
     location = record_location(info)
     return f"{location.partition_path}/{location.file_id}"
-
-
-#: the wrappers whose value is the Parquet statistic itself (Hudi's ParquetUtils)
-_DIRECT = {
-    "IntWrapper",
-    "LongWrapper",
-    "StringWrapper",
-    "DoubleWrapper",
-    "FloatWrapper",
-    "BooleanWrapper",
-}
-
-
-def _stats_agree(footer: Any, column: str, stats: dict[str, Any]) -> bool:
-    """Whether a column-stats record's min, max and null count are the footer's, for the
-    primitive columns whose value Hudi stores as Parquet does; other columns: True."""
-    from timeline.formats.metadata_records import unwrap
-
-    names = footer.schema.names
-    if column not in names:
-        return False
-    at = names.index(column)
-    chunks = [footer.row_group(i).column(at) for i in range(footer.num_row_groups)]
-    low, high = unwrap(stats["minValue"]), unwrap(stats["maxValue"])
-    if any(c.statistics is None or not c.statistics.has_min_max for c in chunks):
-        return True  # Hudi records nulls there; nothing to compare with
-    if low is None or high is None or low[0] not in _DIRECT:
-        return True  # no statistics (Hudi stores nulls), or a converted type: present is all
-    nulls = sum(c.statistics.null_count for c in chunks)
-    return bool(
-        low[1] == min(c.statistics.min for c in chunks)
-        and high[1] == max(c.statistics.max for c in chunks)
-        and stats["nullCount"] == nulls
-    )

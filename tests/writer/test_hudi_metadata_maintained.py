@@ -8,8 +8,11 @@ throughout."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from metadata_table.hudi_table import HudiMetadataTable
 from metadata_table.validate import validate_hudi
@@ -34,7 +37,8 @@ INDEXES = {
 def _valid(table: Table) -> None:
     reports = validate_hudi(table)
     assert {r.partition for r in reports} == {f"hudi:{p}" for p in PARTITIONS}
-    assert all(r.ok for r in reports), [r.to_json() for r in reports if not r.ok]
+    bad = [r.to_json() for r in reports if not r.ok]
+    assert not bad, json.dumps(bad)
 
 
 def _read(hudi: HudiPeer, hudi_table: HudiTable, **options: Any) -> dict[Any, Any]:
@@ -105,3 +109,103 @@ def test_our_commits_keep_hudis_metadata_table_current(hudi: HudiPeer, tmp_path:
     expected |= {37: 5, 7: 5, 50: 5}
     _valid(table)
     assert _read(hudi, hudi_table, **skipping) == expected
+
+
+def test_our_writer_and_hudis_share_one_lock_and_lose_no_update(
+    hudi: HudiPeer, tmp_path: Path
+) -> None:
+    """For a minute our writer (in a thread) and Hudi's (optimistic concurrency) upsert
+    overlapping keys, both under Hudi's FileSystemBasedLockProvider: Hudi's side sees our
+    commits as conflicts, ours sees Hudi's, every key ends with the value of the last commit
+    that completed with it, and Hudi's metadata table equals the data afterwards."""
+    import random
+    import threading
+    import time
+
+    from timeline.errors import WriteConflictError
+
+    from ..hudi_peer.peer import HudiPeerError
+
+    occ = {
+        **INDEXES,
+        "hoodie.write.concurrency.mode": "optimistic_concurrency_control",
+        "hoodie.cleaner.policy.failed.writes": "LAZY",
+    }
+    hudi_table = HudiTable(str(tmp_path / "t"), extra=occ)
+    hudi.write(hudi_table, "insert", make_rows(range(12), ts=0, parts=2))
+    config = Config.resolve(
+        explicit={
+            "indexer.write.hudi_metadata_table": "maintain",
+            "hoodie.write.lock.provider": HUDI_PROVIDER_CLASS,
+        }
+    )
+    table = Table.open(hudi_table.path, config)
+    written: list[tuple[str, int, list[int]]] = []  # (instant, ts, keys) of acknowledged writes
+    conflicts = {"ours": 0, "hudi": 0}
+    stop = time.monotonic() + 60
+    errors: list[BaseException] = []
+
+    def ours() -> None:
+        rng, n = random.Random(1), 0
+        try:
+            with WriteClient(table) as client:
+                while time.monotonic() < stop:
+                    n += 1
+                    keys = rng.sample(range(12), 4)
+                    try:
+                        done = client.upsert(make_rows(keys, ts=1_000_000 + n, parts=2))
+                    except WriteConflictError:
+                        conflicts["ours"] += 1
+                        continue
+                    written.append((done.timestamp, 1_000_000 + n, keys))
+        except BaseException as e:  # failed the test below
+            errors.append(e)
+
+    thread = threading.Thread(target=ours)
+    thread.start()
+    rng, m = random.Random(2), 0
+    while time.monotonic() < stop:
+        m += 1
+        keys = rng.sample(range(12), 4)
+        try:
+            result = hudi.write(hudi_table, "upsert", make_rows(keys, ts=2_000_000 + m, parts=2))
+        except HudiPeerError as e:
+            if "HoodieWriteConflictException" not in str(e):
+                raise
+            conflicts["hudi"] += 1
+            continue
+        (instant,) = [
+            i["timestamp"]
+            for i in result["instants"]
+            if i["action"] == "commit" and i["state"] == "COMPLETED"
+        ]
+        written.append((instant, 2_000_000 + m, keys))
+    thread.join()
+    assert not errors, errors
+    assert conflicts["hudi"] > 0, conflicts  # our commits landed inside Hudi's writes
+
+    # and a commit of Hudi's landing inside one of ours is a conflict on our side (ours are
+    # short: in the minute they rarely overlap one of Hudi's)
+    with WriteClient(table) as client:
+        txn = client.start("upsert")
+        txn.write(make_rows(range(12), ts=3_000_000, parts=2))
+        result = hudi.write(hudi_table, "upsert", make_rows(range(12), ts=3_000_001, parts=2))
+        with pytest.raises(WriteConflictError):
+            txn.commit()
+        txn.abort()
+    (instant,) = [
+        i["timestamp"]
+        for i in result["instants"]
+        if i["action"] == "commit" and i["state"] == "COMPLETED"
+    ]
+    written.append((instant, 3_000_001, list(range(12))))
+
+    # the last completed commit that wrote a key holds its value (completion order: the
+    # completed instant files' times on the data timeline)
+    hoodie = Path(hudi_table.path) / ".hoodie"
+    completed_at = {p.name.split(".")[0]: p.stat().st_mtime_ns for p in hoodie.glob("*.commit")}
+    expected: dict[int, int] = {i: 0 for i in range(12)}
+    for _, ts, keys in sorted(written, key=lambda w: completed_at[w[0]]):
+        expected |= dict.fromkeys(keys, ts)
+    assert _read(hudi, hudi_table) == expected
+    _valid(table)
