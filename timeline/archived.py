@@ -25,6 +25,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import struct
 import threading
 from collections import OrderedDict
@@ -87,6 +88,8 @@ class _ParsedFile:
 _PARSED: OrderedDict[tuple[str, int, float | None], _ParsedFile] = OrderedDict()
 _PARSED_MAX = 512
 _PARSED_LOCK = threading.Lock()
+#: local archive folders' listings, by path: (the folder's mtime in ns, the archive files)
+_LISTINGS: dict[str, tuple[int, tuple[FileInfo, ...]]] = {}
 
 
 class ArchivedTimeline:
@@ -102,15 +105,38 @@ class ArchivedTimeline:
 
     @cached_property
     def files(self) -> list[FileInfo]:
-        """The archive files, in the order Hudi wrote them; none for a missing folder."""
-        if not self.storage.exists(self.folder):
+        """The archive files, in the order Hudi wrote them; none for a missing folder. On local
+        storage the listing is kept per process while the folder's modification time stays the
+        same (an archive file added or removed changes it; the newest one, which an archiver may
+        append to, is looked at again): the archive of a long-lived table holds thousands of
+        files, and several snapshots a commit would list them all (6 ms a listing at 1,500)."""
+        stamp: int | None = None
+        if self.storage.is_local:
+            try:
+                stamp = os.stat(self.storage.uri(self.folder)).st_mtime_ns  # before the listing
+            except FileNotFoundError:
+                return []
+            with _PARSED_LOCK:
+                kept = _LISTINGS.get(self.storage.uri(self.folder))
+            if kept is not None and kept[0] == stamp:
+                files = list(kept[1])
+                if files:  # only the newest file may have grown (an archiver appending to it)
+                    files[-1] = self.storage.info(files[-1].path)
+                return files
+        elif not self.storage.exists(self.folder):
             return []
-        found = [
-            e
-            for e in self.storage.list(self.folder)
-            if not e.is_dir and e.name.startswith(".commits_.archive.")
-        ]
-        return sorted(found, key=lambda e: archive_number(e.name))
+        found = sorted(
+            (
+                e
+                for e in self.storage.list(self.folder)
+                if not e.is_dir and e.name.startswith(".commits_.archive.")
+            ),
+            key=lambda e: archive_number(e.name),
+        )
+        if stamp is not None:
+            with _PARSED_LOCK:
+                _LISTINGS[self.storage.uri(self.folder)] = (stamp, tuple(found))
+        return found
 
     def instants(
         self, written_since: float | None = None, newer_than: str | None = None

@@ -280,3 +280,35 @@ def test_archived_instants_newer_than_an_instant(tmp_path: Path) -> None:
     assert [a.instant.timestamp for a in archive.instants(newer_than=times[5])] == times[6:]
     assert [a.instant.timestamp for a in archive.instants(newer_than=times[1])] == times[2:]
     assert archive.instants(newer_than=times[-1]) == []
+
+
+def test_a_kept_listing_of_the_archive_still_sees_new_and_grown_files(tmp_path: Path) -> None:
+    """The archive folder's listing is kept per process while the folder is unchanged: a file
+    added is seen (the folder changes), and so are instants appended to the newest file (an
+    archiver appending, which leaves the folder's time as it was)."""
+    import os
+
+    from timeline.archived import ArchivedTimeline
+    from timeline.storage import Storage
+
+    from .hudi_archive import clean_entry, write_archive_file
+
+    storage = Storage(str(tmp_path))
+    times = [f"2026010100000{i:04d}" for i in range(6)]
+    write_archive_file(storage, "archived/.commits_.archive.1_1-0-1", [clean_entry(times[0], {})])
+    first = ArchivedTimeline(storage, "archived")
+    assert [a.instant.timestamp for a in first.instants()] == times[:1]
+    write_archive_file(storage, "archived/.commits_.archive.2_1-0-1", [clean_entry(times[1], {})])
+    second = [a.instant.timestamp for a in ArchivedTimeline(storage, "archived").instants()]
+    assert second == times[:2]
+    listed = storage.requests["list"]
+    assert len(ArchivedTimeline(storage, "archived").files) == 2
+    assert storage.requests["list"] == listed  # unchanged: not listed again
+    folder = tmp_path / "archived"
+    stamp = os.stat(folder).st_mtime_ns
+    write_archive_file(storage, "scratch", [clean_entry(times[2], {})])
+    with open(folder / ".commits_.archive.2_1-0-1", "ab") as newest:
+        newest.write((tmp_path / "scratch").read_bytes())
+    assert os.stat(folder).st_mtime_ns == stamp  # appending leaves the folder as it was
+    third = [a.instant.timestamp for a in ArchivedTimeline(storage, "archived").instants()]
+    assert third == times[:3]
