@@ -36,12 +36,13 @@ from timeline.formats import metadata_records as records
 from timeline.formats.hfile import HFileReader
 from timeline.formats.hudi_bloom import FOOTER_KEY, TYPE_CODE_KEY
 from timeline.fs_view import file_id_of, parquet_file
+from timeline.hudi_metadata import HUDI_METADATA_FOLDER
 from timeline.locks import LockHandle
 from timeline.log_format import BlockType, LogFileName, effective_blocks, read_blocks
 from timeline.table import Table
 from timeline.table_config import METADATA_PARTITIONS, METADATA_PARTITIONS_INFLIGHT
 
-FOLDER = ".hoodie/metadata"
+FOLDER = HUDI_METADATA_FOLDER
 _INSTANT = re.compile(
     r"^(?P<time>\d{14,23})\.(?P<action>[a-z_]+)(?P<state>\.requested|\.inflight)?$"
 )
@@ -111,7 +112,7 @@ class HudiMetadataTable:
             if parsed is not None and parsed.file_id.startswith(prefix):
                 logs[_group(parsed.file_id, prefix)].append((parsed, name))
             elif name.startswith(prefix) and name.endswith(".hfile"):
-                instant = name.removesuffix(".hfile").rsplit("_", 1)[1]
+                instant = _hfile_instant(name)
                 group = _group(name.split("_", 1)[0], prefix)
                 if instant in self._completed and (group not in bases or bases[group][0] < instant):
                     bases[group] = (instant, name)
@@ -393,9 +394,14 @@ def apply_commit(
     return written
 
 
+def _hfile_instant(name: str) -> str:
+    """The instant of a base HFile ``<fileId>_<token>_<instant>.hfile``."""
+    return name.removesuffix(".hfile").rsplit("_", 1)[1]
+
+
 def _base_instant(piece: FileSlice) -> str:
     if piece.base is not None:
-        return piece.base.removesuffix(".hfile").rsplit("_", 1)[1]
+        return _hfile_instant(piece.base)
     parsed = LogFileName.parse(piece.logs[0]) if piece.logs else None
     if parsed is None:
         raise RebuildRequiredError("hudi", f"file group {piece.file_group} has no file slice")

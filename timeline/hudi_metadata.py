@@ -1,4 +1,6 @@
-"""Apache Hudi's own metadata table (``.hoodie/metadata``), seen from a writer that cannot update it.
+"""Apache Hudi's own metadata table (``.hoodie/metadata``), taken down by a writer that does not
+keep it (``indexer.write.hudi_metadata_table=drop``, the default; ``maintain`` keeps it instead,
+:mod:`metadata_table.hudi_table`).
 
 Hudi 0.15's readers, with its metadata table on, list a table's files from that table; so does
 its writer when it tags an upsert. A commit that does not add its files there is invisible to
@@ -52,7 +54,7 @@ def take_down_hudi_metadata_table(table: Table, lock: LockHandle, why: str) -> N
     lock.ensure_valid()
     table.storage.delete(HUDI_METADATA_FOLDER, recursive=True)
     logger.warning(
-        "%s: took down Apache Hudi's metadata table (%s), which %s cannot update; Hudi's readers "
+        "%s: took down Apache Hudi's metadata table (%s), which %s does not keep; Hudi's readers "
         "list storage until Hudi's next writer with the metadata table on rebuilds it",
         table.base_uri,
         HUDI_METADATA_FOLDER,

@@ -321,10 +321,11 @@ class WriteClient:
         if self.options.hudi_metadata_table == "refuse":
             raise TableConfigError(
                 self.table.storage.uri(PROPERTIES_FILE),
-                "the table has Apache Hudi's own metadata table, which this writer cannot update "
-                "(Hudi's readers would miss the commit); set "
+                "the table has Apache Hudi's own metadata table, which this writer does not keep "
+                "with this setting (Hudi's readers would miss the commit); set "
                 f"{HUDI_METADATA_TABLE.key}=drop to take it down as a Hudi writer with the "
-                "metadata table off does, or write with Hudi",
+                f"metadata table off does, {HUDI_METADATA_TABLE.key}=maintain to write our "
+                "commits into it, or write with Hudi",
             )
         if lock is not None:
             take_down_hudi_metadata_table(self.table, lock, why)

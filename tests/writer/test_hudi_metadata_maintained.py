@@ -33,6 +33,14 @@ INDEXES = {
     "hoodie.write.lock.provider": HUDI_PROVIDER_CLASS,
 }
 
+#: our writer keeping Hudi's metadata table, under Hudi's lock
+MAINTAIN = Config.resolve(
+    explicit={
+        "indexer.write.hudi_metadata_table": "maintain",
+        "hoodie.write.lock.provider": HUDI_PROVIDER_CLASS,
+    }
+)
+
 
 def _valid(table: Table) -> None:
     reports = validate_hudi(table)
@@ -51,13 +59,7 @@ def _read(hudi: HudiPeer, hudi_table: HudiTable, **options: Any) -> dict[Any, An
 def test_our_commits_keep_hudis_metadata_table_current(hudi: HudiPeer, tmp_path: Path) -> None:
     hudi_table = HudiTable(str(tmp_path / "t"), extra=INDEXES)
     hudi.write(hudi_table, "insert", make_rows(range(30), ts=1, parts=3))
-    config = Config.resolve(
-        explicit={
-            "indexer.write.hudi_metadata_table": "maintain",
-            "hoodie.write.lock.provider": HUDI_PROVIDER_CLASS,
-        }
-    )
-    table = Table.open(hudi_table.path, config)
+    table = Table.open(hudi_table.path, MAINTAIN)
     assert HudiMetadataTable(table).present
     expected = {i: 1 for i in range(30)}
     with WriteClient(table) as client:
@@ -133,13 +135,7 @@ def test_our_writer_and_hudis_share_one_lock_and_lose_no_update(
     }
     hudi_table = HudiTable(str(tmp_path / "t"), extra=occ)
     hudi.write(hudi_table, "insert", make_rows(range(12), ts=0, parts=2))
-    config = Config.resolve(
-        explicit={
-            "indexer.write.hudi_metadata_table": "maintain",
-            "hoodie.write.lock.provider": HUDI_PROVIDER_CLASS,
-        }
-    )
-    table = Table.open(hudi_table.path, config)
+    table = Table.open(hudi_table.path, MAINTAIN)
     written: list[tuple[str, int, list[int]]] = []  # (instant, ts, keys) of acknowledged writes
     conflicts = {"ours": 0, "hudi": 0}
     stop = time.monotonic() + 60

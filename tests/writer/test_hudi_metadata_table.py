@@ -1,6 +1,7 @@
-"""A write of ours on a table with Apache Hudi's own metadata table, which it cannot update: by
-default it takes it down as Hudi's writer does with its metadata table off (partitions cleared in
-hoodie.properties, then ``.hoodie/metadata`` deleted), before its commit completes; with
+"""A write of ours on a table with Apache Hudi's own metadata table, which it does not keep (the
+default; ``maintain`` is in test_hudi_metadata_maintained.py): it takes it down as Hudi's writer
+does with its metadata table off (partitions cleared in hoodie.properties, then
+``.hoodie/metadata`` deleted), before its commit completes; with
 ``indexer.write.hudi_metadata_table=refuse`` it fails before writing anything. What Hudi 0.15 does
 either way is in test_hudi_writes.py."""
 
