@@ -57,6 +57,14 @@ URL_ENCODE = "hoodie.datasource.write.partitionpath.urlencode"
 WRITE_PARTITION_FIELDS = "hoodie.datasource.write.partitionpath.field"
 TIMEBASED = "hoodie.keygen.timebased."
 
+#: the five columns Hudi's writers put first in every base file (``hoodie.populate.meta.fields``)
+COMMIT_TIME = "_hoodie_commit_time"
+COMMIT_SEQNO = "_hoodie_commit_seqno"
+RECORD_KEY = "_hoodie_record_key"
+PARTITION_PATH = "_hoodie_partition_path"
+FILE_NAME = "_hoodie_file_name"
+META_COLUMNS = (COMMIT_TIME, COMMIT_SEQNO, RECORD_KEY, PARTITION_PATH, FILE_NAME)
+
 _KINDS = {
     "SimpleKeyGenerator": "simple",
     "SimpleAvroKeyGenerator": "simple",

@@ -21,18 +21,19 @@ from metadata_table.records import DataFileInfo, changed_rows, info_from_bytes, 
 from timeline.commit_metadata import NULL_COMMIT, WriteStat
 from timeline.errors import BadRecordsError, FileAlreadyExistsError
 from timeline.fs_view import PARTITION_METADATA_FILE, BaseFile, base_file_name, read_parquet
-from timeline.keys import KeyGenerator
+from timeline.keys import (
+    COMMIT_SEQNO,
+    COMMIT_TIME,
+    FILE_NAME,
+    META_COLUMNS,
+    PARTITION_PATH,
+    RECORD_KEY,
+    KeyGenerator,
+)
 from timeline.markers import IOType, Marker
 from timeline.storage import Storage
 from writer.parquet_layout import Node, conform_layout
 from writer.schema import conform
-
-COMMIT_TIME = "_hoodie_commit_time"
-COMMIT_SEQNO = "_hoodie_commit_seqno"
-RECORD_KEY = "_hoodie_record_key"
-PARTITION_PATH = "_hoodie_partition_path"
-FILE_NAME = "_hoodie_file_name"
-META_COLUMNS = (COMMIT_TIME, COMMIT_SEQNO, RECORD_KEY, PARTITION_PATH, FILE_NAME)
 
 
 @dataclass

@@ -44,15 +44,12 @@ from timeline.failpoints import armed, current, task_failpoint
 from timeline.fs_view import BaseFile
 from timeline.hashing import buckets_of_keys
 from timeline.instant import Action, Instant, State
-from timeline.keys import KeyGenerator
+from timeline.keys import META_COLUMNS, PARTITION_PATH, RECORD_KEY, KeyGenerator
 from timeline.markers import IOType, MarkerWriter
 from timeline.storage import Storage
 from timeline.table import Table
 from writer.client import Operation, WriteClient, WriteOptions, WriteTransaction
 from writer.files import (
-    META_COLUMNS,
-    PARTITION_PATH,
-    RECORD_KEY,
     FileGroupWrite,
     FileLayout,
     encode_file_group,

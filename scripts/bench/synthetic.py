@@ -35,9 +35,10 @@ from metadata_table.bloom import BloomSizing
 from timeline.commit_metadata import NULL_COMMIT, CommitMetadata, WriteStat
 from timeline.config import Config
 from timeline.instant import Action
+from timeline.keys import META_COLUMNS, RECORD_KEY
 from timeline.table import Table
 from timeline.table_config import TableType
-from writer.files import META_COLUMNS, RECORD_KEY, ensure_partition_metadata
+from writer.files import ensure_partition_metadata
 
 CATEGORIES = ["alpha", "beta", "gamma", "delta", "epsilon"]
 TOKEN = "0-0-0"
