@@ -7,9 +7,10 @@ What counts, as Hudi 0.15 decides it:
 * a partition is readable when the data table's ``hoodie.properties`` lists it in
   ``hoodie.table.metadata.partitions`` (``files`` first: without it nothing is);
 * a file group's latest slice is its newest base file whose instant (a compaction, ``<t>001``,
-  or a partition's initialization) completed on the metadata table's timeline, with the log
-  files written on it (or, before any compaction, the log files alone);
-* a log block counts when its instant is a completed deltacommit of the metadata table that is
+  or a partition's initialization) completed on the metadata table's timeline (or is older than
+  its active timeline: archived), with the log files written on it (or, before any compaction,
+  the log files alone);
+* a log block counts when its instant completed on the metadata table (as above) and is
   either a completed data instant (a data commit's mirror, same time) or one of the metadata
   table's own suffixed instants (``<t>0NN``: compaction, indexing, initialization...), or the
   initial ``00000000000000`` ones; a rollback command block removes its target's earlier blocks.
@@ -23,24 +24,32 @@ entry is replaced or removed by a delete block.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
 from timeline.commit_metadata import CommitMetadata, WriteStat
+from timeline.config import HUDI_METADATA_COMPACT_EVERY
 from timeline.errors import RebuildRequiredError, StorageFileNotFoundError
 from timeline.formats import metadata_records as records
 from timeline.formats.hfile import HFileReader
 from timeline.formats.hudi_bloom import FOOTER_KEY, TYPE_CODE_KEY
 from timeline.fs_view import file_id_of, parquet_file
+from timeline.hudi_avro import avro_file
 from timeline.hudi_metadata import HUDI_METADATA_FOLDER
+from timeline.instant import Action
+from timeline.keys import META_COLUMNS
 from timeline.locks import LockHandle
 from timeline.log_format import BlockType, LogFileName, effective_blocks, read_blocks
+from timeline.removals import Removal, read_avro_records
 from timeline.table import Table
 from timeline.table_config import METADATA_PARTITIONS, METADATA_PARTITIONS_INFLIGHT
+
+logger = logging.getLogger(__name__)
 
 FOLDER = HUDI_METADATA_FOLDER
 _INSTANT = re.compile(
@@ -48,6 +57,7 @@ _INSTANT = re.compile(
 )
 _COMPLETED_ACTIONS = ("deltacommit", "commit")
 _SOLO = "00000000000000"
+_STATE_RANK = {"requested": 0, "inflight": 1, "": 2}
 
 
 @dataclass(frozen=True)
@@ -77,18 +87,37 @@ class HudiMetadataTable:
         return "files" in self.partitions
 
     @cached_property
-    def _completed(self) -> frozenset[str]:
-        """Instant times of the metadata table's completed deltacommits and compactions."""
+    def instants(self) -> tuple[tuple[str, str, str], ...]:
+        """The metadata table's instants, one per time in time order: (time, action, state),
+        the state "" when completed (the action then the completed one's: a compaction completes
+        as ``commit``), else "inflight" or "requested", the furthest it reached."""
         try:
             entries = self.storage.list(f"{FOLDER}/.hoodie")
         except StorageFileNotFoundError:
-            return frozenset()
-        found = set()
+            return ()
+        furthest: dict[str, tuple[int, str, str]] = {}
         for entry in entries:
             match = _INSTANT.match(entry.name)
-            if match and not match["state"] and match["action"] in _COMPLETED_ACTIONS:
-                found.add(match["time"])
-        return frozenset(found)
+            if match:
+                state = (match["state"] or "")[1:]
+                rank = _STATE_RANK[state]
+                if match["time"] not in furthest or furthest[match["time"]][0] < rank:
+                    furthest[match["time"]] = (rank, match["action"], state)
+        return tuple((t, a, s) for t, (_, a, s) in sorted(furthest.items()))
+
+    @cached_property
+    def _completed(self) -> frozenset[str]:
+        """Instant times of the metadata table's completed deltacommits and compactions."""
+        return frozenset(t for t, a, s in self.instants if not s and a in _COMPLETED_ACTIONS)
+
+    def committed(self, instant: str) -> bool:
+        """Whether ``instant`` completed on the metadata table: it is a completed instant of its
+        active timeline, or older than that timeline's first instant (archived; Hudi's
+        ``containsOrBeforeTimelineStarts``, which keeps a base file visible once the
+        compaction that wrote it has been archived)."""
+        if instant in self._completed:
+            return True
+        return bool(self.instants) and instant < self.instants[0][0]
 
     @cached_property
     def _data_completed(self) -> frozenset[str]:
@@ -96,7 +125,7 @@ class HudiMetadataTable:
 
     def counts(self, instant: str) -> bool:
         """Whether a log block written at ``instant`` counts (see the module docstring)."""
-        if instant not in self._completed:
+        if not self.committed(instant):
             return False
         suffixed = len(instant) > 17
         return suffixed or instant in self._data_completed or instant.startswith(_SOLO)
@@ -114,7 +143,7 @@ class HudiMetadataTable:
             elif name.startswith(prefix) and name.endswith(".hfile"):
                 instant = _hfile_instant(name)
                 group = _group(name.split("_", 1)[0], prefix)
-                if instant in self._completed and (group not in bases or bases[group][0] < instant):
+                if self.committed(instant) and (group not in bases or bases[group][0] < instant):
                     bases[group] = (instant, name)
         out = []
         for group in sorted(set(bases) | set(logs)):
@@ -127,32 +156,39 @@ class HudiMetadataTable:
     def records(self, partition: str) -> dict[str, dict[str, Any]]:
         """Every live record of ``partition`` by key, merged as Hudi merges them."""
         merged: dict[str, dict[str, Any]] = {}
-        for key, record in self._cells(partition):
+        for piece in self.slices(partition):
+            merged |= self.slice_records(partition, piece)
+        return merged
+
+    def slice_records(self, partition: str, piece: FileSlice) -> dict[str, dict[str, Any]]:
+        """The live records of one file slice by key: its base file's, then its log blocks'
+        that count, merged in order (a key lives in one file group)."""
+        merged: dict[str, dict[str, Any]] = {}
+        for key, record in self._cells(partition, piece):
             if record is None:
                 merged.pop(key, None)
             else:
                 merged[key] = _merge(merged.get(key), record)
         return merged
 
-    def _cells(self, partition: str) -> Iterator[tuple[str, dict[str, Any] | None]]:
-        """(key, record) in merge order; a None record deletes the key."""
+    def _cells(
+        self, partition: str, piece: FileSlice
+    ) -> Iterator[tuple[str, dict[str, Any] | None]]:
+        """(key, record) of a slice in merge order; a None record deletes the key."""
         folder = f"{FOLDER}/{partition}"
-        for piece in self.slices(partition):
-            if piece.base is not None:
-                path = f"{folder}/{piece.base}"
-                reader = HFileReader(self.storage.read(path), self.storage.uri(path))
-                for row, value in reader:
+        if piece.base is not None:
+            path = f"{folder}/{piece.base}"
+            reader = HFileReader(self.storage.read(path), self.storage.uri(path))
+            for row, value in reader:
+                yield row.decode(), records.decode(row.decode(), value)
+        files = [read_blocks(self.storage.read(f"{folder}/{name}")) for name in piece.logs]
+        for block in effective_blocks(files, self.counts):
+            if block.block_type == BlockType.HFILE_DATA:
+                for row, value in HFileReader(block.content, f"{folder} ({block.instant_time})"):
                     yield row.decode(), records.decode(row.decode(), value)
-            files = [read_blocks(self.storage.read(f"{folder}/{name}")) for name in piece.logs]
-            for block in effective_blocks(files, self.counts):
-                if block.block_type == BlockType.HFILE_DATA:
-                    for row, value in HFileReader(
-                        block.content, f"{folder} ({block.instant_time})"
-                    ):
-                        yield row.decode(), records.decode(row.decode(), value)
-                elif block.block_type == BlockType.DELETE:
-                    for deleted in block.deletes():
-                        yield str(deleted.record_key), None
+            elif block.block_type == BlockType.DELETE:
+                for deleted in block.deletes():
+                    yield str(deleted.record_key), None
 
     def file_listing(self) -> dict[str, dict[str, int]]:
         """Data partition path -> its files (name -> size), as the ``files`` partition lists
@@ -305,8 +341,14 @@ _WRAPPERS = {
 
 # --- our commits, kept in Hudi's metadata table -------------------------------------------------------
 
-#: the write token of the log files we append (Hudi's pattern: task-stage-attempt)
+#: the write token of the files we write (Hudi's pattern: task-stage-attempt)
 LOG_WRITE_TOKEN = "0-0-0"
+
+
+def _targets(table: Table, hudi: HudiMetadataTable) -> list[str]:
+    """The partitions a write goes into: the completed ones and those being built."""
+    inflight = table.reload_table_config().props.get(METADATA_PARTITIONS_INFLIGHT, "")
+    return [p for p in (*hudi.partitions, *inflight.split(",")) if p in records.FILE_GROUP_PREFIXES]
 
 
 def apply_commit(
@@ -326,12 +368,7 @@ def apply_commit(
     Hudi's readers use the blocks once the data instant completes (a rolled-back one never
     does). Returns the log files written."""
     hudi = HudiMetadataTable(table)
-    props = table.reload_table_config().props
-    targets = [
-        p
-        for p in (*hudi.partitions, *props.get(METADATA_PARTITIONS_INFLIGHT, "").split(","))
-        if p in records.FILE_GROUP_PREFIXES
-    ]
+    targets = _targets(table, hudi)
     made = commit_records(table, instant, metadata, targets)
     removed: dict[str, list[str]] = {}
     if "record_index" in targets:
@@ -347,6 +384,27 @@ def apply_commit(
             for key, (partition, name) in sorted(placed.items())
         ]
         removed["record_index"] = sorted(deleted)
+    return _write_deltacommit(table, hudi, instant, targets, made, removed, lock)
+
+
+def _write_deltacommit(
+    table: Table,
+    hudi: HudiMetadataTable,
+    instant: str,
+    targets: Iterable[str],
+    made: Mapping[str, list[dict[str, Any]]],
+    removed: Mapping[str, list[str]],
+    lock: LockHandle,
+) -> list[str]:
+    """Records (``made``) and deleted keys (``removed``) by metadata partition, written as one
+    deltacommit of the metadata table at ``instant``: a new log file per file group they route
+    to, then the instant (each of its three files written unless there: a retried clean writes
+    its records again, which merge to the same). A compaction an interrupted writer left pending
+    is finished first, as Hudi's writer does: log files written beside it would go on the slice
+    it replaces, and be lost to readers once it completes. Returns the log files written."""
+    if any(a == "compaction" and s for _, a, s in hudi.instants):
+        compact(table, lock, table.config.get(HUDI_METADATA_COMPACT_EVERY))
+        hudi = HudiMetadataTable(table)
     stats: list[WriteStat] = []
     written: list[str] = []
     for partition in targets:
@@ -388,9 +446,13 @@ def apply_commit(
     committed = CommitMetadata.of(stats, "UPSERT_PREPPED", {"schema": records.SCHEMA_JSON})
     timeline = f"{FOLDER}/.hoodie/{instant}.deltacommit"
     lock.ensure_valid()
-    table.storage.create(f"{timeline}.requested", b"")
-    table.storage.create(f"{timeline}.inflight", b"")
-    table.storage.create(timeline, json.dumps(committed.to_json(), indent=2).encode())
+    for path, content in (
+        (f"{timeline}.requested", b""),
+        (f"{timeline}.inflight", b""),
+        (timeline, json.dumps(committed.to_json(), indent=2).encode()),
+    ):
+        if not table.storage.exists(path):
+            table.storage.create(path, content)
     return written
 
 
@@ -419,3 +481,251 @@ def _next_log_file(hudi: HudiMetadataTable, partition: str, piece: FileSlice) ->
     file_id = records.file_group_id(partition, piece.file_group)
     version = max(versions, default=0) + 1
     return f"{FOLDER}/{partition}/.{file_id}_{base}.log.{version}_{LOG_WRITE_TOKEN}"
+
+
+# --- our cleans and rollbacks, kept in Hudi's metadata table ------------------------------------------
+
+
+def removal_records(
+    table: Table, removal: Removal, partitions: Iterable[str]
+) -> dict[str, list[dict[str, Any]]]:
+    """The records Hudi 0.15's writer puts in its metadata table for a clean or rollback that
+    deleted ``removal``'s data files: each partition's deleted files (``files``), and for each
+    deleted base file a deleted bloom filter and a deleted column-stats record of every column
+    of the table's schema, its meta columns first (Hudi's tombstones, values -1 and null)."""
+    wanted = set(partitions)
+    out: dict[str, list[dict[str, Any]]] = {p: [] for p in wanted}
+    deleted = {p: sorted(names) for p, names in removal.deleted.items() if names}
+    if "files" in wanted:
+        out["files"].extend(records.file_list_record(p, {}, tuple(n)) for p, n in deleted.items())
+    if not wanted & {"bloom_filters", "column_stats"}:
+        return out
+    columns = table_columns(table) if "column_stats" in wanted else ()
+    stamp = removal.instant.timestamp
+    for partition_path, names in sorted(deleted.items()):
+        for name in (n for n in names if n.endswith(".parquet")):
+            if "bloom_filters" in wanted:
+                out["bloom_filters"].append(
+                    {
+                        "key": records.bloom_filter_key(partition_path, name),
+                        "type": records.RecordType.BLOOM_FILTER,
+                        "BloomFilterMetadata": {
+                            "type": "",
+                            "timestamp": stamp,
+                            "bloomFilter": b"",
+                            "isDeleted": True,
+                        },
+                    }
+                )
+            out.setdefault("column_stats", []).extend(
+                {
+                    "key": records.column_stats_key(column, partition_path, name),
+                    "type": records.RecordType.COLUMN_STATS,
+                    "ColumnStatsMetadata": {
+                        "fileName": name,
+                        "columnName": column,
+                        "minValue": None,
+                        "maxValue": None,
+                        "valueCount": -1,
+                        "nullCount": -1,
+                        "totalSize": -1,
+                        "totalUncompressedSize": -1,
+                        "isDeleted": True,
+                    },
+                }
+                for column in columns
+            )
+    return out
+
+
+def table_columns(table: Table) -> tuple[str, ...]:
+    """The table's top-level columns as Hudi's writer indexes them when no column list is set:
+    its meta columns, then the fields of the schema the newest write named."""
+    timeline = table.timeline.load()
+    writes = timeline.completed().with_actions(
+        Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT
+    )
+    for instant in reversed(list(writes)):
+        schema = CommitMetadata.from_bytes(table.timeline.read_content(instant)).extra_metadata
+        if schema.get("schema"):
+            fields = [str(f["name"]) for f in json.loads(schema["schema"]).get("fields", [])]
+            return (*META_COLUMNS, *(f for f in fields if f not in META_COLUMNS))
+    return META_COLUMNS
+
+
+def apply_removal(table: Table, lock: LockHandle, removal: Removal) -> list[str]:
+    """A clean's or rollback's update of Hudi's metadata table, under the table lock before it
+    completes, as Hudi's writer makes it: a rollback first undoes the metadata deltacommit of
+    each write it rolled back (our writes complete theirs before the data instant, so a failed
+    one may have left one); then the files it deleted go in as one deltacommit at its instant.
+    Returns the log files written."""
+    hudi = HudiMetadataTable(table)
+    if not hudi.present:
+        return []
+    for undone in sorted(removal.rolled_back):
+        undo_deltacommit(table, undone, lock)
+    if not removal:
+        return []
+    hudi = HudiMetadataTable(table)  # listed again: the undo may have deleted log files
+    targets = _targets(table, hudi)
+    made = removal_records(table, removal, targets)
+    return _write_deltacommit(table, hudi, removal.instant.timestamp, targets, made, {}, lock)
+
+
+def undo_deltacommit(table: Table, instant: str, lock: LockHandle) -> bool:
+    """Take out of Hudi's metadata table the deltacommit a failed write at ``instant`` wrote or
+    began (Hudi's writer rolls it back with the data instant): its completed file first (from
+    then on no reader counts its blocks), then every log file of a latest slice whose blocks
+    are all at ``instant`` (our writes put each in a new log file), then its pending files.
+    Returns whether there was anything to undo."""
+    hudi = HudiMetadataTable(table)
+    mine = [(t, a, s) for t, a, s in hudi.instants if t == instant and a == "deltacommit"]
+    if not mine:
+        return False
+    timeline = f"{FOLDER}/.hoodie/{instant}.deltacommit"
+    lock.ensure_valid()
+    table.storage.delete(timeline)
+    for partition in _targets(table, hudi):
+        for piece in hudi.slices(partition):
+            for name in piece.logs:
+                path = f"{FOLDER}/{partition}/{name}"
+                blocks = read_blocks(table.storage.read(path))
+                if blocks and all(b.instant_time == instant for b in blocks):
+                    lock.ensure_valid()
+                    table.storage.delete(path)
+    for suffix in (".inflight", ".requested"):
+        table.storage.delete(timeline + suffix)
+    logger.info("metadata deltacommit %s of %s undone", instant, table.base_uri)
+    return True
+
+
+# --- the metadata table's compaction, as Hudi's writer runs it ----------------------------------------
+
+#: the suffix of a compaction's instant on the metadata table (Hudi's OperationSuffix.COMPACTION)
+COMPACTION_SUFFIX = "001"
+
+
+def compaction_due(table: Table, every: int) -> str | None:
+    """The instant of the compaction Hudi's writer would run on the metadata table now, or None:
+    ``every`` deltacommits completed since the last compaction, nothing pending on the metadata
+    table, and no data instant pending at or before its newest deltacommit (whose blocks a
+    compaction would otherwise fold in or leave out wrongly). The instant is that deltacommit's
+    time with ``001``."""
+    hudi = HudiMetadataTable(table)
+    if not hudi.present or any(s for _, _, s in hudi.instants):
+        return None
+    last = max((t for t, a, _ in hudi.instants if a == "commit"), default="")
+    deltas = [t for t, a, _ in hudi.instants if a == "deltacommit" and t > last]
+    if len(deltas) < every:
+        return None
+    newest = deltas[-1]
+    if any(i.timestamp <= newest for i in table.timeline.load().pending()):
+        return None
+    return newest + COMPACTION_SUFFIX
+
+
+def compact(table: Table, lock: LockHandle, every: int) -> str | None:
+    """Compact Hudi's metadata table when :func:`compaction_due` says so, or finish a compaction
+    an earlier one left pending, under the table lock: its plan (``<t>001.compaction.requested``,
+    Hudi's Avro ``HoodieCompactionPlan``: every file slice with log files), a base HFile per
+    slice with its merged records, then ``<t>001.commit``. Returns the instant completed."""
+    hudi = HudiMetadataTable(table)
+    pending = [t for t, a, s in hudi.instants if a == "compaction" and s]
+    instant = pending[0] if pending else compaction_due(table, every)
+    if instant is None:
+        return None
+    folder = f"{FOLDER}/.hoodie/{instant}.compaction"
+    if pending:
+        data = table.storage.read(f"{folder}.requested")
+        plan = read_avro_records(data)[0]
+    else:
+        plan = {
+            "operations": [
+                _operation(table, partition, piece)
+                for partition in _targets(table, hudi)
+                for piece in hudi.slices(partition)
+                if piece.logs
+            ],
+            "extraMetadata": None,
+            "version": COMPACTION_PLAN_VERSION,
+            "strategy": None,
+            "preserveHoodieMetadata": False,
+        }
+        lock.ensure_valid()
+        table.storage.create(f"{folder}.requested", avro_file("compaction_plan", plan))
+    if not table.storage.exists(f"{folder}.inflight"):
+        table.storage.create(f"{folder}.inflight", b"")
+    stats = [_compact_slice(table, hudi, op, instant, lock) for op in plan["operations"] or []]
+    committed = replace(
+        CommitMetadata.of(stats, "COMPACT", {"schema": records.SCHEMA_JSON}), compacted=True
+    )
+    lock.ensure_valid()
+    table.storage.create(
+        f"{FOLDER}/.hoodie/{instant}.commit", json.dumps(committed.to_json(), indent=2).encode()
+    )
+    logger.info(
+        "metadata table of %s compacted at %s: %d file slices", table.base_uri, instant, len(stats)
+    )
+    return instant
+
+
+def compact_hudi_metadata_table(table: Table) -> str | None:
+    """:func:`compact` under the table lock when one is due or pending (looked at first without
+    the lock, which a commit after which none is due does not take); the instant or None."""
+    every = table.config.get(HUDI_METADATA_COMPACT_EVERY)
+    hudi = HudiMetadataTable(table)
+    pending = any(a == "compaction" and s for _, a, s in hudi.instants)
+    if not pending and compaction_due(table, every) is None:
+        return None
+    with table.lock("compact Apache Hudi's metadata table") as lock:
+        return compact(table, lock, every)
+
+
+#: the plan version Hudi 0.15 writes (file names, not paths, in its operations)
+COMPACTION_PLAN_VERSION = 2
+
+
+def _operation(table: Table, partition: str, piece: FileSlice) -> dict[str, Any]:
+    folder = f"{FOLDER}/{partition}"
+    log_bytes = sum(table.storage.info(f"{folder}/{name}").size for name in piece.logs)
+    return {
+        "baseInstantTime": _base_instant(piece),
+        "deltaFilePaths": list(piece.logs),
+        "dataFilePath": piece.base,
+        "fileId": records.file_group_id(partition, piece.file_group),
+        "partitionPath": partition,
+        "metrics": {
+            "TOTAL_LOG_FILES": float(len(piece.logs)),
+            "TOTAL_IO_MB": 0.0,
+            "TOTAL_IO_READ_MB": 0.0,
+            "TOTAL_LOG_FILES_SIZE": float(log_bytes),
+            "TOTAL_IO_WRITE_MB": 0.0,
+        },
+        "bootstrapFilePath": None,
+    }
+
+
+def _compact_slice(
+    table: Table, hudi: HudiMetadataTable, op: Mapping[str, Any], instant: str, lock: LockHandle
+) -> WriteStat:
+    """One operation of a compaction plan: the slice's merged records as a base HFile at
+    ``instant`` (a file an interrupted attempt left is written again)."""
+    partition, file_id = str(op["partitionPath"]), str(op["fileId"])
+    prefix = records.FILE_GROUP_PREFIXES[partition]
+    piece = FileSlice(_group(file_id, prefix), op["dataFilePath"], tuple(op["deltaFilePaths"]))
+    merged = hudi.slice_records(partition, piece)
+    name = f"{file_id}_{LOG_WRITE_TOKEN}_{instant}.hfile"
+    path = f"{FOLDER}/{partition}/{name}"
+    content = records.base_file(merged.values())
+    lock.ensure_valid()
+    table.storage.delete(path)
+    table.storage.create(path, content)
+    return WriteStat(
+        file_id=file_id,
+        path=f"{partition}/{name}",
+        partition_path=partition,
+        prev_commit=str(op["baseInstantTime"]),
+        num_writes=len(merged),
+        total_write_bytes=len(content),
+        file_size_in_bytes=len(content),
+    )

@@ -40,6 +40,7 @@ from metadata_table.group_records import (
     run_build_local,
     start_record_workers,
 )
+from metadata_table.hudi_table import HudiMetadataTable, compact_hudi_metadata_table
 from metadata_table.index_types import index_type
 from metadata_table.layout import (
     FILES,
@@ -71,6 +72,7 @@ from timeline.errors import (
     TableConfigError,
 )
 from timeline.fs_view import FileSystemView, data_file_paths, parquet_file_rows
+from timeline.hudi_metadata import keeps_hudi_metadata_table
 from timeline.index_state import LAYOUT, IndexState
 from timeline.instant import Action, Instant, State, normalize_timestamp
 from timeline.locks import LockHandle
@@ -370,6 +372,15 @@ class PartitionWriter:
         section (the hook :func:`timeline.clean.clean` and
         :func:`timeline.rollback.clean_failed_writes` take)."""
         self._mdt.apply_removal(lock, removal)
+
+    def compact_hudi_metadata_table(self) -> str | None:
+        """Compact Apache Hudi's own metadata table when due, when this process keeps it
+        (:func:`metadata_table.hudi_table.compact_hudi_metadata_table`); the instant or None."""
+        if not keeps_hudi_metadata_table(self.table):
+            return None
+        if not HudiMetadataTable(self.table).present:
+            return None
+        return compact_hudi_metadata_table(self.table)
 
     def oldest_unapplied(self, data_timeline: Timeline) -> str | None:
         """Where archival stops (:meth:`MetadataTable.oldest_unapplied`)."""

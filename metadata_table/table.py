@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from metadata_table import hudi_table
 from metadata_table.index_types import index_type
 from metadata_table.layout import (
     DEFAULT_FILE_GROUPS,
@@ -68,6 +69,7 @@ from timeline.errors import (
 )
 from timeline.fs_view import BaseFile, FileSystemView, LogFile, slice_instant
 from timeline.heartbeat import Heartbeat, heartbeat_path
+from timeline.hudi_metadata import keeps_hudi_metadata_table
 from timeline.index_state import IndexState
 from timeline.instant import Action, Instant, State, is_after
 from timeline.locks import LockHandle
@@ -592,11 +594,18 @@ class MetadataTable:
         return kind.schema.empty_table()
 
     def apply_removal(self, lock: LockHandle, removal: Removal) -> None:
-        """The index's update for a rollback this kernel performs, written under its lock before
-        the rollback completes (as a commit writes its own): passed to
-        :func:`timeline.rollback.rollback` and :func:`timeline.rollback.clean_failed_writes`.
-        A rollback of a write that never completed changes no record, but is recorded as
-        applied, so it never shows as unapplied."""
+        """The indexes' update for a clean or rollback this kernel performs, written under its
+        lock before it completes (as a commit writes its own): passed to
+        :func:`timeline.clean.clean`, :func:`timeline.rollback.rollback` and
+        :func:`timeline.rollback.clean_failed_writes`. Ours first: a rollback of a write that
+        never completed changes no record, but is recorded as applied, so it never shows as
+        unapplied. Then Apache Hudi's own metadata table's, when this process keeps it
+        (:func:`metadata_table.hudi_table.apply_removal`)."""
+        self._apply_own_removal(lock, removal)
+        if keeps_hudi_metadata_table(self.table):
+            hudi_table.apply_removal(self.table, lock, removal)
+
+    def _apply_own_removal(self, lock: LockHandle, removal: Removal) -> None:
         state = self.table.reload_index_state()
         if not state.partitions:
             return

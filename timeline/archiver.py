@@ -9,8 +9,11 @@ archived: anything at or after the earliest pending instant (of any action), the
 the last clean retains (a query may still read there), the newest write that completed
 ``indexer.clean.grace.seconds`` ago (the cleaner's guard for readers' open snapshots: archiving
 it would leave the cleaner nothing to measure that period by), a savepoint, or an instant this
-table's index has not applied yet (its readers would need it). A table with Apache Hudi's own metadata
-table is left to Hudi's archiver (it also bounds archival by that table's compactions).
+table's index has not applied yet (its readers would need it). On a table with Apache Hudi's own
+metadata table, nothing at or after that table's newest compaction (as Hudi's archiver: the log
+blocks written since name data instants its readers look for on the active timeline), and
+nothing at all unless this process keeps that table (``indexer.write.hudi_metadata_table``;
+otherwise Hudi's archiver does it).
 
 An archival writes one new file ``.hoodie/archived/.commits_.archive.<N>_1-0-1``: a Hudi log
 file of one Avro data block of ``HoodieArchivedMetaEntry`` records (one per instant file:
@@ -38,7 +41,11 @@ from timeline.clean import clean_metadata, newest_completed_before
 from timeline.commit_metadata import CommitMetadata
 from timeline.config import CLEAN_GRACE_SECONDS, KEEP_MAX_COMMITS, KEEP_MIN_COMMITS, Config
 from timeline.errors import ConfigError
-from timeline.hudi_metadata import hudi_metadata_table_present
+from timeline.hudi_metadata import (
+    hudi_metadata_table_present,
+    keeps_hudi_metadata_table,
+    latest_metadata_compaction,
+)
 from timeline.instant import WRITE_ACTIONS, Action, Instant, State
 from timeline.instant import normalize_timestamp as _norm
 from timeline.instant_time import CLAIM_RETENTION
@@ -162,7 +169,12 @@ def _bound(
         retained = str(clean_metadata(table, last_clean).get("earliestCommitToRetain") or "")
         if retained:
             candidates.append(retained)
-    return min(candidates, key=_norm) if candidates else None
+    return min_bound(candidates)
+
+
+def min_bound(candidates: Iterable[str | None]) -> str | None:
+    """The oldest of some bounds (None: no bound)."""
+    return min((c for c in candidates if c), key=_norm, default=None)
 
 
 def _entries(table: Table, instants: Iterable[Instant], present: set[str]) -> list[dict[str, Any]]:
@@ -216,12 +228,16 @@ def archive(
 ) -> ArchiveResult | None:
     """Archive what the rules allow now (None when nothing is due). ``unapplied`` names the
     oldest instant the table's index has not applied (that and everything after stays)."""
+    compacted = None
     if hudi_metadata_table_present(table):
-        logger.info(
-            "%s has Apache Hudi's metadata table: its timeline is left to Hudi's archiver",
-            table.base_uri,
-        )
-        return None
+        compacted = latest_metadata_compaction(table) if keeps_hudi_metadata_table(table) else None
+        if compacted is None:
+            logger.info(
+                "%s has Apache Hudi's metadata table, %s: its timeline is not archived",
+                table.base_uri,
+                "not compacted yet" if keeps_hudi_metadata_table(table) else "kept by Hudi",
+            )
+            return None
     policy = policy or ArchivalPolicy.from_config(table.config)
     timeline = timeline or table.timeline.load()
     if (
@@ -230,9 +246,8 @@ def archive(
         and len(timeline.with_actions(Action.ROLLBACK).completed()) <= policy.max_commits
     ):
         return None  # the usual case after a commit: nothing read
-    chosen = instants_to_archive(
-        table, timeline, policy, unapplied(timeline) if unapplied is not None else None, now
-    )
+    bounds = [unapplied(timeline)] if unapplied is not None else []
+    chosen = instants_to_archive(table, timeline, policy, min_bound([*bounds, compacted]), now)
     if not chosen:
         return None
     present = set(table.storage.file_names(".hoodie"))

@@ -60,7 +60,7 @@ from timeline.config import (
 from timeline.errors import CorruptInstantError, InstantAlreadyExistsError
 from timeline.fs_view import file_id_of, list_data_files, list_partitions, slice_instant
 from timeline.hudi_avro import avro_file
-from timeline.hudi_metadata import hudi_metadata_table_present
+from timeline.hudi_metadata import hudi_metadata_table_present, keeps_hudi_metadata_table
 from timeline.instant import Action, Instant, State, format_instant_time
 from timeline.instant import normalize_timestamp as _norm
 from timeline.removals import AVRO_MAGIC, Removal, RemovalHook, read_avro_records
@@ -548,9 +548,12 @@ def clean(
 ) -> list[CleanResult]:
     """Finish every pending clean, then, when the trigger says so (or ``force``), plan one and
     carry it out. Returns the cleans completed. A table with Apache Hudi's own metadata table is
-    left to Hudi's cleaner, which keeps that table current (ours would leave it listing deleted
-    files)."""
-    if hudi_metadata_table_present(table):
+    cleaned only when this process keeps that table and ``on_removal`` writes the clean into it
+    (``metadata_table``'s removal hook does); otherwise it is left to Hudi's cleaner (a clean
+    that metadata table did not record would leave it listing deleted files)."""
+    if hudi_metadata_table_present(table) and (
+        on_removal is None or not keeps_hudi_metadata_table(table)
+    ):
         logger.info(
             "%s has Apache Hudi's metadata table: old file versions are left to Hudi's cleaner",
             table.base_uri,

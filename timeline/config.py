@@ -358,12 +358,24 @@ HUDI_METADATA_TABLE: ConfigKey[str] = _key(
     ConfigKey(
         "indexer.write.hudi_metadata_table",
         _hudi_metadata_choice,
-        "drop",
-        "What a write of ours does on a table with Apache Hudi's own metadata table: drop (take "
-        "it down as a Hudi writer with the metadata table off does; Hudi's readers list files "
-        "and Hudi's next writer rebuilds it), refuse (fail the write before it writes anything) "
-        "or maintain (write the commit's records into it as Hudi's writer would, and leave "
-        "cleaning to Hudi's cleaner; its compaction is Hudi's too).",
+        "maintain",
+        "What a write of ours does on a table with Apache Hudi's own metadata table: maintain "
+        "(write each commit's, clean's and rollback's records into it as Hudi's writer would, "
+        "and compact it as Hudi does), drop (take it down as a Hudi writer with the metadata "
+        "table off does; Hudi's readers list files and Hudi's next writer rebuilds what its "
+        "config enables) or refuse (fail the write before it writes anything).",
+    )
+)
+HUDI_METADATA_COMPACT_EVERY: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.metadata.compact.max.delta.commits",
+        int,
+        10,
+        "With indexer.write.hudi_metadata_table=maintain: Apache Hudi's metadata table is "
+        "compacted (its <t>001 instant, each file slice's log files merged into a new base "
+        "file) after this many deltacommits since the last compaction, as Hudi's writer does.",
+        _positive,
+        "must be > 0",
     )
 )
 MARKER_SERVER_URL: ConfigKey[str] = _key(

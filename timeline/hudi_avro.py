@@ -1,14 +1,16 @@
 """The Avro instant metadata this kernel writes into tables Apache Hudi shares: a rollback's plan
 (``T.rollback.requested``, Hudi's ``HoodieRollbackPlan``) and its metadata (``T.rollback``,
 ``HoodieRollbackMetadata``); a clean's plan (``T.clean.requested`` and ``T.clean.inflight``,
-``HoodieCleanerPlan``) and its metadata (``T.clean``, ``HoodieCleanMetadata``).
+``HoodieCleanerPlan``) and its metadata (``T.clean``, ``HoodieCleanMetadata``); a compaction's
+plan (``T.compaction.requested``, ``HoodieCompactionPlan``; the metadata table's own compactions).
 
 Hudi 0.x writes rollback, clean and restore instants as Avro object container files (null codec,
 the record's schema in the header) and reads them back with its own compiled schemas; its
 archiver and cleaner deserialize every rollback instant they pass over, so an instant of ours in
 any other format makes them fail. The schemas below are those of Hudi 0.15's
 ``hudi-common`` (``HoodieRollbackPlan.avsc``, ``HoodieRollbackMetadata.avsc``,
-``HoodieCleanerPlan.avsc``, ``HoodieCleanMetadata.avsc``, as compiled into its bundle): field names,
+``HoodieCleanerPlan.avsc``, ``HoodieCleanMetadata.avsc``, ``HoodieCompactionOperation.avsc``
+and ``HoodieCompactionPlan.avsc``, as compiled into its bundle): field names,
 types, order and defaults matter to Hudi's schema resolution, so they are kept as Hudi declares
 them. Files are written and read with ``fastavro``.
 """
@@ -250,17 +252,87 @@ CLEAN_METADATA_SCHEMA: dict[str, Any] = {
     ],
 }
 
+_STRINGS_OR_NULL = ["null", _STRINGS]
+_STRING_OR_NULL = ["null", _STRING]
+
+COMPACTION_PLAN_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "HoodieCompactionPlan",
+    "namespace": "org.apache.hudi.avro.model",
+    "fields": [
+        {
+            "name": "operations",
+            "type": [
+                "null",
+                {
+                    "type": "array",
+                    "items": {
+                        "type": "record",
+                        "name": "HoodieCompactionOperation",
+                        "fields": [
+                            {"name": "baseInstantTime", "type": _STRING_OR_NULL},
+                            {"name": "deltaFilePaths", "type": _STRINGS_OR_NULL, "default": None},
+                            {"name": "dataFilePath", "type": _STRING_OR_NULL, "default": None},
+                            {"name": "fileId", "type": _STRING_OR_NULL},
+                            {"name": "partitionPath", "type": _STRING_OR_NULL, "default": None},
+                            {
+                                "name": "metrics",
+                                "type": [
+                                    "null",
+                                    {
+                                        "type": "map",
+                                        "values": "double",
+                                        "avro.java.string": "String",
+                                    },
+                                ],
+                                "default": None,
+                            },
+                            {"name": "bootstrapFilePath", "type": _STRING_OR_NULL, "default": None},
+                        ],
+                    },
+                },
+            ],
+            "default": None,
+        },
+        {"name": "extraMetadata", "type": ["null", _STRINGS_BY_NAME], "default": None},
+        {"name": "version", "type": ["int", "null"], "default": 1},
+        {
+            "name": "strategy",
+            "type": [
+                "null",
+                {
+                    "type": "record",
+                    "name": "HoodieCompactionStrategy",
+                    "fields": [
+                        {"name": "compactorClassName", "type": _STRING_OR_NULL, "default": None},
+                        {
+                            "name": "strategyParams",
+                            "type": ["null", _STRINGS_BY_NAME],
+                            "default": None,
+                        },
+                        {"name": "version", "type": ["int", "null"], "default": 1},
+                    ],
+                },
+            ],
+            "default": None,
+        },
+        {"name": "preserveHoodieMetadata", "type": ["boolean", "null"], "default": False},
+    ],
+}
+
 _PARSED = {
     "plan": fastavro.parse_schema(ROLLBACK_PLAN_SCHEMA),
     "metadata": fastavro.parse_schema(ROLLBACK_METADATA_SCHEMA),
     "clean_plan": fastavro.parse_schema(CLEAN_PLAN_SCHEMA),
     "clean_metadata": fastavro.parse_schema(CLEAN_METADATA_SCHEMA),
+    "compaction_plan": fastavro.parse_schema(COMPACTION_PLAN_SCHEMA),
 }
 
 
 def avro_file(schema: str, record: Mapping[str, Any]) -> bytes:
     """One record as an Avro object container file, as Hudi serializes instant metadata
-    (``schema``: "plan" or "metadata" of a rollback, "clean_plan" or "clean_metadata")."""
+    (``schema``: "plan" or "metadata" of a rollback, "clean_plan" or "clean_metadata",
+    "compaction_plan")."""
     sink = io.BytesIO()
     fastavro.writer(sink, _PARSED[schema], [dict(record)], codec="null")
     return sink.getvalue()
@@ -269,6 +341,7 @@ def avro_file(schema: str, record: Mapping[str, Any]) -> bytes:
 __all__ = [
     "CLEAN_METADATA_SCHEMA",
     "CLEAN_PLAN_SCHEMA",
+    "COMPACTION_PLAN_SCHEMA",
     "ROLLBACK_METADATA_SCHEMA",
     "ROLLBACK_PLAN_SCHEMA",
     "avro_file",

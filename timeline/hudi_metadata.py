@@ -1,6 +1,8 @@
-"""Apache Hudi's own metadata table (``.hoodie/metadata``), taken down by a writer that does not
-keep it (``indexer.write.hudi_metadata_table=drop``, the default; ``maintain`` keeps it instead,
-:mod:`metadata_table.hudi_table`).
+"""Apache Hudi's own metadata table (``.hoodie/metadata``) as the kernel sees it: whether a table
+has one, whether this process keeps it (``indexer.write.hudi_metadata_table=maintain``, the
+default: :mod:`metadata_table.hudi_table` writes our commits, cleans and rollbacks into it and
+compacts it), its newest compaction (which bounds the data timeline's archival, as Hudi's), and
+its removal by a writer set to ``drop``.
 
 Hudi 0.15's readers, with its metadata table on, list a table's files from that table; so does
 its writer when it tags an upsert. A commit that does not add its files there is invisible to
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 import logging
 
+from timeline.config import HUDI_METADATA_TABLE
+from timeline.errors import StorageFileNotFoundError
 from timeline.locks import LockHandle
 from timeline.table import Table
 from timeline.table_config import METADATA_PARTITIONS, METADATA_PARTITIONS_INFLIGHT, TableConfig
@@ -37,6 +41,25 @@ def hudi_metadata_table_present(table: Table) -> bool:
         or config.props.get(METADATA_PARTITIONS_INFLIGHT, "").strip()
         or table.storage.exists(f"{HUDI_METADATA_FOLDER}/.hoodie/hoodie.properties")
     )
+
+
+def keeps_hudi_metadata_table(table: Table) -> bool:
+    """Whether this process's writes and table services keep Hudi's metadata table current
+    (``indexer.write.hudi_metadata_table=maintain``) rather than leave it to Hudi's writers."""
+    return table.config.get(HUDI_METADATA_TABLE) == "maintain"
+
+
+def latest_metadata_compaction(table: Table) -> str | None:
+    """The instant of the newest completed compaction of Hudi's metadata table (its
+    ``<t>001.commit``), or None. Hudi's archiver never archives a data instant at or after it:
+    the metadata table's log blocks written after it name data instants its readers look for
+    on the active timeline."""
+    try:
+        names = table.storage.file_names(f"{HUDI_METADATA_FOLDER}/.hoodie")
+    except StorageFileNotFoundError:
+        return None
+    done = [n.removesuffix(".commit") for n in names if n.endswith(".commit")]
+    return max((t for t in done if t.isdigit()), default=None)
 
 
 def take_down_hudi_metadata_table(table: Table, lock: LockHandle, why: str) -> None:

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from metadata_table.bloom import BloomSizing
-from metadata_table.hudi_table import HudiMetadataTable, apply_commit
+from metadata_table.hudi_table import HudiMetadataTable, apply_commit, compact_hudi_metadata_table
 from metadata_table.layout import BLOOM_FILTERS, RECORD_INDEX
 from metadata_table.maintenance import UpkeepResult, upkeep
 from metadata_table.migrate import LEGACY_FOLDER, has_legacy_index
@@ -93,7 +93,7 @@ from timeline.hashing import buckets_of_keys
 from timeline.hudi_metadata import hudi_metadata_table_present, take_down_hudi_metadata_table
 from timeline.index_state import IndexState
 from timeline.instant import Action, Instant, State
-from timeline.keys import KeyGenerator
+from timeline.keys import META_COLUMNS, PARTITION_PATH, RECORD_KEY, KeyGenerator
 from timeline.locks import LockHandle
 from timeline.markers import DirectMarkers, IOType, MarkerWriter
 from timeline.markers.client import TimelineServerMarkers
@@ -105,9 +105,6 @@ from timeline.timeline import Timeline
 from writer.avro import avro_schema
 from writer.early_conflict import EarlyConflictDetector
 from writer.files import (
-    META_COLUMNS,
-    PARTITION_PATH,
-    RECORD_KEY,
     FileGroupWrite,
     FileLayout,
     encode_file_group,
@@ -208,6 +205,7 @@ class WriteClient:
         self.last_cleans: list[CleanResult] = []
         self.last_archive: ArchiveResult | None = None
         self.last_upkeep: UpkeepResult | None = None
+        self.last_hudi_compaction: str | None = None  # of Hudi's metadata table, after a commit
 
     def marker_server_url(self) -> str:
         """The marker server to use: the configured one, or one embedded in this client."""
@@ -284,15 +282,20 @@ class WriteClient:
         section, then an archival of the oldest instants (``hoodie.archive.automatic``), never
         of one the index has not applied, then the index's own upkeep
         (``indexer.metadata.upkeep.automatic``: compaction by count, replaced files deleted).
-        A failure is logged, not raised: the commit stands, and the next commit's services
-        finish or retry it."""
+        On a table whose Apache Hudi metadata table this writer keeps, the clean goes into that
+        table too, and that table is compacted when due (``<t>001``, before the archival it
+        bounds). A failure is logged, not raised: the commit stands, and the next commit's
+        services finish or retry it."""
         self.last_cleans, self.last_archive, self.last_upkeep = [], None, None
+        self.last_hudi_compaction = None
         config, mdt = self.table.config, MetadataTable(self.table)
         try:
-            if config.get(CLEAN_AUTOMATIC) and not self.maintains_hudi_metadata_table():
+            if config.get(CLEAN_AUTOMATIC):
                 if self._cleaner is None:
                     self._cleaner = CleanPlanner(self.table)
                 self.last_cleans = clean(self.table, mdt.apply_removal, self._cleaner)
+            if self.maintains_hudi_metadata_table():
+                self.last_hudi_compaction = compact_hudi_metadata_table(self.table)
             if config.get(ARCHIVE_AUTOMATIC):
                 self.last_archive = archive(self.table, unapplied=mdt.oldest_unapplied)
             if config.get(INDEX_UPKEEP_AUTOMATIC):
@@ -306,8 +309,8 @@ class WriteClient:
 
     def maintains_hudi_metadata_table(self) -> bool:
         """Whether this writer's commits go into Apache Hudi's own metadata table
-        (``indexer.write.hudi_metadata_table=maintain`` on a table Hudi's readers read it on);
-        its cleans are then left to Hudi's cleaner, which records them there."""
+        (``indexer.write.hudi_metadata_table=maintain``, the default, on a table Hudi's readers
+        read it on)."""
         return (
             self.options.hudi_metadata_table == "maintain" and HudiMetadataTable(self.table).present
         )
@@ -881,6 +884,7 @@ class WriteTransaction:
             if self.client.maintains_hudi_metadata_table():
                 placed, deleted = key_changes(self._infos[s.path] for s in self.stats)
                 apply_commit(self.table, self.instant_time, metadata, placed, deleted, lock)
+                failpoint("writer.commit.hudi_metadata")
             else:
                 self.client.hudi_metadata_table(lock, f"commit {self.instant_time}")
             lock.ensure_valid()

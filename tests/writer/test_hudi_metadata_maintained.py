@@ -205,3 +205,102 @@ def test_our_writer_and_hudis_share_one_lock_and_lose_no_update(
         expected |= dict.fromkeys(keys, ts)
     assert _read(hudi, hudi_table) == expected
     _valid(table)
+
+
+#: our writer alone on a Hudi table, its services eager: a clean after every commit that leaves
+#: an older file version, Hudi's metadata table compacted every 3 deltacommits, archival past 3
+SERVICES = Config.resolve(
+    explicit={
+        "hoodie.write.lock.provider": HUDI_PROVIDER_CLASS,
+        "hoodie.cleaner.commits.retained": "1",
+        "indexer.clean.grace.seconds": "0",
+        "hoodie.metadata.compact.max.delta.commits": "3",
+        "hoodie.keep.min.commits": "2",
+        "hoodie.keep.max.commits": "3",
+    }
+)
+
+
+def test_our_writer_alone_cleans_compacts_and_archives_with_hudis_metadata_table(
+    hudi: HudiPeer, tmp_path: Path
+) -> None:
+    """With default settings (maintain) and only our writer writing, the table stays small as
+    under Hudi's writer: our cleans go into Hudi's metadata table (files deleted, their bloom
+    filters and column stats as Hudi's tombstones), we compact that table as Hudi does
+    (``<t>001``), and archive the data timeline up to its newest compaction. Hudi then reads the
+    table through its metadata table, tags with its record index, and compacts over ours."""
+    hudi_table = HudiTable(str(tmp_path / "t"), extra=INDEXES)
+    hudi.write(hudi_table, "insert", make_rows(range(30), ts=1, parts=3))
+    table = Table.open(hudi_table.path, SERVICES)
+    expected = {i: 1 for i in range(30)}
+    mdt = Path(hudi_table.path) / ".hoodie/metadata/.hoodie"
+    with WriteClient(table) as client:
+        assert client.maintains_hudi_metadata_table()  # the default
+        compactions, cleaned = [], 0
+        for n in range(10):
+            keys = [(n * 7 + j) % 30 for j in range(5)]
+            client.upsert(make_rows(keys, ts=10 + n, parts=3))
+            expected |= {k: 10 + n for k in keys}
+            cleaned += sum(c.files_deleted for c in client.last_cleans)
+            if client.last_hudi_compaction:
+                compactions.append(client.last_hudi_compaction)
+        client.delete(make_rows([3, 4], ts=99, parts=3))
+        del expected[3], expected[4]
+    assert cleaned > 0 and len(compactions) >= 2, (cleaned, compactions)
+    assert all(c.endswith("001") and (mdt / f"{c}.commit").exists() for c in compactions)
+    archived = [a.instant.timestamp for a in table.archive().instants()]
+    assert archived and max(archived) < compactions[-1]  # never past the newest compaction
+    _valid(table)
+    listing = HudiMetadataTable(table).file_listing()
+    on_disk = {p: {f.name for f in (Path(hudi_table.path) / p).glob("*.parquet")} for p in listing}
+    assert {p: set(files) for p, files in listing.items()} == on_disk  # cleaned files gone
+
+    skipping = {"hoodie.enable.data.skipping": "true"}
+    assert _read(hudi, hudi_table) == expected
+    assert _read(hudi, hudi_table, **skipping) == expected
+    hudi.write(
+        hudi_table,
+        "upsert",
+        make_rows([5, 6, 40], ts=100, parts=3),
+        options={
+            "hoodie.index.type": "RECORD_INDEX",
+            "hoodie.metadata.compact.max.delta.commits": "1",
+        },
+    )
+    expected |= {5: 100, 6: 100, 40: 100}
+    assert _read(hudi, hudi_table, **skipping) == expected
+    _valid(table)
+
+
+def test_a_commit_that_fails_after_its_metadata_deltacommit_is_undone_there(
+    hudi: HudiPeer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit of ours that fails after writing its deltacommit into Hudi's metadata table and
+    before its data instant completes is rolled back with that deltacommit: its completed file,
+    its log files and its pending files go, so neither Hudi's compaction nor its readers (once
+    the instant has left the active timeline) ever count its records."""
+    from timeline.errors import InjectedFailure
+    from timeline.instant import Action
+    from timeline.log_format import read_blocks
+    from timeline.removals import parse_removal
+
+    hudi_table = HudiTable(str(tmp_path / "t"), extra=INDEXES)
+    hudi.write(hudi_table, "insert", make_rows(range(10), ts=1, parts=2))
+    table = Table.open(hudi_table.path, MAINTAIN)
+    mdt = Path(hudi_table.path) / ".hoodie/metadata"
+    before = {p.name.split(".")[0] for p in (mdt / ".hoodie").glob("*.deltacommit*")}
+    monkeypatch.setenv("AIX_FAILPOINT", "writer.commit.hudi_metadata:once")
+    with WriteClient(table) as client, pytest.raises(InjectedFailure):
+        client.upsert(make_rows([1, 2, 50], ts=2, parts=2))
+    monkeypatch.delenv("AIX_FAILPOINT")
+    (rolled,) = table.timeline.load().with_actions(Action.ROLLBACK).completed()
+    (failed,) = parse_removal(rolled, table.timeline.read_content(rolled), "").rolled_back
+    after = {p.name.split(".")[0] for p in (mdt / ".hoodie").glob("*.deltacommit*")}
+    assert after - before == {rolled.timestamp}  # the rollback's own (its deleted files)
+    logs = [p for p in mdt.rglob(".*.log.*") if not p.name.endswith(".crc")]
+    assert all(b.instant_time != failed for p in logs for b in read_blocks(p.read_bytes()))
+    _valid(table)
+    with WriteClient(table) as client:
+        client.upsert(make_rows([1, 2, 50], ts=3, parts=2))
+    _valid(table)
+    assert _read(hudi, hudi_table) == {i: 1 for i in range(10)} | {1: 3, 2: 3, 50: 3}

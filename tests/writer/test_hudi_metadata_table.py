@@ -1,5 +1,6 @@
-"""A write of ours on a table with Apache Hudi's own metadata table, which it does not keep (the
-default; ``maintain`` is in test_hudi_metadata_maintained.py): it takes it down as Hudi's writer
+"""A write of ours on a table with Apache Hudi's own metadata table, set not to keep it
+(``indexer.write.hudi_metadata_table=drop``; ``maintain``, the default, is in
+test_hudi_metadata_maintained.py): it takes it down as Hudi's writer
 does with its metadata table off (partitions cleared in hoodie.properties, then
 ``.hoodie/metadata`` deleted), before its commit completes; with
 ``indexer.write.hudi_metadata_table=refuse`` it fails before writing anything. What Hudi 0.15 does
@@ -25,7 +26,11 @@ from timeline.table_config import (
 from timeline.timeline import ActiveTimeline
 from writer.client import WriteClient
 
-from .test_client import CONFIG, make_table, rows, snapshot
+from .test_client import make_table, rows, snapshot
+
+DROP = Config.resolve(
+    explicit={"indexer.lock.url": "inprocess", "indexer.write.hudi_metadata_table": "drop"}
+)
 
 
 def _with_hudi_metadata(base: Path) -> Table:
@@ -47,7 +52,7 @@ def _with_hudi_metadata(base: Path) -> Table:
     (folder / "hoodie.properties").write_text("hoodie.table.name=hudi_metadata\n")
     (base / HUDI_METADATA_FOLDER / "files").mkdir()
     (base / HUDI_METADATA_FOLDER / "files" / ".files-0000_0.log.1_0-0-0").write_bytes(b"hfile")
-    return Table.open(str(base), CONFIG)
+    return Table.open(str(base), DROP)
 
 
 def test_a_commit_takes_hudis_metadata_table_down_before_it_completes(
