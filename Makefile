@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: demo demo-deps test test-fast test-hudi hudi-peer soak lint bench bench-markers bench-scan bench-mor bench-record-index bench-scale bench-longrun system-deps clean
+.PHONY: demo demo-deps test test-fast test-hudi hudi-peer soak lint bench bench-markers bench-scan bench-mor bench-record-index bench-scale bench-longrun bench-hudi-metadata system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -84,6 +84,10 @@ bench-longrun: $(VENV)/.installed-test
 	$(PY) -m scripts.bench.longrun --commits $(LONGRUN_COMMITS) --out bench-results/longrun-alone.json
 	$(PY) -m scripts.bench.longrun --commits $(LONGRUN_COMMITS) --daemon --out bench-results/longrun-daemon.json
 	$(PY) -m scripts.bench.plot_longrun bench-results/longrun-alone.json bench-results/longrun-daemon.json --out docs/longrun.svg
+
+# What keeping Apache Hudi's own metadata table costs our commits (p50/p95, maintain / drop).
+bench-hudi-metadata: $(VENV)/.installed-test hudi-peer
+	$(PY) -m scripts.bench.hudi_metadata
 
 # Merge-on-read tables: the build over slices with 0, 4, 16 log files each (also in `make bench`).
 bench-mor: $(VENV)/.installed-test

@@ -310,6 +310,23 @@ def _lag_line(lag: dict[str, Any]) -> str:
     return line
 
 
+def _hudi_line(hudi: dict[str, Any]) -> str:
+    """Apache Hudi's own metadata table in one line of ``indexer status``."""
+    parts = ", ".join(f"{p} ({state})" for p, state in hudi["partitions"].items())
+    behind = hudi["unapplied"]
+    line = f"Apache Hudi's metadata table: {parts}; "
+    if behind:
+        line += (
+            f"{len(behind)} completed instant(s) not in it (oldest {behind[0]}): reads list storage"
+        )
+    else:
+        line += "reflects every completed instant: reads list files from it"
+    line += f"; last compaction {hudi['last_compaction'] or '-'}"
+    line += f", {hudi['deltacommits_since_compaction']} deltacommits since"
+    kept = "kept by our writers" if hudi["kept_by_our_writers"] else "left to Hudi's writers"
+    return f"{line}; {kept}"
+
+
 def _status(args: argparse.Namespace) -> int:
     indexer = _indexer(args)
     found = indexer.problems()
@@ -340,6 +357,9 @@ def _status(args: argparse.Namespace) -> int:
             "  an index built by an earlier version is in .hoodie/metadata: `indexer migrate`"
             " (or the next run) moves it to .hoodie/.async-indexer"
         )
+    hudi = status["hudi_metadata_table"]
+    if hudi is not None:
+        print("  " + _hudi_line(hudi))
     for item in status["indexing"]:
         if item["owner"] != "async-indexer":
             print(f"  indexing {item['timestamp']} {item['state']:<10} Apache Hudi's own (ignored)")

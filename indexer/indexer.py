@@ -930,6 +930,7 @@ class AsyncIndexer:
             "lag": self._lag(partitions, behind, survey.described, state),
             "indexing": indexing,
             "legacy_index": self.writer.has_legacy_index(),
+            "hudi_metadata_table": self.writer.hudi_status(),
             "lost": lost,
             "unapplied": {
                 p: [t for t, (_, ps) in behind.items() if p in ps]

@@ -40,14 +40,16 @@ from timeline.formats.hfile import HFileReader
 from timeline.formats.hudi_bloom import FOOTER_KEY, TYPE_CODE_KEY
 from timeline.fs_view import file_id_of, parquet_file
 from timeline.hudi_avro import avro_file
-from timeline.hudi_metadata import HUDI_METADATA_FOLDER
+from timeline.hudi_metadata import HUDI_METADATA_FOLDER, keeps_hudi_metadata_table
 from timeline.instant import Action
 from timeline.keys import META_COLUMNS
 from timeline.locks import LockHandle
 from timeline.log_format import BlockType, LogFileName, effective_blocks, read_blocks
 from timeline.removals import Removal, read_avro_records
+from timeline.storage import FileInfo
 from timeline.table import Table
 from timeline.table_config import METADATA_PARTITIONS, METADATA_PARTITIONS_INFLIGHT
+from timeline.timeline import Timeline
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +60,17 @@ _INSTANT = re.compile(
 _COMPLETED_ACTIONS = ("deltacommit", "commit")
 _SOLO = "00000000000000"
 _STATE_RANK = {"requested": 0, "inflight": 1, "": 2}
+#: the data actions whose completion Hudi's writer mirrors in its metadata table
+_CHANGES_FILES = frozenset(
+    {
+        Action.COMMIT,
+        Action.DELTA_COMMIT,
+        Action.REPLACE_COMMIT,
+        Action.CLEAN,
+        Action.ROLLBACK,
+        Action.RESTORE,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -190,6 +203,33 @@ class HudiMetadataTable:
                 for deleted in block.deletes():
                     yield str(deleted.record_key), None
 
+    def unapplied(self, timeline: Timeline | None = None) -> list[str]:
+        """The completed data instants of ``timeline`` (the table's, loaded, by default) that
+        changed files and that the metadata table does not reflect: those after its oldest
+        active instant (what it was initialized or compacted from) with no completed instant
+        of its own at their time (Hudi's writer writes one for each, before the data instant
+        completes). A writer that does not keep it leaves it so; reads then list storage."""
+        if not self.instants:
+            return []
+        since = self.instants[0][0][:17]
+        data = timeline if timeline is not None else self.table.timeline.load()
+        return [
+            i.timestamp
+            for i in data.completed()
+            if i.action in _CHANGES_FILES
+            and i.timestamp > since
+            and i.timestamp not in self._completed
+        ]
+
+    def listing(self) -> list[FileInfo]:
+        """Every data file the ``files`` partition lists, its path relative to the base path
+        (a listing :class:`~timeline.fs_view.FileSystemView` takes)."""
+        return [
+            FileInfo(f"{partition}/{name}" if partition else name, size, False, None)
+            for partition, files in self.file_listing().items()
+            for name, size in files.items()
+        ]
+
     def file_listing(self) -> dict[str, dict[str, int]]:
         """Data partition path -> its files (name -> size), as the ``files`` partition lists
         them ("" for a table without partitions)."""
@@ -201,6 +241,28 @@ class HudiMetadataTable:
             path = "" if identifier == records.NON_PARTITIONED else identifier
             out[path] = {name: int(info["size"]) for name, info in files.items()}
         return out
+
+
+def hudi_status(table: Table) -> dict[str, Any] | None:
+    """What ``indexer status`` shows of Apache Hudi's own metadata table (None: the table has
+    none): its partitions and their state, the completed data instants it does not reflect,
+    its newest compaction and the deltacommits since, and whether this process keeps it."""
+    hudi = HudiMetadataTable(table)
+    props = table.reload_table_config().props
+    inflight = [p for p in props.get(METADATA_PARTITIONS_INFLIGHT, "").split(",") if p]
+    if not hudi.partitions and not inflight:
+        return None
+    compacted = max((t for t, a, s in hudi.instants if a == "commit" and not s), default=None)
+    since = [
+        t for t, a, s in hudi.instants if a == "deltacommit" and not s and t > (compacted or "")
+    ]
+    return {
+        "partitions": {p: "completed" for p in hudi.partitions} | {p: "inflight" for p in inflight},
+        "unapplied": hudi.unapplied(),
+        "last_compaction": compacted,
+        "deltacommits_since_compaction": len(since),
+        "kept_by_our_writers": keeps_hudi_metadata_table(table),
+    }
 
 
 def _group(file_id: str, prefix: str) -> int:
@@ -557,15 +619,14 @@ def apply_removal(table: Table, lock: LockHandle, removal: Removal) -> list[str]
     """A clean's or rollback's update of Hudi's metadata table, under the table lock before it
     completes, as Hudi's writer makes it: a rollback first undoes the metadata deltacommit of
     each write it rolled back (our writes complete theirs before the data instant, so a failed
-    one may have left one); then the files it deleted go in as one deltacommit at its instant.
-    Returns the log files written."""
+    one may have left one); then the files it deleted go in as one deltacommit at its instant
+    (written when it deleted nothing too: every completed data instant has its deltacommit,
+    which is how a reader tells the metadata table is current). Returns the log files written."""
     hudi = HudiMetadataTable(table)
     if not hudi.present:
         return []
     for undone in sorted(removal.rolled_back):
         undo_deltacommit(table, undone, lock)
-    if not removal:
-        return []
     hudi = HudiMetadataTable(table)  # listed again: the undo may have deleted log files
     targets = _targets(table, hudi)
     made = removal_records(table, removal, targets)

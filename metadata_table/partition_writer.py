@@ -40,7 +40,7 @@ from metadata_table.group_records import (
     run_build_local,
     start_record_workers,
 )
-from metadata_table.hudi_table import HudiMetadataTable, compact_hudi_metadata_table
+from metadata_table.hudi_table import HudiMetadataTable, compact_hudi_metadata_table, hudi_status
 from metadata_table.index_types import index_type
 from metadata_table.layout import (
     FILES,
@@ -372,6 +372,11 @@ class PartitionWriter:
         section (the hook :func:`timeline.clean.clean` and
         :func:`timeline.rollback.clean_failed_writes` take)."""
         self._mdt.apply_removal(lock, removal)
+
+    def hudi_status(self) -> dict[str, Any] | None:
+        """Apache Hudi's own metadata table as ``indexer status`` shows it
+        (:func:`metadata_table.hudi_table.hudi_status`), or None when the table has none."""
+        return hudi_status(self.table)
 
     def compact_hudi_metadata_table(self) -> str | None:
         """Compact Apache Hudi's own metadata table when due, when this process keeps it

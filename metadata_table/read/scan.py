@@ -472,6 +472,7 @@ class TableScan:
             f"  filter: {self.text or '(none: every row)'}",
             f"  columns: {', '.join(self.output_schema.names)}",
             f"  files: {plan.kept} of {plan.total} read, {plan.total - plan.kept} skipped",
+            f"  listed by: {self.snapshot.listed_by}",
         ]
         for index, count in plan.dropped.items():
             extra = ""

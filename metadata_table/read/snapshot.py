@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -42,6 +42,7 @@ from metadata_table.bloom import (
     hash_value,
     might_contain_any,
 )
+from metadata_table.hudi_table import HudiMetadataTable
 from metadata_table.layout import (
     BLOOM_FILTERS,
     COLUMN_STATS,
@@ -93,6 +94,7 @@ from timeline.hashing import CHECK_SEED, key_hash64
 from timeline.index_state import IndexState
 from timeline.instant import Action, Instant
 from timeline.removals import REMOVAL_ACTIONS
+from timeline.storage import FileInfo
 from timeline.table import Table
 from timeline.table_config import PROPERTIES_FILE, TYPE, TableType
 from timeline.timeline import Timeline
@@ -170,6 +172,8 @@ class IndexedSnapshot:
         self.completed = set(state.completed)
         self.inflight = set(state.inflight)
         self._view: FileSystemView | None = None
+        #: where the view's files were listed from (set with the view)
+        self.listed_by = "storage"
         self._unapplied: dict[str, list[Instant]] = {}
         self._lost: dict[str, str | None] = {}
         self._column_tables: dict[str, pa.Table] = {}
@@ -249,13 +253,46 @@ class IndexedSnapshot:
     def view(self) -> FileSystemView:
         if self._view is None:
             indexed = self.uses(FILES) and not self.unapplied(FILES)
+            hudi = None if indexed else self._hudi_files()
             self._view = FileSystemView(
                 self.table.timeline,
                 self.timeline,
-                listing=self.indexed_files if indexed else None,
+                listing=self.indexed_files if indexed else hudi,
                 partition_listing=self._indexed_files if indexed else None,
             )
+            self.listed_by = (
+                "the index's files partition"
+                if indexed
+                else "Apache Hudi's metadata table (files)"
+                if hudi is not None
+                else "storage"
+            )
         return self._view
+
+    def _hudi_files(self) -> Callable[[], list[FileInfo]] | None:
+        """The listing of Apache Hudi's own metadata table, for a table with no ``files``
+        partition of ours in use: its ``files`` partition, when every completed data instant of
+        this snapshot is in it (a writer that does not keep it leaves it behind; storage is
+        listed then, with a warning)."""
+        if (
+            FILES in self.completed
+            or "files" not in self.table.table_config.hudi_metadata_partitions
+        ):
+            return None  # (the table's config as opened: no read of it per snapshot)
+        hudi = HudiMetadataTable(self.table)
+        if not hudi.present:
+            return None
+        behind = hudi.unapplied(self.timeline)
+        if behind:
+            logger.warning(
+                "Apache Hudi's metadata table of %s does not reflect %d completed instant(s) "
+                "(%s): files are listed from storage",
+                self.table.base_uri,
+                len(behind),
+                ", ".join(behind[:5]),
+            )
+            return None
+        return hudi.listing
 
     def list_partitions(self) -> list[str]:
         return self.view.partitions()

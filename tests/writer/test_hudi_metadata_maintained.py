@@ -254,6 +254,7 @@ def test_our_writer_alone_cleans_compacts_and_archives_with_hudis_metadata_table
     listing = HudiMetadataTable(table).file_listing()
     on_disk = {p: {f.name for f in (Path(hudi_table.path) / p).glob("*.parquet")} for p in listing}
     assert {p: set(files) for p, files in listing.items()} == on_disk  # cleaned files gone
+    _reads_list_from_hudis_metadata_table(table, expected)
 
     skipping = {"hoodie.enable.data.skipping": "true"}
     assert _read(hudi, hudi_table) == expected
@@ -304,3 +305,44 @@ def test_a_commit_that_fails_after_its_metadata_deltacommit_is_undone_there(
         client.upsert(make_rows([1, 2, 50], ts=3, parts=2))
     _valid(table)
     assert _read(hudi, hudi_table) == {i: 1 for i in range(10)} | {1: 3, 2: 3, 50: 3}
+
+
+def _reads_list_from_hudis_metadata_table(table: Table, expected: dict[Any, Any]) -> None:
+    """With no index of ours, reads list files from Hudi's metadata table (and say so), and
+    read exactly the rows; `indexer status` shows it current and kept. Once a completed instant
+    is missing from it (a deltacommit taken away here, as a writer that does not keep it leaves
+    it), reads list storage instead, and status says why."""
+    import shutil
+
+    from indexer.cli import main as indexer_main
+    from indexer.indexer import AsyncIndexer
+    from metadata_table.read.scan import IndexedTable
+    from metadata_table.read.snapshot import IndexedSnapshot
+
+    snapshot = IndexedSnapshot(table)
+    storage = IndexedSnapshot(table)
+    storage.completed = {"files"}  # (as if ours were there, lost: the storage listing)
+    storage.__dict__["_hudi_files"] = lambda: None
+    assert snapshot.view.latest_base_files() == storage.view.latest_base_files()
+    assert snapshot.listed_by == "Apache Hudi's metadata table (files)"
+    scan = IndexedTable(table).scan("id >= 0")
+    assert "listed by: Apache Hudi's metadata table (files)" in scan.explain()
+    rows = scan.to_arrow().to_pylist()
+    assert {r["id"]: r["ts"] for r in rows} == expected
+    status = AsyncIndexer(table).status()["hudi_metadata_table"]
+    assert status["unapplied"] == [] and status["kept_by_our_writers"]
+    assert set(status["partitions"]) == PARTITIONS
+
+    stale = Path(str(table.base_uri).removeprefix("file://") + "-stale")
+    shutil.copytree(table.base_uri.removeprefix("file://"), stale)
+    mdt = stale / ".hoodie/metadata/.hoodie"
+    newest = max(p for p in mdt.glob("*.deltacommit"))
+    newest.unlink()
+    copy = Table.open(str(stale), SERVICES)
+    snapshot = IndexedSnapshot(copy)
+    snapshot.view  # noqa: B018 (built for its listing)
+    assert snapshot.listed_by == "storage"
+    assert AsyncIndexer(copy).status()["hudi_metadata_table"]["unapplied"] == [
+        newest.name.split(".")[0]
+    ]
+    assert indexer_main(["status", str(stale)]) == 0
