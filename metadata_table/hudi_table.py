@@ -26,12 +26,14 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
+from timeline.clean import CleanPlan, metadata_bytes
 from timeline.commit_metadata import CommitMetadata, WriteStat
 from timeline.config import HUDI_METADATA_COMPACT_EVERY
 from timeline.errors import RebuildRequiredError, StorageFileNotFoundError
@@ -730,16 +732,117 @@ def compact(table: Table, lock: LockHandle, every: int) -> str | None:
     return instant
 
 
-def compact_hudi_metadata_table(table: Table) -> str | None:
-    """:func:`compact` under the table lock when one is due or pending (looked at first without
-    the lock, which a commit after which none is due does not take); the instant or None."""
+@dataclass(frozen=True)
+class HudiUpkeep:
+    """What one upkeep of Hudi's metadata table did: the compaction and the clean completed."""
+
+    compaction: str | None = None
+    clean: str | None = None
+
+
+def hudi_metadata_upkeep(table: Table) -> HudiUpkeep:
+    """Hudi's metadata table's own services, as Hudi's writer runs them after a commit: its
+    compaction (:func:`compact`) then its clean (:func:`clean`), under the table lock, when one
+    is due or pending (looked at first without the lock, which a commit after which none is
+    due does not take)."""
     every = table.config.get(HUDI_METADATA_COMPACT_EVERY)
     hudi = HudiMetadataTable(table)
-    pending = any(a == "compaction" and s for _, a, s in hudi.instants)
-    if not pending and compaction_due(table, every) is None:
+    pending = any(s for _, _, s in hudi.instants)
+    if not pending and compaction_due(table, every) is None and clean_due(hudi) is None:
+        return HudiUpkeep()
+    with table.lock("upkeep of Apache Hudi's metadata table") as lock:
+        compacted = compact(table, lock, every)
+        return HudiUpkeep(compacted, clean(table, lock))
+
+
+# --- the metadata table's cleaning ------------------------------------------------------------------
+
+#: the suffix of a clean's instant on the metadata table (Hudi's OperationSuffix.METADATA_CLEAN)
+CLEAN_SUFFIX = "002"
+#: file slices kept per file group of the metadata table by its clean: the latest, and the one
+#: before it (a reader that listed the metadata table before the newest compaction reads it)
+SLICES_KEPT = 2
+
+
+def clean_due(hudi: HudiMetadataTable) -> str | None:
+    """The instant of the clean of the metadata table due now (a compaction completed since
+    the last clean, nothing pending), or None."""
+    if any(s for _, _, s in hudi.instants):
         return None
-    with table.lock("compact Apache Hudi's metadata table") as lock:
-        return compact(table, lock, every)
+    last_compaction = max((t for t, a, s in hudi.instants if a == "commit"), default="")
+    last_clean = max((t for t, a, s in hudi.instants if a == "clean"), default="")
+    if last_compaction <= last_clean:
+        return None
+    newest = max((t for t, a, _ in hudi.instants if a == "deltacommit"), default=None)
+    return None if newest is None else newest + CLEAN_SUFFIX
+
+
+def _old_slices(hudi: HudiMetadataTable) -> dict[str, tuple[str, ...]]:
+    """The files of every file slice older than the :data:`SLICES_KEPT` newest of its group,
+    by metadata partition (paths relative to the metadata table): committed slices only (a
+    base file of a pending or failed compaction is not a slice)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for partition in records.FILE_GROUP_PREFIXES:
+        folder = f"{FOLDER}/{partition}"
+        try:
+            names = [e.name for e in hudi.storage.list(folder)]
+        except StorageFileNotFoundError:
+            continue
+        prefix = records.FILE_GROUP_PREFIXES[partition]
+        by_group: dict[int, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+        for name in names:
+            parsed = LogFileName.parse(name)
+            if parsed is not None and parsed.file_id.startswith(prefix):
+                by_group[_group(parsed.file_id, prefix)][parsed.base_instant].append(name)
+            elif name.startswith(prefix) and name.endswith(".hfile"):
+                group = _group(name.split("_", 1)[0], prefix)
+                by_group[group][_hfile_instant(name)].append(name)
+        old: list[str] = []
+        for slices in by_group.values():
+            committed = sorted(b for b in slices if hudi.committed(b))
+            for base in committed[: max(0, len(committed) - SLICES_KEPT)]:
+                old.extend(f"{partition}/{n}" for n in slices[base])
+        if old:
+            out[partition] = tuple(sorted(old))
+    return out
+
+
+def clean(table: Table, lock: LockHandle) -> str | None:
+    """Clean Hudi's metadata table when :func:`clean_due` says so, or finish a clean left
+    pending, under the table lock: the file slices of each file group older than its
+    :data:`SLICES_KEPT` newest go, as Hudi's cleaner of that table does, recorded as Hudi's
+    clean action (``<t>002.clean.requested`` with Hudi's Avro ``HoodieCleanerPlan``, then
+    ``<t>002.clean`` with its ``HoodieCleanMetadata``). Returns the instant completed."""
+    hudi = HudiMetadataTable(table)
+    pending = [t for t, a, s in hudi.instants if a == "clean" and s]
+    instant = pending[0] if pending else clean_due(hudi)
+    if instant is None:
+        return None
+    started = time.monotonic()
+    storage = table.storage.child(FOLDER)
+    folder = f"{FOLDER}/.hoodie/{instant}.clean"
+    if pending:
+        plan = CleanPlan.from_bytes(
+            table.storage.read(f"{folder}.requested"), f"{folder}.requested", storage
+        )
+    else:
+        newest = instant.removesuffix(CLEAN_SUFFIX)
+        plan = CleanPlan("KEEP_LATEST_FILE_VERSIONS", None, newest, _old_slices(hudi))
+        lock.ensure_valid()
+        table.storage.create(f"{folder}.requested", plan.to_bytes(storage))
+    if not table.storage.exists(f"{folder}.inflight"):
+        table.storage.create(f"{folder}.inflight", plan.to_bytes(storage))
+    for path in plan.paths:
+        partition, _, name = path.rpartition("/")
+        lock.ensure_valid()
+        table.storage.delete(f"{FOLDER}/{path}")
+        table.storage.delete(f"{FOLDER}/{partition}/.{name}.crc")  # Hadoop's, beside Hudi's
+    lock.ensure_valid()
+    table.storage.create(folder, metadata_bytes(plan, instant, started))
+    logger.info(
+        "metadata table of %s cleaned at %s: %d files", table.base_uri, instant, len(plan.paths)
+    )
+    return instant
 
 
 #: the plan version Hudi 0.15 writes (file names, not paths, in its operations)

@@ -40,7 +40,12 @@ from metadata_table.group_records import (
     run_build_local,
     start_record_workers,
 )
-from metadata_table.hudi_table import HudiMetadataTable, compact_hudi_metadata_table, hudi_status
+from metadata_table.hudi_table import (
+    HudiMetadataTable,
+    HudiUpkeep,
+    hudi_metadata_upkeep,
+    hudi_status,
+)
 from metadata_table.index_types import index_type
 from metadata_table.layout import (
     FILES,
@@ -378,14 +383,12 @@ class PartitionWriter:
         (:func:`metadata_table.hudi_table.hudi_status`), or None when the table has none."""
         return hudi_status(self.table)
 
-    def compact_hudi_metadata_table(self) -> str | None:
-        """Compact Apache Hudi's own metadata table when due, when this process keeps it
-        (:func:`metadata_table.hudi_table.compact_hudi_metadata_table`); the instant or None."""
-        if not keeps_hudi_metadata_table(self.table):
-            return None
-        if not HudiMetadataTable(self.table).present:
-            return None
-        return compact_hudi_metadata_table(self.table)
+    def hudi_metadata_upkeep(self) -> HudiUpkeep:
+        """Compact and clean Apache Hudi's own metadata table when due, when this process keeps
+        it (:func:`metadata_table.hudi_table.hudi_metadata_upkeep`)."""
+        if not keeps_hudi_metadata_table(self.table) or not HudiMetadataTable(self.table).present:
+            return HudiUpkeep()
+        return hudi_metadata_upkeep(self.table)
 
     def oldest_unapplied(self, data_timeline: Timeline) -> str | None:
         """Where archival stops (:meth:`MetadataTable.oldest_unapplied`)."""

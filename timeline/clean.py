@@ -500,7 +500,7 @@ def execute_clean(
         if on_removal is not None:
             on_removal(lock, plan.removal(inflight))
         lock.ensure_valid()
-        completed = timeline.complete(inflight, _metadata(plan, inflight, started))
+        completed = timeline.complete(inflight, metadata_bytes(plan, inflight.timestamp, started))
     seconds = time.monotonic() - started
     logger.info(
         "clean %s deleted %d files in %d partitions (%.2f s)",
@@ -512,8 +512,9 @@ def execute_clean(
     return CleanResult(completed, plan, seconds)
 
 
-def _metadata(plan: CleanPlan, instant: Instant, started: float) -> bytes:
-    """Hudi's ``HoodieCleanMetadata`` of a finished clean."""
+def metadata_bytes(plan: CleanPlan, start_time: str, started: float) -> bytes:
+    """Hudi's ``HoodieCleanMetadata`` of a finished clean at ``start_time`` (its instant time)
+    begun at ``started`` (``time.monotonic()``)."""
     partitions = {
         partition: {
             "partitionPath": partition,
@@ -527,7 +528,7 @@ def _metadata(plan: CleanPlan, instant: Instant, started: float) -> bytes:
     }
     earliest = plan.earliest_to_retain
     record = {
-        "startCleanTime": instant.timestamp,
+        "startCleanTime": start_time,
         "timeTakenInMillis": int((time.monotonic() - started) * 1000),
         "totalFilesDeleted": len(plan.paths),
         "earliestCommitToRetain": earliest.timestamp if earliest is not None else "",
@@ -587,5 +588,6 @@ __all__ = [
     "clean",
     "clean_metadata",
     "execute_clean",
+    "metadata_bytes",
     "schedule_clean",
 ]

@@ -35,7 +35,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from metadata_table.bloom import BloomSizing
-from metadata_table.hudi_table import HudiMetadataTable, apply_commit, compact_hudi_metadata_table
+from metadata_table.hudi_table import (
+    HudiMetadataTable,
+    HudiUpkeep,
+    apply_commit,
+    hudi_metadata_upkeep,
+)
 from metadata_table.layout import BLOOM_FILTERS, RECORD_INDEX
 from metadata_table.maintenance import UpkeepResult, upkeep
 from metadata_table.migrate import LEGACY_FOLDER, has_legacy_index
@@ -205,7 +210,8 @@ class WriteClient:
         self.last_cleans: list[CleanResult] = []
         self.last_archive: ArchiveResult | None = None
         self.last_upkeep: UpkeepResult | None = None
-        self.last_hudi_compaction: str | None = None  # of Hudi's metadata table, after a commit
+        #: what the upkeep of Hudi's metadata table did after the last commit
+        self.last_hudi_upkeep = HudiUpkeep()
 
     def marker_server_url(self) -> str:
         """The marker server to use: the configured one, or one embedded in this client."""
@@ -283,11 +289,11 @@ class WriteClient:
         of one the index has not applied, then the index's own upkeep
         (``indexer.metadata.upkeep.automatic``: compaction by count, replaced files deleted).
         On a table whose Apache Hudi metadata table this writer keeps, the clean goes into that
-        table too, and that table is compacted when due (``<t>001``, before the archival it
-        bounds). A failure is logged, not raised: the commit stands, and the next commit's
+        table too, and that table is compacted and cleaned when due (``<t>001``, ``<t>002``;
+        before the archival its compaction bounds). A failure is logged, not raised: the commit stands, and the next commit's
         services finish or retry it."""
         self.last_cleans, self.last_archive, self.last_upkeep = [], None, None
-        self.last_hudi_compaction = None
+        self.last_hudi_upkeep = HudiUpkeep()
         config, mdt = self.table.config, MetadataTable(self.table)
         try:
             if config.get(CLEAN_AUTOMATIC):
@@ -295,7 +301,7 @@ class WriteClient:
                     self._cleaner = CleanPlanner(self.table)
                 self.last_cleans = clean(self.table, mdt.apply_removal, self._cleaner)
             if self.maintains_hudi_metadata_table():
-                self.last_hudi_compaction = compact_hudi_metadata_table(self.table)
+                self.last_hudi_upkeep = hudi_metadata_upkeep(self.table)
             if config.get(ARCHIVE_AUTOMATIC):
                 self.last_archive = archive(self.table, unapplied=mdt.oldest_unapplied)
             if config.get(INDEX_UPKEEP_AUTOMATIC):

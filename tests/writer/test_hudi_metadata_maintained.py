@@ -227,7 +227,8 @@ def test_our_writer_alone_cleans_compacts_and_archives_with_hudis_metadata_table
     """With default settings (maintain) and only our writer writing, the table stays small as
     under Hudi's writer: our cleans go into Hudi's metadata table (files deleted, their bloom
     filters and column stats as Hudi's tombstones), we compact that table as Hudi does
-    (``<t>001``), and archive the data timeline up to its newest compaction. Hudi then reads the
+    (``<t>001``) and clean its old file slices (``<t>002``), and archive the data timeline up to
+    its newest compaction. Hudi then reads the
     table through its metadata table, tags with its record index, and compacts over ours."""
     hudi_table = HudiTable(str(tmp_path / "t"), extra=INDEXES)
     hudi.write(hudi_table, "insert", make_rows(range(30), ts=1, parts=3))
@@ -236,18 +237,27 @@ def test_our_writer_alone_cleans_compacts_and_archives_with_hudis_metadata_table
     mdt = Path(hudi_table.path) / ".hoodie/metadata/.hoodie"
     with WriteClient(table) as client:
         assert client.maintains_hudi_metadata_table()  # the default
-        compactions, cleaned = [], 0
+        compactions, metadata_cleans, cleaned = [], [], 0
         for n in range(10):
             keys = [(n * 7 + j) % 30 for j in range(5)]
             client.upsert(make_rows(keys, ts=10 + n, parts=3))
             expected |= {k: 10 + n for k in keys}
             cleaned += sum(c.files_deleted for c in client.last_cleans)
-            if client.last_hudi_compaction:
-                compactions.append(client.last_hudi_compaction)
+            if client.last_hudi_upkeep.compaction:
+                compactions.append(client.last_hudi_upkeep.compaction)
+            if client.last_hudi_upkeep.clean:
+                metadata_cleans.append(client.last_hudi_upkeep.clean)
         client.delete(make_rows([3, 4], ts=99, parts=3))
         del expected[3], expected[4]
     assert cleaned > 0 and len(compactions) >= 2, (cleaned, compactions)
     assert all(c.endswith("001") and (mdt / f"{c}.commit").exists() for c in compactions)
+    # its clean (<t>002) leaves each file group its newest two file slices
+    assert metadata_cleans and all((mdt / f"{c}.clean").exists() for c in metadata_cleans)
+    for folder in (mdt.parent / p for p in PARTITIONS):
+        bases: dict[str, set[str]] = {}
+        for f in folder.glob("*.hfile"):
+            bases.setdefault(f.name.split("_")[0], set()).add(f.name.rsplit("_", 1)[1])
+        assert bases and all(len(b) <= 2 for b in bases.values()), bases
     archived = [a.instant.timestamp for a in table.archive().instants()]
     assert archived and max(archived) < compactions[-1]  # never past the newest compaction
     _valid(table)
