@@ -570,8 +570,11 @@ class AsyncIndexer:
         neither holds, a data file whose footer cannot be read, a lag that cannot be known, or
         its files lost) is rebuilt from storage at one snapshot (:meth:`resync`), and the
         instants after that snapshot are applied. Until then readers treat those instants'
-        files as not pruned, or do not use a lost partition. Never stops at a read error."""
+        files as not pruned, or do not use a lost partition. Never stops at a read error.
+        On a table whose Apache Hudi metadata table this process keeps, a compaction or clean
+        of that table an interrupted writer left pending is finished first (or one due run)."""
         self.migrate()
+        self.writer.hudi_metadata_upkeep()
         result = SyncResult()
         # rebuilds and compactions of completed partitions that crashed midway
         self.writer.discard_failed_builds(self.table.reload_index_state().completed, only_dead=True)

@@ -748,11 +748,12 @@ def hudi_metadata_upkeep(table: Table) -> HudiUpkeep:
     every = table.config.get(HUDI_METADATA_COMPACT_EVERY)
     hudi = HudiMetadataTable(table)
     pending = any(s for _, _, s in hudi.instants)
-    if not pending and compaction_due(table, every) is None and clean_due(hudi) is None:
+    if not pending and compaction_due(table, every) is None:
         return HudiUpkeep()
     with table.lock("upkeep of Apache Hudi's metadata table") as lock:
         compacted = compact(table, lock, every)
-        return HudiUpkeep(compacted, clean(table, lock))
+        cleaned = clean(table, lock) if compacted or pending else None
+        return HudiUpkeep(compacted, cleaned)
 
 
 # --- the metadata table's cleaning ------------------------------------------------------------------
@@ -764,14 +765,10 @@ CLEAN_SUFFIX = "002"
 SLICES_KEPT = 2
 
 
-def clean_due(hudi: HudiMetadataTable) -> str | None:
-    """The instant of the clean of the metadata table due now (a compaction completed since
-    the last clean, nothing pending), or None."""
+def _clean_instant(hudi: HudiMetadataTable) -> str | None:
+    """The instant a clean of the metadata table takes now: its newest deltacommit with
+    ``002`` (None when something is pending there)."""
     if any(s for _, _, s in hudi.instants):
-        return None
-    last_compaction = max((t for t, a, s in hudi.instants if a == "commit"), default="")
-    last_clean = max((t for t, a, s in hudi.instants if a == "clean"), default="")
-    if last_compaction <= last_clean:
         return None
     newest = max((t for t, a, _ in hudi.instants if a == "deltacommit"), default=None)
     return None if newest is None else newest + CLEAN_SUFFIX
@@ -808,14 +805,15 @@ def _old_slices(hudi: HudiMetadataTable) -> dict[str, tuple[str, ...]]:
 
 
 def clean(table: Table, lock: LockHandle) -> str | None:
-    """Clean Hudi's metadata table when :func:`clean_due` says so, or finish a clean left
-    pending, under the table lock: the file slices of each file group older than its
-    :data:`SLICES_KEPT` newest go, as Hudi's cleaner of that table does, recorded as Hudi's
+    """Clean Hudi's metadata table (after a compaction, as Hudi's writer does), or finish a
+    clean left pending, under the table lock: the file slices of each file group older than
+    its :data:`SLICES_KEPT` newest go, as Hudi's cleaner of that table does, recorded as Hudi's
     clean action (``<t>002.clean.requested`` with Hudi's Avro ``HoodieCleanerPlan``, then
-    ``<t>002.clean`` with its ``HoodieCleanMetadata``). Returns the instant completed."""
+    ``<t>002.clean`` with its ``HoodieCleanMetadata``); nothing is written when no slice is
+    that old. Returns the instant completed."""
     hudi = HudiMetadataTable(table)
     pending = [t for t, a, s in hudi.instants if a == "clean" and s]
-    instant = pending[0] if pending else clean_due(hudi)
+    instant = pending[0] if pending else _clean_instant(hudi)
     if instant is None:
         return None
     started = time.monotonic()
@@ -828,6 +826,8 @@ def clean(table: Table, lock: LockHandle) -> str | None:
     else:
         newest = instant.removesuffix(CLEAN_SUFFIX)
         plan = CleanPlan("KEEP_LATEST_FILE_VERSIONS", None, newest, _old_slices(hudi))
+        if not plan:
+            return None
         lock.ensure_valid()
         table.storage.create(f"{folder}.requested", plan.to_bytes(storage))
     if not table.storage.exists(f"{folder}.inflight"):
@@ -836,7 +836,9 @@ def clean(table: Table, lock: LockHandle) -> str | None:
         partition, _, name = path.rpartition("/")
         lock.ensure_valid()
         table.storage.delete(f"{FOLDER}/{path}")
-        table.storage.delete(f"{FOLDER}/{partition}/.{name}.crc")  # Hadoop's, beside Hudi's
+        checksum = f"{FOLDER}/{partition}/.{name}.crc"  # Hadoop's, beside Hudi's files
+        if table.storage.exists(checksum):
+            table.storage.delete(checksum)
     lock.ensure_valid()
     table.storage.create(folder, metadata_bytes(plan, instant, started))
     logger.info(
@@ -882,7 +884,8 @@ def _compact_slice(
     path = f"{FOLDER}/{partition}/{name}"
     content = records.base_file(merged.values())
     lock.ensure_valid()
-    table.storage.delete(path)
+    if table.storage.exists(path):  # an interrupted attempt's
+        table.storage.delete(path)
     table.storage.create(path, content)
     return WriteStat(
         file_id=file_id,
