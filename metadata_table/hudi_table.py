@@ -190,20 +190,38 @@ class HudiMetadataTable:
         self, partition: str, piece: FileSlice
     ) -> Iterator[tuple[str, dict[str, Any] | None]]:
         """(key, record) of a slice in merge order; a None record deletes the key."""
+        for row, value in self._raw_cells(partition, piece):
+            key = row.decode()
+            yield key, None if value is None else records.decode(key, value)
+
+    def _raw_cells(self, partition: str, piece: FileSlice) -> Iterator[tuple[bytes, bytes | None]]:
+        """(key, encoded record) of a slice in merge order; a None record deletes the key."""
         folder = f"{FOLDER}/{partition}"
         if piece.base is not None:
             path = f"{folder}/{piece.base}"
-            reader = HFileReader(self.storage.read(path), self.storage.uri(path))
-            for row, value in reader:
-                yield row.decode(), records.decode(row.decode(), value)
+            yield from HFileReader(self.storage.read(path), self.storage.uri(path))
         files = [read_blocks(self.storage.read(f"{folder}/{name}")) for name in piece.logs]
         for block in effective_blocks(files, self.counts):
             if block.block_type == BlockType.HFILE_DATA:
-                for row, value in HFileReader(block.content, f"{folder} ({block.instant_time})"):
-                    yield row.decode(), records.decode(row.decode(), value)
+                yield from HFileReader(block.content, f"{folder} ({block.instant_time})")
             elif block.block_type == BlockType.DELETE:
                 for deleted in block.deletes():
-                    yield str(deleted.record_key), None
+                    yield str(deleted.record_key).encode(), None
+
+    def slice_cells(self, partition: str, piece: FileSlice) -> list[tuple[bytes, bytes]]:
+        """The live records of one file slice as encoded cells in key order, merged as
+        :meth:`slice_records` merges them; a newer record replaces an older one whole in every
+        partition but ``files``, so only those are decoded (a compaction's whole cost else)."""
+        if partition == "files":
+            merged = self.slice_records(partition, piece)
+            return sorted((k.encode(), records.encode(r)) for k, r in merged.items())
+        cells: dict[bytes, bytes] = {}
+        for row, value in self._raw_cells(partition, piece):
+            if value is None:
+                cells.pop(row, None)
+            else:
+                cells[row] = value
+        return sorted(cells.items())
 
     def unapplied(self, timeline: Timeline | None = None) -> list[str]:
         """The completed data instants of ``timeline`` (the table's, loaded, by default) that
@@ -405,6 +423,9 @@ _WRAPPERS = {
 
 # --- our commits, kept in Hudi's metadata table -------------------------------------------------------
 
+#: the partition whose records are high-entropy bytes (compressed by Huffman coding alone)
+DENSE = "bloom_filters"
+
 #: the write token of the files we write (Hudi's pattern: task-stage-attempt)
 LOG_WRITE_TOKEN = "0-0-0"
 
@@ -488,7 +509,7 @@ def _write_deltacommit(
             piece = slices[group]
             content = b""
             if cells.get(group):
-                content += records.log_block(cells[group], instant)
+                content += records.log_block(cells[group], instant, dense=partition == DENSE)
             if gone.get(group):
                 content += records.delete_block(gone[group], partition, instant)
             path = _next_log_file(hudi, partition, piece)
@@ -879,10 +900,10 @@ def _compact_slice(
     partition, file_id = str(op["partitionPath"]), str(op["fileId"])
     prefix = records.FILE_GROUP_PREFIXES[partition]
     piece = FileSlice(_group(file_id, prefix), op["dataFilePath"], tuple(op["deltaFilePaths"]))
-    merged = hudi.slice_records(partition, piece)
+    cells = hudi.slice_cells(partition, piece)
     name = f"{file_id}_{LOG_WRITE_TOKEN}_{instant}.hfile"
     path = f"{FOLDER}/{partition}/{name}"
-    content = records.base_file(merged.values())
+    content = records.base_file_of_cells(cells, dense=partition == DENSE)
     lock.ensure_valid()
     if table.storage.exists(path):  # an interrupted attempt's
         table.storage.delete(path)
@@ -892,7 +913,7 @@ def _compact_slice(
         path=f"{partition}/{name}",
         partition_path=partition,
         prev_commit=str(op["baseInstantTime"]),
-        num_writes=len(merged),
+        num_writes=len(cells),
         total_write_bytes=len(content),
         file_size_in_bytes=len(content),
     )

@@ -9,6 +9,7 @@ each commit upserts ``--batch`` rows (40 updates, 10 inserts by default) with de
 Prints p50 and p95 of each and the ratios (maintain / drop), measured in one run.
 
     python -m scripts.bench.hudi_metadata [--commits 200] [--rows 20000] [--batch 50]
+                                          [--files-only]
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ INDEXES = {
 }
 
 
-def _hudi_table(folder: Path, rows: int) -> Path:
-    """The table as Hudi writes it, metadata table and all (one insert)."""
+def _hudi_table(folder: Path, rows: int, files_only: bool = False) -> Path:
+    """The table as Hudi writes it, metadata table and all (one insert); ``files_only``: its
+    metadata table with Hudi's default partitions (``files`` alone)."""
     from tests.hudi_peer.peer import HudiTable, start_peer
     from tests.hudi_peer.rows import make_rows
 
@@ -42,7 +44,7 @@ def _hudi_table(folder: Path, rows: int) -> Path:
     scratch.mkdir(parents=True)
     peer = start_peer(scratch)
     try:
-        table = HudiTable(str(folder / "source"), extra=INDEXES)
+        table = HudiTable(str(folder / "source"), extra={} if files_only else INDEXES)
         peer.write(table, "bulk_insert", make_rows(range(rows), ts=1, parts=8))
     finally:
         peer.close()
@@ -58,13 +60,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commits", type=int, default=200, help="timed commits per copy")
     parser.add_argument("--rows", type=int, default=20_000, help="rows Hudi writes first")
     parser.add_argument("--batch", type=int, default=50, help="rows per commit (80%% updates)")
+    parser.add_argument(
+        "--files-only",
+        action="store_true",
+        help="Hudi's default metadata table (files alone) instead of every partition",
+    )
     args = parser.parse_args(argv)
     from tests.hudi_peer.rows import make_rows
 
     with tempfile.TemporaryDirectory(prefix="bench-hudi-mdt-") as tmp:
         root = Path(tmp)
         started = time.monotonic()
-        source = _hudi_table(root, args.rows)
+        source = _hudi_table(root, args.rows, args.files_only)
         print(
             f"Hudi wrote {args.rows:,} rows with its metadata table in "
             f"{time.monotonic() - started:.0f} s",
@@ -102,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         compactions = len(list((root / "maintain/.hoodie/metadata/.hoodie").glob("*001.commit")))
     p50 = {m: statistics.median(v) * 1000 for m, v in timed.items()}
     p95 = {m: _percentile(v, 95) * 1000 for m, v in timed.items()}
-    print(f"commits per copy: {args.commits} of {args.batch} rows on {args.rows:,} rows")
+    kept = "files" if args.files_only else "files, column_stats, bloom_filters, record_index"
+    print(f"commits per copy: {args.commits} of {args.batch} rows on {args.rows:,} rows; {kept}")
     print("| Hudi's metadata table | commit p50 | commit p95 |")
     print("|---|---|---|")
     print(

@@ -264,21 +264,28 @@ def _cells(metadata: Iterable[Mapping[str, Any]]) -> list[tuple[bytes, bytes]]:
     return sorted(((str(r["key"]).encode(), encode(r)) for r in metadata), key=lambda c: c[0])
 
 
-def base_file(metadata: Iterable[Mapping[str, Any]]) -> bytes:
+def base_file(metadata: Iterable[Mapping[str, Any]], dense: bool = False) -> bytes:
     """A base HFile of one file group: the records by key (one per key), the schema and the
     first and last keys in its file info, as Hudi's writer leaves them (without the bloom filter
-    of the keys Hudi adds as a meta block, which its metadata readers do not consult)."""
-    cells = _cells(metadata)
+    of the keys Hudi adds as a meta block, which its metadata readers do not consult).
+    ``dense``: the records are bloom filters (see :func:`~timeline.formats.hfile.write_hfile`)."""
+    return base_file_of_cells(_cells(metadata), dense)
+
+
+def base_file_of_cells(cells: list[tuple[bytes, bytes]], dense: bool = False) -> bytes:
+    """:func:`base_file` of records already encoded: (key, value) cells in key order."""
     info = {b"schema": SCHEMA_JSON.encode()}
     if cells:
         info[b"minRecordKey"], info[b"maxRecordKey"] = cells[0][0], cells[-1][0]
-    return write_hfile(cells, info)
+    return write_hfile(cells, info, dense=dense)
 
 
-def log_block(metadata: Iterable[Mapping[str, Any]], instant: str) -> bytes:
+def log_block(metadata: Iterable[Mapping[str, Any]], instant: str, dense: bool = False) -> bytes:
     """An HFile data block of records (a key may repeat) written at ``instant``, as Hudi
-    appends one to a file group's log file."""
-    content = write_hfile(_cells(metadata), {b"schema": SCHEMA_JSON.encode()}, unique=False)
+    appends one to a file group's log file; ``dense``: as in :func:`base_file`."""
+    content = write_hfile(
+        _cells(metadata), {b"schema": SCHEMA_JSON.encode()}, unique=False, dense=dense
+    )
     header = {HeaderKey.INSTANT_TIME: instant, HeaderKey.SCHEMA: SCHEMA_JSON}
     return encode_block(BlockType.HFILE_DATA, header, content)
 
