@@ -686,8 +686,9 @@ class AsyncIndexer:
         commits: what the daemon runs for tables whose writers do not (Apache Hudi's with its
         services off, or ours with them off). Each clean's index update is written in its
         critical section (and, when this process keeps Apache Hudi's own metadata table, that
-        table's too, which is then compacted and cleaned when due); archival stops at the oldest instant the
-        index has not applied (and at that metadata table's newest compaction)."""
+        table's too, which is then compacted and cleaned when due); archival stops at the
+        oldest instant the index has not applied (and at that metadata table's newest
+        compaction)."""
         config = self.table.config
         cleaned = (
             clean(self.table, self.writer.apply_removal) if config.get(CLEAN_AUTOMATIC) else []
