@@ -570,11 +570,8 @@ class AsyncIndexer:
         neither holds, a data file whose footer cannot be read, a lag that cannot be known, or
         its files lost) is rebuilt from storage at one snapshot (:meth:`resync`), and the
         instants after that snapshot are applied. Until then readers treat those instants'
-        files as not pruned, or do not use a lost partition. Never stops at a read error.
-        On a table whose Apache Hudi metadata table this process keeps, a compaction or clean
-        of that table an interrupted writer left pending is finished first (or one due run)."""
+        files as not pruned, or do not use a lost partition. Never stops at a read error."""
         self.migrate()
-        self.writer.hudi_metadata_upkeep()
         result = SyncResult()
         # rebuilds and compactions of completed partitions that crashed midway
         self.writer.discard_failed_builds(self.table.reload_index_state().completed, only_dead=True)
@@ -686,14 +683,13 @@ class AsyncIndexer:
         commits: what the daemon runs for tables whose writers do not (Apache Hudi's with its
         services off, or ours with them off). Each clean's index update is written in its
         critical section (and, when this process keeps Apache Hudi's own metadata table, that
-        table's too, which is then compacted and cleaned when due); archival stops at the
-        oldest instant the index has not applied (and at that metadata table's newest
-        compaction)."""
+        table's too); archival stops at the oldest instant the index has not applied (and at
+        that metadata table's newest compaction). That metadata table's own compaction and
+        clean are its writers' (ours run them after their commits, Hudi's too)."""
         config = self.table.config
         cleaned = (
             clean(self.table, self.writer.apply_removal) if config.get(CLEAN_AUTOMATIC) else []
         )
-        self.writer.hudi_metadata_upkeep()
         archived = None
         if config.get(ARCHIVE_AUTOMATIC):
             archived = archive(self.table, unapplied=self.writer.oldest_unapplied)

@@ -229,9 +229,7 @@ class HudiMetadataTable:
         active instant (what it was initialized or compacted from) with no completed instant
         of its own at their time (Hudi's writer writes one for each, before the data instant
         completes). A writer that does not keep it leaves it so; reads then list storage."""
-        if not self.instants:
-            return []
-        since = self.instants[0][0][:17]
+        since = self.instants[0][0][:17] if self._completed else ""  # (none: nothing vouched)
         data = timeline if timeline is not None else self.table.timeline.load()
         return [
             i.timestamp

@@ -40,12 +40,7 @@ from metadata_table.group_records import (
     run_build_local,
     start_record_workers,
 )
-from metadata_table.hudi_table import (
-    HudiMetadataTable,
-    HudiUpkeep,
-    hudi_metadata_upkeep,
-    hudi_status,
-)
+from metadata_table.hudi_table import hudi_status
 from metadata_table.index_types import index_type
 from metadata_table.layout import (
     FILES,
@@ -77,7 +72,6 @@ from timeline.errors import (
     TableConfigError,
 )
 from timeline.fs_view import FileSystemView, data_file_paths, parquet_file_rows
-from timeline.hudi_metadata import keeps_hudi_metadata_table
 from timeline.index_state import LAYOUT, IndexState
 from timeline.instant import Action, Instant, State, normalize_timestamp
 from timeline.locks import LockHandle
@@ -382,13 +376,6 @@ class PartitionWriter:
         """Apache Hudi's own metadata table as ``indexer status`` shows it
         (:func:`metadata_table.hudi_table.hudi_status`), or None when the table has none."""
         return hudi_status(self.table)
-
-    def hudi_metadata_upkeep(self) -> HudiUpkeep:
-        """Compact and clean Apache Hudi's own metadata table when due, when this process keeps
-        it (:func:`metadata_table.hudi_table.hudi_metadata_upkeep`)."""
-        if not keeps_hudi_metadata_table(self.table) or not HudiMetadataTable(self.table).present:
-            return HudiUpkeep()
-        return hudi_metadata_upkeep(self.table)
 
     def oldest_unapplied(self, data_timeline: Timeline) -> str | None:
         """Where archival stops (:meth:`MetadataTable.oldest_unapplied`)."""

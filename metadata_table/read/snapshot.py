@@ -282,7 +282,17 @@ class IndexedSnapshot:
         hudi = HudiMetadataTable(self.table)
         if not hudi.present:
             return None
-        behind = hudi.unapplied(self.timeline)
+        try:
+            behind = hudi.unapplied(self.timeline)
+            listed = [] if behind else hudi.listing()
+        except Exception as e:  # unreadable (a bad file, a format not read here): storage is
+            logger.warning(  # listed, as for any metadata the reader cannot trust
+                "Apache Hudi's metadata table of %s cannot be read (%s): files are listed from "
+                "storage",
+                self.table.base_uri,
+                e,
+            )
+            return None
         if behind:
             logger.warning(
                 "Apache Hudi's metadata table of %s does not reflect %d completed instant(s) "
@@ -292,7 +302,7 @@ class IndexedSnapshot:
                 ", ".join(behind[:5]),
             )
             return None
-        return hudi.listing
+        return lambda: listed
 
     def list_partitions(self) -> list[str]:
         return self.view.partitions()

@@ -293,6 +293,7 @@ def test_drop_aborts_a_pending_plan(tmp_path: Path, spark: Any) -> None:
         "lag": {},
         "indexing": [],
         "legacy_index": False,
+        "hudi_metadata_table": None,
         "lost": {},
         "unapplied": {},
     }
