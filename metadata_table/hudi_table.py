@@ -1,6 +1,8 @@
-"""Apache Hudi 0.15's own metadata table (``.hoodie/metadata``), read as Hudi's readers read it:
-each partition's latest file slices, their base HFile and the log blocks that count, merged per
-key. The codecs are the kernel's (:mod:`timeline.formats`); this module is the protocol.
+"""Apache Hudi 0.15's own metadata table (``.hoodie/metadata``): read as Hudi's readers read it
+(each partition's latest file slices, their base HFile and the log blocks that count, merged per
+key), and kept as Hudi's writer keeps it (a deltacommit per commit, clean and rollback of ours,
+its compaction ``<t>001`` and clean ``<t>002``). The codecs are the kernel's
+(:mod:`timeline.formats`); this module is the protocol.
 
 What counts, as Hudi 0.15 decides it:
 
