@@ -94,14 +94,33 @@ class HudiMetadataTable:
         self.storage = table.storage
 
     @cached_property
+    def _props(self) -> Mapping[str, str]:
+        return self.table.reload_table_config().props
+
+    @cached_property
     def partitions(self) -> tuple[str, ...]:
         """The partitions Hudi's readers may use (``hoodie.table.metadata.partitions``)."""
-        value = self.table.reload_table_config().props.get(METADATA_PARTITIONS, "")
+        return tuple(p for p in self._props.get(METADATA_PARTITIONS, "").split(",") if p)
+
+    @cached_property
+    def inflight(self) -> tuple[str, ...]:
+        """The partitions being built (``hoodie.table.metadata.partitions.inflight``)."""
+        value = self._props.get(METADATA_PARTITIONS_INFLIGHT, "")
         return tuple(p for p in value.split(",") if p)
 
     @property
     def present(self) -> bool:
         return "files" in self.partitions
+
+    @property
+    def pending(self) -> bool:
+        """Whether an instant of the metadata table is requested or inflight."""
+        return any(state for _, _, state in self.instants)
+
+    @property
+    def last_compaction(self) -> str | None:
+        """The instant of its newest completed compaction (a ``<t>001.commit``), or None."""
+        return max((t for t, a, s in self.instants if a == "commit" and not s), default=None)
 
     @cached_property
     def instants(self) -> tuple[tuple[str, str, str], ...]:
@@ -268,16 +287,15 @@ def hudi_status(table: Table) -> dict[str, Any] | None:
     none): its partitions and their state, the completed data instants it does not reflect,
     its newest compaction and the deltacommits since, and whether this process keeps it."""
     hudi = HudiMetadataTable(table)
-    props = table.reload_table_config().props
-    inflight = [p for p in props.get(METADATA_PARTITIONS_INFLIGHT, "").split(",") if p]
-    if not hudi.partitions and not inflight:
+    if not hudi.partitions and not hudi.inflight:
         return None
-    compacted = max((t for t, a, s in hudi.instants if a == "commit" and not s), default=None)
+    compacted = hudi.last_compaction
     since = [
         t for t, a, s in hudi.instants if a == "deltacommit" and not s and t > (compacted or "")
     ]
     return {
-        "partitions": {p: "completed" for p in hudi.partitions} | {p: "inflight" for p in inflight},
+        "partitions": {p: "completed" for p in hudi.partitions}
+        | {p: "inflight" for p in hudi.inflight},
         "unapplied": hudi.unapplied(),
         "last_compaction": compacted,
         "deltacommits_since_compaction": len(since),
@@ -430,10 +448,9 @@ DENSE = "bloom_filters"
 LOG_WRITE_TOKEN = "0-0-0"
 
 
-def _targets(table: Table, hudi: HudiMetadataTable) -> list[str]:
+def _targets(hudi: HudiMetadataTable) -> list[str]:
     """The partitions a write goes into: the completed ones and those being built."""
-    inflight = table.reload_table_config().props.get(METADATA_PARTITIONS_INFLIGHT, "")
-    return [p for p in (*hudi.partitions, *inflight.split(",")) if p in records.FILE_GROUP_PREFIXES]
+    return [p for p in (*hudi.partitions, *hudi.inflight) if p in records.FILE_GROUP_PREFIXES]
 
 
 def apply_commit(
@@ -453,7 +470,7 @@ def apply_commit(
     Hudi's readers use the blocks once the data instant completes (a rolled-back one never
     does). Returns the log files written."""
     hudi = HudiMetadataTable(table)
-    targets = _targets(table, hudi)
+    targets = _targets(hudi)
     made = commit_records(table, instant, metadata, targets)
     removed: dict[str, list[str]] = {}
     if "record_index" in targets:
@@ -651,7 +668,7 @@ def apply_removal(table: Table, lock: LockHandle, removal: Removal) -> list[str]
     for undone in sorted(removal.rolled_back):
         undo_deltacommit(table, undone, lock)
     hudi = HudiMetadataTable(table)  # listed again: the undo may have deleted log files
-    targets = _targets(table, hudi)
+    targets = _targets(hudi)
     made = removal_records(table, removal, targets)
     return _write_deltacommit(table, hudi, removal.instant.timestamp, targets, made, {}, lock)
 
@@ -669,7 +686,7 @@ def undo_deltacommit(table: Table, instant: str, lock: LockHandle) -> bool:
     timeline = f"{FOLDER}/.hoodie/{instant}.deltacommit"
     lock.ensure_valid()
     table.storage.delete(timeline)
-    for partition in _targets(table, hudi):
+    for partition in _targets(hudi):
         for piece in hudi.slices(partition):
             for name in piece.logs:
                 path = f"{FOLDER}/{partition}/{name}"
@@ -689,21 +706,20 @@ def undo_deltacommit(table: Table, instant: str, lock: LockHandle) -> bool:
 COMPACTION_SUFFIX = "001"
 
 
-def compaction_due(table: Table, every: int) -> str | None:
+def compaction_due(hudi: HudiMetadataTable, every: int) -> str | None:
     """The instant of the compaction Hudi's writer would run on the metadata table now, or None:
     ``every`` deltacommits completed since the last compaction, nothing pending on the metadata
     table, and no data instant pending at or before its newest deltacommit (whose blocks a
     compaction would otherwise fold in or leave out wrongly). The instant is that deltacommit's
     time with ``001``."""
-    hudi = HudiMetadataTable(table)
-    if not hudi.present or any(s for _, _, s in hudi.instants):
+    if not hudi.present or hudi.pending:
         return None
-    last = max((t for t, a, _ in hudi.instants if a == "commit"), default="")
+    last = hudi.last_compaction or ""
     deltas = [t for t, a, _ in hudi.instants if a == "deltacommit" and t > last]
     if len(deltas) < every:
         return None
     newest = deltas[-1]
-    if any(i.timestamp <= newest for i in table.timeline.load().pending()):
+    if any(i.timestamp <= newest for i in hudi.table.timeline.load().pending()):
         return None
     return newest + COMPACTION_SUFFIX
 
@@ -715,7 +731,7 @@ def compact(table: Table, lock: LockHandle, every: int) -> str | None:
     slice with its merged records, then ``<t>001.commit``. Returns the instant completed."""
     hudi = HudiMetadataTable(table)
     pending = [t for t, a, s in hudi.instants if a == "compaction" and s]
-    instant = pending[0] if pending else compaction_due(table, every)
+    instant = pending[0] if pending else compaction_due(hudi, every)
     if instant is None:
         return None
     folder = f"{FOLDER}/.hoodie/{instant}.compaction"
@@ -726,7 +742,7 @@ def compact(table: Table, lock: LockHandle, every: int) -> str | None:
         plan = {
             "operations": [
                 _operation(table, partition, piece)
-                for partition in _targets(table, hudi)
+                for partition in _targets(hudi)
                 for piece in hudi.slices(partition)
                 if piece.logs
             ],
@@ -768,8 +784,8 @@ def hudi_metadata_upkeep(table: Table) -> HudiUpkeep:
     due does not take)."""
     every = table.config.get(HUDI_METADATA_COMPACT_EVERY)
     hudi = HudiMetadataTable(table)
-    pending = any(s for _, _, s in hudi.instants)
-    if not pending and compaction_due(table, every) is None:
+    pending = hudi.pending
+    if not pending and compaction_due(hudi, every) is None:
         return HudiUpkeep()
     with table.lock("upkeep of Apache Hudi's metadata table") as lock:
         compacted = compact(table, lock, every)
@@ -789,7 +805,7 @@ SLICES_KEPT = 2
 def _clean_instant(hudi: HudiMetadataTable) -> str | None:
     """The instant a clean of the metadata table takes now: its newest deltacommit with
     ``002`` (None when something is pending there)."""
-    if any(s for _, _, s in hudi.instants):
+    if hudi.pending:
         return None
     newest = max((t for t, a, _ in hudi.instants if a == "deltacommit"), default=None)
     return None if newest is None else newest + CLEAN_SUFFIX

@@ -492,8 +492,10 @@ def build_parser() -> argparse.ArgumentParser:
             "KEEP_LATEST_COMMITS with hoodie.cleaner.commits.retained=10 by default; never a "
             "version a savepoint, a pending write or a snapshot opened within "
             "indexer.clean.grace.seconds can read), as a clean instant in Apache Hudi's format. "
-            "The table's index, if it has one, is updated inside each critical section. A table "
-            "with Apache Hudi's own metadata table is left to Hudi's cleaner."
+            "The table's index, if it has one, is updated inside each critical section, and so is "
+            "Apache Hudi's own metadata table when the table has one "
+            "(indexer.write.hudi_metadata_table=maintain, the default; with drop or refuse such "
+            "a table is left to Hudi's cleaner)."
         ),
     )
     clean.add_argument("base", help="table base path")
