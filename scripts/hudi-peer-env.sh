@@ -9,6 +9,8 @@
 #     Spark 3.5 bundle (hudi-spark3.5-bundle_2.12) holds the writer, readers, table services and
 #     the async indexer's write-client calls.
 #   pyspark 3.5.1: the Spark version Hudi 0.15.0 is built against (3.5.2+ changed APIs it uses).
+#   hudi-aws 0.15.0 with its DynamoDB lock client and AWS SDK (scripts/hudi-peer/aws-lock.pom.xml):
+#     Hudi's DynamoDBBasedLockProvider, which the bundle does not hold.
 #
 # Writes $VENV/hudi-peer.json (python, jars, java_home, versions) last, so a half-built environment
 # is never taken for a built one. Environment: HUDI_PEER_VENV, HUDI_PEER_JARS_DIR (absolute, or
@@ -24,7 +26,9 @@ JARS_DIR=${HUDI_PEER_JARS_DIR:-.cache/hudi-jars}
 PYTHON=${PYTHON:-python3}
 MANIFEST="$VENV/hudi-peer.json"
 BUNDLE_JAR="$JARS_DIR/$BUNDLE_ARTIFACT-$HUDI_VERSION.jar"
-want="hudi $HUDI_VERSION pyspark $PYSPARK_VERSION"
+AWS_POM=scripts/hudi-peer/aws-lock.pom.xml
+AWS_DIR="$JARS_DIR/aws-lock"
+want="hudi $HUDI_VERSION pyspark $PYSPARK_VERSION aws-lock $(cksum <"$AWS_POM" | cut -d' ' -f1)"
 
 if [ -f "$MANIFEST" ] && [ -f "$BUNDLE_JAR" ] && grep -q "\"pins\": \"$want\"" "$MANIFEST"; then
   exit 0
@@ -67,9 +71,20 @@ fi
 
 # the manifest names absolute paths: a relative one is the project's (this script's parent)
 absolute() { case $1 in /*) printf '%s' "$1" ;; *) printf '%s/%s' "$(pwd)" "$1" ;; esac; }
+
+rm -rf "$AWS_DIR"
+if ! mvn -B -Dstyle.color=never --strict-checksums -f "$AWS_POM" dependency:copy-dependencies \
+  "-DoutputDirectory=$(absolute "$AWS_DIR")" >"$JARS_DIR/maven-aws.log" 2>&1; then
+  tail -n 30 "$JARS_DIR/maven-aws.log" >&2
+  echo "Maven could not fetch Hudi's DynamoDB lock provider ($AWS_POM; log: $JARS_DIR/maven-aws.log)" >&2
+  exit 1
+fi
+
+jars="\"$(absolute "$BUNDLE_JAR")\""
+for jar in "$AWS_DIR"/*.jar; do jars="$jars, \"$(absolute "$jar")\""; done
 cat >"$MANIFEST.tmp" <<JSON
 {"pins": "$want", "hudi": "$HUDI_VERSION", "pyspark": "$PYSPARK_VERSION",
- "python": "$(absolute "$VENV")/bin/python", "jars": ["$(absolute "$BUNDLE_JAR")"], "java_home": "$java_home"}
+ "python": "$(absolute "$VENV")/bin/python", "jars": [$jars], "java_home": "$java_home"}
 JSON
 mv "$MANIFEST.tmp" "$MANIFEST"
 echo "Apache Hudi peer environment ready in $(( $(date +%s) - started )) s ($(du -sh "$VENV" | cut -f1) venv, $(du -sh "$JARS_DIR" | cut -f1) jars)"

@@ -84,7 +84,9 @@ HUDI_LOCK_PROVIDER: ConfigKey[str] = _key(
         "Take the table lock by the protocol of Apache Hudi's lock provider of this class name, "
         "so that our commits and Hudi's writers exclude each other: "
         "org.apache.hudi.client.transaction.lock.FileSystemBasedLockProvider (a lock file, "
-        "hoodie.write.lock.filesystem.*). Empty: indexer.lock.url.",
+        "hoodie.write.lock.filesystem.*) or "
+        "org.apache.hudi.aws.transaction.lock.DynamoDBBasedLockProvider (an item in a DynamoDB "
+        "table, hoodie.write.lock.dynamodb.*). Empty: indexer.lock.url.",
     )
 )
 HUDI_LOCK_FILESYSTEM_PATH: ConfigKey[str] = _key(
@@ -105,6 +107,95 @@ HUDI_LOCK_FILESYSTEM_EXPIRE: ConfigKey[int] = _key(
         lambda v: v >= 0,
         "must be 0 or more",
     )
+)
+HUDI_LOCK_DYNAMODB_TABLE: ConfigKey[str] = _key(
+    ConfigKey(
+        "hoodie.write.lock.dynamodb.table",
+        str,
+        "",
+        "DynamoDB table of Hudi's DynamoDB lock (created on first use, as Hudi creates it); the "
+        "one Hudi's writers name. Required with DynamoDBBasedLockProvider.",
+    )
+)
+HUDI_LOCK_DYNAMODB_PARTITION_KEY: ConfigKey[str] = _key(
+    ConfigKey(
+        "hoodie.write.lock.dynamodb.partition_key",
+        str,
+        "",
+        "The lock's item in that table (one per Hudi table). Empty: the table's name "
+        "(hoodie.table.name), Hudi's default.",
+    )
+)
+HUDI_LOCK_DYNAMODB_REGION: ConfigKey[str] = _key(
+    ConfigKey(
+        "hoodie.write.lock.dynamodb.region",
+        str,
+        "",
+        "AWS region of the lock table. Empty: AWS_REGION from the environment, else us-east-1.",
+    )
+)
+HUDI_LOCK_DYNAMODB_ENDPOINT: ConfigKey[str] = _key(
+    ConfigKey(
+        "hoodie.write.lock.dynamodb.endpoint_url",
+        str,
+        "",
+        "DynamoDB endpoint (a local DynamoDB or moto server). Empty: the region's.",
+    )
+)
+HUDI_LOCK_DYNAMODB_BILLING: ConfigKey[str] = _key(
+    ConfigKey(
+        "hoodie.write.lock.dynamodb.billing_mode",
+        str,
+        "PAY_PER_REQUEST",
+        "Billing of a lock table created here: PAY_PER_REQUEST or PROVISIONED.",
+        lambda v: v in ("PAY_PER_REQUEST", "PROVISIONED"),
+        "must be PAY_PER_REQUEST or PROVISIONED",
+    )
+)
+HUDI_LOCK_DYNAMODB_READ_CAPACITY: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.write.lock.dynamodb.read_capacity",
+        int,
+        20,
+        "Read capacity units of a PROVISIONED lock table created here.",
+        _positive,
+        "must be positive",
+    )
+)
+HUDI_LOCK_DYNAMODB_WRITE_CAPACITY: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.write.lock.dynamodb.write_capacity",
+        int,
+        10,
+        "Write capacity units of a PROVISIONED lock table created here.",
+        _positive,
+        "must be positive",
+    )
+)
+HUDI_LOCK_DYNAMODB_CREATION_TIMEOUT_MS: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.write.lock.dynamodb.table_creation_timeout",
+        int,
+        120_000,
+        "How long to wait, in ms, for a lock table created here to become active.",
+        _positive,
+        "must be positive",
+    )
+)
+HUDI_AWS_ACCESS_KEY: ConfigKey[str] = _key(
+    ConfigKey(
+        "hoodie.aws.access.key",
+        str,
+        "",
+        "AWS access key for Hudi's DynamoDB lock. Empty: botocore's default credential chain "
+        "(environment, profile, instance role).",
+    )
+)
+HUDI_AWS_SECRET_KEY: ConfigKey[str] = _key(
+    ConfigKey("hoodie.aws.secret.key", str, "", "AWS secret key for Hudi's DynamoDB lock.")
+)
+HUDI_AWS_SESSION_TOKEN: ConfigKey[str] = _key(
+    ConfigKey("hoodie.aws.session.token", str, "", "AWS session token for Hudi's DynamoDB lock.")
 )
 LOCK_WAIT_MS: ConfigKey[int] = _key(
     ConfigKey(

@@ -9,8 +9,6 @@ from timeline.archived import ArchivedInstant, ArchivedTimeline
 from timeline.config import (
     FAILED_WRITES_POLICY,
     HEARTBEAT_TOLERABLE_MISSES,
-    HUDI_LOCK_FILESYSTEM_EXPIRE,
-    HUDI_LOCK_FILESYSTEM_PATH,
     HUDI_LOCK_PROVIDER,
     LOCK_URL,
     Config,
@@ -222,13 +220,7 @@ class Table:
                     "(a lock only this project takes), not both",
                 )
             self._lock_provider = (
-                hudi_lock_provider(
-                    hudi,
-                    self.storage,
-                    config.get(HUDI_LOCK_FILESYSTEM_PATH),
-                    config.get(HUDI_LOCK_FILESYSTEM_EXPIRE),
-                    lease,
-                )
+                hudi_lock_provider(hudi, self.storage, config, self._table_config.name, lease)
                 if hudi
                 else lock_provider_for(config.get(LOCK_URL), self.storage, lease_seconds=lease)
             )

@@ -72,6 +72,7 @@ class Peer:
         self.jars = jars
         self.master = master
         self._spark: Any = None
+        self.locks: dict[str, Any] = {}  # held lock providers by table path (op_lock)
 
     @property
     def spark(self) -> Any:
@@ -95,6 +96,22 @@ class Peer:
         return self.spark._jvm
 
     # -- helpers over Hudi's Java API (py4j) --------------------------------------------------
+
+    def gateway_classes(self, *names: str) -> Any:
+        """A Java Class[] of these class names (for Hudi's ReflectionUtils)."""
+        gateway = self.spark.sparkContext._gateway
+        array = gateway.new_array(self.jvm.java.lang.Class, len(names))
+        for i, name in enumerate(names):
+            array[i] = self.jvm.java.lang.Class.forName(name)
+        return array
+
+    def gateway_objects(self, *values: Any) -> Any:
+        """A Java Object[] of these objects."""
+        gateway = self.spark.sparkContext._gateway
+        array = gateway.new_array(self.jvm.java.lang.Object, len(values))
+        for i, value in enumerate(values):
+            array[i] = value
+        return array
 
     def meta_client(self, path: str) -> Any:
         jvm = self.jvm
@@ -458,6 +475,52 @@ def op_index_here(peer: Peer, request: dict[str, Any]) -> dict[str, Any]:
     return {"built": built, "index_seconds": time.monotonic() - started}
 
 
+def op_lock(peer: Peer, request: dict[str, Any]) -> dict[str, Any]:
+    """{path, action: "acquire"|"release", options, wait_ms?}: takes or gives up the table's lock
+    with the lock provider Hudi's writers use (``hoodie.write.lock.provider`` in options), as
+    Hudi's LockManager does around a commit: the provider's tryLock(wait_ms) (default 0). Answers
+    whether it was granted. One held lock per table path."""
+    path = _required(request, "path")
+    action = _required(request, "action")
+    jvm = peer.jvm
+    if action == "release":
+        provider = peer.locks.pop(path, None)
+        if provider is None:
+            raise RequestError(f"lock release: no lock held on {path}")
+        provider.unlock()
+        provider.close()
+        return {"released": True}
+    if action != "acquire":
+        raise RequestError(f"lock: unknown action {action!r} (acquire, release)")
+    if path in peer.locks:
+        raise RequestError(f"lock acquire: a lock is held on {path} already")
+    props = jvm.java.util.Properties()
+    for key, value in _options(request).items():
+        props.setProperty(key, str(value))
+    provider_class = props.getProperty("hoodie.write.lock.provider")
+    if not provider_class:
+        raise RequestError("lock acquire: options need hoodie.write.lock.provider")
+    conf = jvm.org.apache.hudi.storage.hadoop.HadoopStorageConfiguration(
+        peer.spark._jsc.hadoopConfiguration()
+    )
+    lock_config = jvm.org.apache.hudi.common.config.LockConfiguration(props)
+    provider = jvm.org.apache.hudi.common.util.ReflectionUtils.loadClass(
+        provider_class,
+        peer.gateway_classes(
+            "org.apache.hudi.common.config.LockConfiguration",
+            "org.apache.hudi.storage.StorageConfiguration",
+        ),
+        peer.gateway_objects(lock_config, conf),
+    )
+    unit = jvm.java.util.concurrent.TimeUnit.MILLISECONDS
+    granted = bool(provider.tryLock(int(request.get("wait_ms", 0)), unit))
+    if granted:
+        peer.locks[path] = provider
+    else:
+        provider.close()
+    return {"granted": granted}
+
+
 OPS: dict[str, Callable[[Peer, dict[str, Any]], dict[str, Any]]] = {
     "ping": op_ping,
     "write": op_write,
@@ -466,6 +529,7 @@ OPS: dict[str, Callable[[Peer, dict[str, Any]], dict[str, Any]]] = {
     "service": op_service,
     "index": op_index,
     "index_here": op_index_here,
+    "lock": op_lock,
 }
 
 

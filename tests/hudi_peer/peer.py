@@ -132,6 +132,8 @@ class HudiPeer:
         }
         env["HUDI_PEER_JARS"] = os.pathsep.join(self.manifest["jars"])
         env["JAVA_HOME"] = self.manifest["java_home"]
+        # Hudi 0.15's DynamoDB lock client takes its region from here only (not from its config)
+        env.setdefault("AWS_REGION", "us-east-1")
         env["PATH"] = f"{self.manifest['java_home']}/bin{os.pathsep}{env.get('PATH', '')}"
         return env
 
@@ -227,6 +229,18 @@ class HudiPeer:
             return pq.read_table(output)
         finally:
             os.remove(output)
+
+    def lock(self, table: HudiTable, *, wait_ms: int = 0) -> bool:
+        """Takes the table's lock with the provider Hudi's writers use (the table's
+        ``hoodie.write.lock.*`` options), as Hudi's lock manager does before a commit: whether it
+        was granted within ``wait_ms``. Held until :meth:`unlock`."""
+        answer = self.request(
+            "lock", path=table.path, action="acquire", options=table.options(), wait_ms=wait_ms
+        )
+        return bool(answer["granted"])
+
+    def unlock(self, table: HudiTable) -> None:
+        self.request("lock", path=table.path, action="release")
 
     def instants(self, table: HudiTable) -> list[dict[str, str]]:
         """Hudi's active timeline: ``{timestamp, action, state}``, oldest first."""

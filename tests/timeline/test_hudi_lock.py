@@ -135,9 +135,12 @@ def test_hudis_config_keys_choose_it(tmp_path: Path) -> None:
         _ = table(
             **{"hoodie.write.lock.provider": HUDI_PROVIDER_CLASS, "indexer.lock.url": "inprocess"}
         ).lock_provider
-    with pytest.raises(ConfigError, match="DynamoDB"):
+    with pytest.raises(ConfigError, match="DynamoDBBasedLockProvider"):  # the supported ones
         hudi_lock_provider(
-            "org.apache.hudi.aws.transaction.lock.DynamoDBBasedLockProvider", Storage(str(tmp_path))
+            "org.apache.hudi.client.transaction.lock.ZookeeperBasedLockProvider",
+            Storage(str(tmp_path)),
+            Config.resolve(explicit={}),
+            "t",
         )
 
 

@@ -11,8 +11,9 @@ lock URL                          provider
 ``inprocess``                     :class:`InProcessLockProvider` (threads of one process)
 ================================= ============================================================
 
-With ``hoodie.write.lock.provider`` set to Apache Hudi's class name, the lock is taken by that
-provider's protocol instead, shared with Hudi's writers (:mod:`timeline.locks.hudi_filesystem`).
+With ``hoodie.write.lock.provider`` set to one of Apache Hudi's class names, the lock is taken by
+that provider's protocol instead, shared with Hudi's writers: its lock file
+(:mod:`timeline.locks.hudi_filesystem`) or its DynamoDB item (:mod:`timeline.locks.hudi_dynamodb`).
 
 Without a URL: a local table uses the SQLite file at :func:`default_sqlite_url`; a table on any
 other storage uses ``storage`` (SQLite on one host cannot coordinate writers on several hosts).
@@ -20,6 +21,24 @@ other storage uses ``storage`` (SQLite on one host cannot coordinate writers on 
 
 from __future__ import annotations
 
+import os
+
+from timeline.config import (
+    HUDI_AWS_ACCESS_KEY,
+    HUDI_AWS_SECRET_KEY,
+    HUDI_AWS_SESSION_TOKEN,
+    HUDI_LOCK_DYNAMODB_BILLING,
+    HUDI_LOCK_DYNAMODB_CREATION_TIMEOUT_MS,
+    HUDI_LOCK_DYNAMODB_ENDPOINT,
+    HUDI_LOCK_DYNAMODB_PARTITION_KEY,
+    HUDI_LOCK_DYNAMODB_READ_CAPACITY,
+    HUDI_LOCK_DYNAMODB_REGION,
+    HUDI_LOCK_DYNAMODB_TABLE,
+    HUDI_LOCK_DYNAMODB_WRITE_CAPACITY,
+    HUDI_LOCK_FILESYSTEM_EXPIRE,
+    HUDI_LOCK_FILESYSTEM_PATH,
+    Config,
+)
 from timeline.errors import ConfigError
 from timeline.locks.base import (
     DEFAULT_LEASE_SECONDS,
@@ -28,6 +47,11 @@ from timeline.locks.base import (
     LockHandle,
     LockProvider,
     default_owner,
+)
+from timeline.locks.hudi_dynamodb import (
+    HUDI_DYNAMODB_PROVIDER_CLASS,
+    DynamoDBLockSettings,
+    HudiDynamoDBLockProvider,
 )
 from timeline.locks.hudi_filesystem import HUDI_PROVIDER_CLASS, HudiFileSystemLockProvider
 from timeline.locks.inprocess import InProcessLockProvider
@@ -38,6 +62,7 @@ from timeline.storage import Storage
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
     "DEFAULT_TIMEOUT_SECONDS",
+    "HudiDynamoDBLockProvider",
     "HudiFileSystemLockProvider",
     "InProcessLockProvider",
     "Lease",
@@ -82,22 +107,42 @@ def lock_provider_for(
 def hudi_lock_provider(
     class_name: str,
     table_storage: Storage,
-    folder: str = "",
-    expire_minutes: int = 0,
+    config: Config,
+    table_name: str,
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
 ) -> LockProvider:
     """The provider that takes the lock as Apache Hudi's ``class_name`` does
-    (``hoodie.write.lock.provider``), lock files in ``folder`` (a URI or path; empty: the
-    table's ``.hoodie``)."""
+    (``hoodie.write.lock.provider``), from Hudi's own keys in ``config``: a lock file in
+    ``hoodie.write.lock.filesystem.path`` (empty: the table's ``.hoodie``), or the item
+    ``hoodie.write.lock.dynamodb.partition_key`` (empty: ``table_name``) of a DynamoDB table."""
     if class_name == HUDI_PROVIDER_CLASS:
+        folder = config.get(HUDI_LOCK_FILESYSTEM_PATH)
+        expire = config.get(HUDI_LOCK_FILESYSTEM_EXPIRE)
         if not folder:
-            return HudiFileSystemLockProvider(
-                table_storage, ".hoodie", expire_minutes, lease_seconds
-            )
+            return HudiFileSystemLockProvider(table_storage, ".hoodie", expire, lease_seconds)
         storage = Storage(folder, table_storage.options)
-        return HudiFileSystemLockProvider(storage, "", expire_minutes, lease_seconds)
+        return HudiFileSystemLockProvider(storage, "", expire, lease_seconds)
+    if class_name == HUDI_DYNAMODB_PROVIDER_CLASS:
+        settings = DynamoDBLockSettings(
+            table=config.get(HUDI_LOCK_DYNAMODB_TABLE),
+            partition_key=config.get(HUDI_LOCK_DYNAMODB_PARTITION_KEY) or table_name,
+            region=config.get(HUDI_LOCK_DYNAMODB_REGION)
+            or os.environ.get("AWS_REGION")
+            or "us-east-1",
+            endpoint_url=config.get(HUDI_LOCK_DYNAMODB_ENDPOINT),
+            billing_mode=config.get(HUDI_LOCK_DYNAMODB_BILLING),
+            read_capacity=config.get(HUDI_LOCK_DYNAMODB_READ_CAPACITY),
+            write_capacity=config.get(HUDI_LOCK_DYNAMODB_WRITE_CAPACITY),
+            table_creation_timeout_seconds=config.get(HUDI_LOCK_DYNAMODB_CREATION_TIMEOUT_MS)
+            / 1000,
+            access_key=config.get(HUDI_AWS_ACCESS_KEY),
+            secret_key=config.get(HUDI_AWS_SECRET_KEY),
+            session_token=config.get(HUDI_AWS_SESSION_TOKEN),
+        )
+        return HudiDynamoDBLockProvider(settings, lease_seconds)
     raise ConfigError(
         "hoodie.write.lock.provider",
         f"{class_name!r} is not a lock provider this kernel can share with Apache Hudi's "
-        f"writers; supported: {HUDI_PROVIDER_CLASS} (or leave it empty and set indexer.lock.url)",
+        f"writers; supported: {HUDI_PROVIDER_CLASS}, {HUDI_DYNAMODB_PROVIDER_CLASS} (or leave "
+        "it empty and set indexer.lock.url)",
     )
