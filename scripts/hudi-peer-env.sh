@@ -28,7 +28,8 @@ MANIFEST="$VENV/hudi-peer.json"
 BUNDLE_JAR="$JARS_DIR/$BUNDLE_ARTIFACT-$HUDI_VERSION.jar"
 AWS_POM=scripts/hudi-peer/aws-lock.pom.xml
 AWS_DIR="$JARS_DIR/aws-lock"
-want="hudi $HUDI_VERSION pyspark $PYSPARK_VERSION aws-lock $(cksum <"$AWS_POM" | cut -d' ' -f1)"
+pom_sum=$(cksum <"$AWS_POM" | cut -d' ' -f1)
+want="hudi $HUDI_VERSION pyspark $PYSPARK_VERSION aws-lock $pom_sum"
 
 if [ -f "$MANIFEST" ] && [ -f "$BUNDLE_JAR" ] && grep -q "\"pins\": \"$want\"" "$MANIFEST"; then
   exit 0
@@ -72,12 +73,15 @@ fi
 # the manifest names absolute paths: a relative one is the project's (this script's parent)
 absolute() { case $1 in /*) printf '%s' "$1" ;; *) printf '%s/%s' "$(pwd)" "$1" ;; esac; }
 
-rm -rf "$AWS_DIR"
-if ! mvn -B -Dstyle.color=never --strict-checksums -f "$AWS_POM" dependency:copy-dependencies \
-  "-DoutputDirectory=$(absolute "$AWS_DIR")" >"$JARS_DIR/maven-aws.log" 2>&1; then
-  tail -n 30 "$JARS_DIR/maven-aws.log" >&2
-  echo "Maven could not fetch Hudi's DynamoDB lock provider ($AWS_POM; log: $JARS_DIR/maven-aws.log)" >&2
-  exit 1
+if [ "$(cat "$AWS_DIR/.pom-cksum" 2>/dev/null)" != "$pom_sum" ]; then
+  rm -rf "$AWS_DIR"
+  if ! mvn -B -Dstyle.color=never --strict-checksums -f "$AWS_POM" dependency:copy-dependencies \
+    "-DoutputDirectory=$(absolute "$AWS_DIR")" >"$JARS_DIR/maven-aws.log" 2>&1; then
+    tail -n 30 "$JARS_DIR/maven-aws.log" >&2
+    echo "Maven could not fetch Hudi's DynamoDB lock provider ($AWS_POM; log: $JARS_DIR/maven-aws.log)" >&2
+    exit 1
+  fi
+  echo "$pom_sum" >"$AWS_DIR/.pom-cksum"
 fi
 
 jars="\"$(absolute "$BUNDLE_JAR")\""

@@ -34,7 +34,10 @@ def test_the_manifest_names_absolute_paths_that_exist(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     manifest = json.loads((venv / "hudi-peer.json").read_text())
     assert manifest["python"] == str(python)
-    assert manifest["jars"] == [str(jars / "hudi-spark3.5-bundle_2.12-0.15.0.jar")]
+    assert manifest["jars"][0] == str(jars / "hudi-spark3.5-bundle_2.12-0.15.0.jar")
+    # then Hudi's DynamoDB lock provider and what it needs, fetched beside it
+    assert any(Path(p).name == "hudi-aws-0.15.0.jar" for p in manifest["jars"])
+    assert all(Path(p).parent == jars / "aws-lock" for p in manifest["jars"][1:])
     assert all(Path(p).is_file() for p in [manifest["python"], *manifest["jars"]])
 
     # relative: to the project's folder, made absolute
