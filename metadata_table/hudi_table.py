@@ -30,7 +30,7 @@ import logging
 import re
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
@@ -236,13 +236,42 @@ class HudiMetadataTable:
         if partition == "files":
             merged = self.slice_records(partition, piece)
             return sorted((k.encode(), records.encode(r)) for k, r in merged.items())
+        return sorted(self._live_cells(partition, piece).items())
+
+    def _live_cells(
+        self, partition: str, piece: FileSlice, wanted: Callable[[bytes], bool] | None = None
+    ) -> dict[bytes, bytes]:
+        """The live encoded records of one slice of a partition other than ``files`` (a newer
+        record replaces an older one whole, a delete removes it), of the keys ``wanted``
+        accepts (all by default)."""
         cells: dict[bytes, bytes] = {}
         for row, value in self._raw_cells(partition, piece):
+            if wanted is not None and not wanted(row):
+                continue
             if value is None:
                 cells.pop(row, None)
             else:
                 cells[row] = value
-        return sorted(cells.items())
+        return cells
+
+    def select(
+        self,
+        partition: str,
+        wanted: Callable[[bytes], bool],
+        groups: Iterable[int] | None = None,
+    ) -> dict[str, dict[str, Any]]:
+        """The live records of ``partition`` (not ``files``) whose keys ``wanted`` accepts, by
+        key, decoding only those; of the file groups ``groups`` alone when given (the groups
+        :func:`~timeline.formats.metadata_records.file_group_index` puts the keys in)."""
+        chosen = None if groups is None else set(groups)
+        out: dict[str, dict[str, Any]] = {}
+        for piece in self.slices(partition):
+            if chosen is not None and piece.file_group not in chosen:
+                continue
+            for row, value in self._live_cells(partition, piece, wanted).items():
+                key = row.decode()
+                out[key] = records.decode(key, value)
+        return out
 
     def unapplied(self, timeline: Timeline | None = None) -> list[str]:
         """The completed data instants of ``timeline`` (the table's, loaded, by default) that

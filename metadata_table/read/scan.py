@@ -60,6 +60,8 @@ from metadata_table.layout import (
     RECORD_INDEX,
 )
 from metadata_table.read.filters import And, Compare, Expr, In, IsNull, Or, parse_filter
+from metadata_table.read.hudi_index import SERVED as HUDI_SERVED
+from metadata_table.read.hudi_index import SOURCE as HUDI_SOURCE
 from metadata_table.read.rows import COMMIT_TIME, RowRead, read_rows
 from metadata_table.read.rows import engine as row_engine
 from metadata_table.read.snapshot import IndexedSnapshot
@@ -474,6 +476,9 @@ class TableScan:
             f"  files: {plan.kept} of {plan.total} read, {plan.total - plan.kept} skipped",
             f"  listed by: {self.snapshot.listed_by}",
         ]
+        from_hudi = [p for p in HUDI_SERVED if self.snapshot.from_hudi(p)]
+        if from_hudi:
+            lines.append(f"  indexes from: {HUDI_SOURCE} ({', '.join(from_hudi)})")
         for index, count in plan.dropped.items():
             extra = ""
             if index == PARTITION_STATS:

@@ -70,6 +70,8 @@ from metadata_table.read.filters import (
     parse_filter,
     row_literal,
 )
+from metadata_table.read.hudi_index import SERVED as HUDI_SERVED
+from metadata_table.read.hudi_index import HudiIndex
 from metadata_table.read.kept import KeptFilters
 from metadata_table.read.keyed import KeyedLookup
 from metadata_table.reader import MetadataReader
@@ -192,8 +194,26 @@ class IndexedSnapshot:
         return MetadataTable(self.table).reader(self.timeline)
 
     def uses(self, partition: str) -> bool:
-        """Whether reads use ``partition``: completed, and its files are there."""
-        return partition in self.completed and self.lost(partition) is None
+        """Whether reads use ``partition``: completed, and its files are there; or, where ours
+        is not completed, Apache Hudi's metadata table has it (:attr:`hudi_index`)."""
+        if partition in self.completed:
+            return self.lost(partition) is None
+        return self.from_hudi(partition)
+
+    @cached_property
+    def hudi_index(self) -> HudiIndex | None:
+        """Apache Hudi's metadata table as the index of the partitions ours has not completed
+        (:mod:`.hudi_index`), or None."""
+        wanted = [p for p in HUDI_SERVED if p not in self.completed]
+        if not wanted:
+            return None
+        return HudiIndex.open(self.table, self.timeline, wanted, lambda: self.table_schema)
+
+    def from_hudi(self, partition: str) -> bool:
+        """Whether reads use ``partition`` of Apache Hudi's metadata table (not ours)."""
+        if partition in self.completed or partition not in HUDI_SERVED:
+            return False
+        return self.hudi_index is not None and partition in self.hudi_index.partitions
 
     def lost(self, partition: str) -> str | None:
         """Why a completed partition cannot be used (warned once), or None."""
@@ -212,7 +232,9 @@ class IndexedSnapshot:
     def unapplied(self, partition: str) -> list[Instant]:
         """Completed data instants a completed ``partition`` does not reflect (warned once)."""
         if partition not in self._unapplied:
-            behind = self.reader.unapplied(partition) if self.uses(partition) else []
+            # (Hudi's metadata table is used only when it reflects every completed instant)
+            ours = partition in self.completed and self.uses(partition)
+            behind = self.reader.unapplied(partition) if ours else []
             if behind:
                 logger.warning(
                     "metadata partition %s of %s does not reflect %d completed instant(s) (%s): "
@@ -317,7 +339,12 @@ class IndexedSnapshot:
         self, columns: Sequence[str] | None = None, files: Iterable[str] | None = None
     ) -> pa.Table:
         """Column stats records (merged, live) for some columns and files (``partition/name``)."""
-        if columns:
+        if self.from_hudi(COLUMN_STATS):
+            assert self.hudi_index is not None
+            names = columns or self.table_schema.names
+            tables = [self.hudi_index.column_records(c, self._partitions[0]) for c in names]
+            stats = pa.concat_tables(tables)
+        elif columns:
             tables = [self.reader.read(COLUMN_STATS, prefix=column_prefix(c)) for c in columns]
             stats = pa.concat_tables(tables)
         else:
@@ -347,6 +374,10 @@ class IndexedSnapshot:
         """One column's live stats records with each file's ``path``, read once per snapshot:
         the fields :func:`_aligned` uses, and of min and max only the field of the value kind
         the files' statistics say every record has (all fields when they do not say)."""
+        if column not in self._column_tables and self.from_hudi(COLUMN_STATS):
+            assert self.hudi_index is not None
+            records = self.hudi_index.column_records(column, self._partitions[0])
+            self._column_tables[column] = _with_paths(records)
         if column not in self._column_tables:
             prefix = column_prefix(column)
             kinds = self.reader.column_values(COLUMN_STATS, prefix, "value_type")
@@ -450,11 +481,10 @@ class IndexedSnapshot:
         elif exact:
             unused[BLOOM_FILTERS] = "record_index answered the record keys exactly"
         else:
-            blooms = self._listing_blooms(listing)
             behind_bf = self._unapplied_times(BLOOM_FILTERS)
             # the filters of the files still kept alone: a slice an index before dropped stays
             # dropped whatever its filters answer
-            mask = blooms.might_contain_any([hash_value(k) for k in keys], only=stages.keep)
+            mask = self._bloom_keep(listing, keys, stages.keep)
             mask = mask | listing.written_by(behind_bf)
             if RECORD_INDEX in stages.dropped:  # it answered outside the partitions it lags in
                 mask = mask | ~listing.in_partitions(self.record_index_touched())
@@ -1060,7 +1090,11 @@ class IndexedSnapshot:
                 self.table.storage.uri(METADATA_FOLDER), "record_index is not completed"
             )
         asked = keys if isinstance(keys, pa.Array) else pa.array(list(keys), pa.string())
-        found = self.record_lookup.find(asked)
+        if self.from_hudi(RECORD_INDEX):
+            assert self.hudi_index is not None
+            found = self.hudi_index.locate(asked.to_pylist())
+        else:
+            found = self.record_lookup.find(asked)
         partitions = found.column("partition")
         data = pc.if_else(pc.equal(partitions, NON_PARTITIONED), "", partitions)
         return pa.table(
@@ -1103,6 +1137,18 @@ class IndexedSnapshot:
                 return set(self._partitions[0]) | {""}
         return touched
 
+    def _bloom_keep(self, listing: _Listing, keys: Sequence[str], only: np.ndarray) -> np.ndarray:
+        """Per file of ``listing``, whether its bloom filter may hold any of ``keys`` (the files
+        ``only`` leaves out, and those without a filter, answer True)."""
+        if self.from_hudi(BLOOM_FILTERS):
+            assert self.hudi_index is not None
+            partitions = listing.partition_paths.to_pylist()
+            paths = listing.paths.to_pylist()
+            names = [p[len(d) + 1 :] if d else p for p, d in zip(paths, partitions, strict=True)]
+            return self.hudi_index.bloom_keep(partitions, names, keys, only)
+        blooms = self._listing_blooms(listing)
+        return blooms.might_contain_any([hash_value(k) for k in keys], only=only)
+
     def _listing_blooms(self, listing: _Listing) -> FiltersAt:
         """Each file of ``listing``'s bloom filter (none: read the file), aligned once per
         snapshot and listing (at a million files the alignment took most of a lookup on a kept
@@ -1123,16 +1169,15 @@ class IndexedSnapshot:
         marks, when given)."""
         paths = listing.paths
         out: dict[str, list[str]] = {k: [] for k in wanted}
-        blooms = None
-        if self.uses(BLOOM_FILTERS):
-            blooms = self._listing_blooms(listing)
+        filtered = self.uses(BLOOM_FILTERS)
+        if filtered:
             # files of instants the filters do not reflect are read whatever their filter says
             unfiltered = listing.written_by(self._unapplied_times(BLOOM_FILTERS))
         keeps = {}
         for key in wanted:
             keep = np.ones(listing.size, dtype=bool) if only is None else only.copy()
-            if blooms is not None:
-                keep &= blooms.might_contain_any([hash_value(key)], only=keep) | unfiltered
+            if filtered:
+                keep &= self._bloom_keep(listing, [key], keep) | unfiltered
             keeps[key] = keep
         if self.uses(COLUMN_STATS) and wanted:
             # key ranges, of the files some bloom filter kept (all of them without filters)
