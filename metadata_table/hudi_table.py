@@ -25,6 +25,7 @@ entry is replaced or removed by a delete block.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import re
@@ -32,9 +33,10 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 
+from timeline.archiver import ArchivalPolicy, archive_entry, write_archive_file
 from timeline.clean import CleanPlan, metadata_bytes
 from timeline.commit_metadata import CommitMetadata, WriteStat
 from timeline.config import HUDI_METADATA_COMPACT_EVERY
@@ -45,7 +47,7 @@ from timeline.formats.hudi_bloom import FOOTER_KEY, TYPE_CODE_KEY
 from timeline.fs_view import file_id_of, parquet_file
 from timeline.hudi_avro import avro_file
 from timeline.hudi_metadata import HUDI_METADATA_FOLDER, keeps_hudi_metadata_table
-from timeline.instant import Action
+from timeline.instant import Action, State
 from timeline.keys import META_COLUMNS
 from timeline.locks import LockHandle
 from timeline.log_format import BlockType, LogFileName, effective_blocks, read_blocks
@@ -146,14 +148,20 @@ class HudiMetadataTable:
         """Instant times of the metadata table's completed deltacommits and compactions."""
         return frozenset(t for t, a, s in self.instants if not s and a in _COMPLETED_ACTIONS)
 
+    @cached_property
+    def _first_write(self) -> str | None:
+        """The first completed deltacommit or compaction of its active timeline (cleans and
+        rollbacks are archived apart: one of them may be older, with writes archived since)."""
+        return min(self._completed, default=None)
+
     def committed(self, instant: str) -> bool:
-        """Whether ``instant`` completed on the metadata table: it is a completed instant of its
-        active timeline, or older than that timeline's first instant (archived; Hudi's
-        ``containsOrBeforeTimelineStarts``, which keeps a base file visible once the
-        compaction that wrote it has been archived)."""
+        """Whether ``instant`` completed on the metadata table: it is a completed deltacommit
+        or compaction of its active timeline, or older than the first of those (archived;
+        Hudi's ``containsOrBeforeTimelineStarts`` on its commits timeline, which keeps a base
+        file visible once the compaction that wrote it has been archived)."""
         if instant in self._completed:
             return True
-        return bool(self.instants) and instant < self.instants[0][0]
+        return self._first_write is not None and instant < self._first_write
 
     @cached_property
     def _data_completed(self) -> frozenset[str]:
@@ -275,11 +283,12 @@ class HudiMetadataTable:
 
     def unapplied(self, timeline: Timeline | None = None) -> list[str]:
         """The completed data instants of ``timeline`` (the table's, loaded, by default) that
-        changed files and that the metadata table does not reflect: those after its oldest
-        active instant (what it was initialized or compacted from) with no completed instant
+        changed files and that the metadata table does not reflect: those after its first
+        active deltacommit or compaction (what it was initialized or compacted from; an older
+        clean of its own may still be active) with no completed instant
         of its own at their time (Hudi's writer writes one for each, before the data instant
         completes). A writer that does not keep it leaves it so; reads then list storage."""
-        since = self.instants[0][0][:17] if self._completed else ""  # (none: nothing vouched)
+        since = (self._first_write or "")[:17]  # (none: nothing vouched)
         data = timeline if timeline is not None else self.table.timeline.load()
         return [
             i.timestamp
@@ -800,26 +809,154 @@ def compact(table: Table, lock: LockHandle, every: int) -> str | None:
 
 @dataclass(frozen=True)
 class HudiUpkeep:
-    """What one upkeep of Hudi's metadata table did: the compaction and the clean completed."""
+    """What one upkeep of Hudi's metadata table did: the compaction and the clean completed,
+    and the archive file written."""
 
     compaction: str | None = None
     clean: str | None = None
+    archive: str | None = None
 
 
 def hudi_metadata_upkeep(table: Table) -> HudiUpkeep:
     """Hudi's metadata table's own services, as Hudi's writer runs them after a commit: its
-    compaction (:func:`compact`) then its clean (:func:`clean`), under the table lock, when one
-    is due or pending (looked at first without the lock, which a commit after which none is
-    due does not take)."""
+    compaction (:func:`compact`), its clean (:func:`clean`) and the archival of its timeline
+    (:func:`archive`), under the table lock, when one is due or pending (looked at first
+    without the lock, which a commit after which none is due does not take)."""
     every = table.config.get(HUDI_METADATA_COMPACT_EVERY)
     hudi = HudiMetadataTable(table)
     pending = hudi.pending
-    if not pending and compaction_due(hudi, every) is None:
+    due = archival_due(hudi, ArchivalPolicy.from_config(table.config))
+    if not pending and not due and compaction_due(hudi, every) is None:
         return HudiUpkeep()
     with table.lock("upkeep of Apache Hudi's metadata table") as lock:
         compacted = compact(table, lock, every)
         cleaned = clean(table, lock) if compacted or pending else None
-        return HudiUpkeep(compacted, cleaned)
+        return HudiUpkeep(compacted, cleaned, archive(table, lock))
+
+
+# --- the metadata table's archival ------------------------------------------------------------------
+
+#: the archived timeline of the metadata table
+ARCHIVE_FOLDER = f"{FOLDER}/.hoodie/archived"
+#: the data actions whose instants (any state) the metadata table's archival never passes
+_DATA_WRITES = frozenset({Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT})
+
+
+def _archive_bound(hudi: HudiMetadataTable, data: Timeline) -> str | None:
+    """The oldest time nothing of the metadata table's timeline at or after is archived, as
+    Hudi's archiver bounds it on a metadata table: its first pending instant, its newest
+    compaction (the log blocks written since name instants its readers look for), and on the
+    data timeline the first commit, deltacommit or replacecommit in any state and the first
+    pending instant of any action (Hudi's ``getEarliestInstantForMetadataArchival``: a rollback
+    of a data instant still active looks for its deltacommit here). None: no instant yet."""
+    candidates = [t for t, _, state in hudi.instants if state][:1]
+    if hudi.last_compaction is not None:
+        candidates.append(hudi.last_compaction)
+    first_write = data.filter(lambda i: i.action in _DATA_WRITES).first()
+    first_pending = data.pending().first()
+    candidates += [i.timestamp for i in (first_write, first_pending) if i is not None]
+    return min(candidates, default=None)
+
+
+def archival_due(hudi: HudiMetadataTable, policy: ArchivalPolicy) -> bool:
+    """Whether more than ``hoodie.keep.max.commits`` writes (deltacommits and compactions),
+    cleans or rollbacks are completed on the metadata table's active timeline (counted from a
+    listing the caller has: no read)."""
+    done = [a for _, a, state in hudi.instants if not state]
+    counts = [
+        sum(a in _COMPLETED_ACTIONS for a in done),
+        done.count("clean"),
+        done.count("rollback"),
+    ]
+    return max(counts) > policy.max_commits
+
+
+def _to_archive(
+    hudi: HudiMetadataTable, policy: ArchivalPolicy, bound: str
+) -> list[tuple[str, str]]:
+    """The completed instants (time, action) an archival of the metadata table moves now,
+    oldest first: per kind (writes, cleans, rollbacks) the oldest beyond
+    ``hoodie.keep.min.commits`` once more than ``hoodie.keep.max.commits`` are there, all
+    before ``bound``; none until a batch of ``max - min`` is due (as the data timeline's)."""
+    done = [(t, a) for t, a, state in hudi.instants if not state]
+    chosen: list[tuple[str, str]] = []
+    for kind in (_COMPLETED_ACTIONS, ("clean",), ("rollback",)):
+        of_kind = [(t, a) for t, a in done if a in kind]
+        if len(of_kind) <= policy.max_commits:
+            continue
+        for t, a in of_kind[: len(of_kind) - policy.min_commits]:
+            if t >= bound:
+                break
+            chosen.append((t, a))
+    if len(chosen) < policy.max_commits - policy.min_commits:
+        return []
+    return sorted(chosen)
+
+
+def _instant_files(at: str, action: str) -> list[tuple[State, str, str]]:
+    """(state, file name, the action an archive entry names) of each file an instant of the
+    metadata table may have; a compaction's pending files are ``compaction`` ones."""
+    pending = "compaction" if action == "commit" else action
+    return [
+        (State.REQUESTED, f"{at}.{pending}.requested", pending),
+        (State.INFLIGHT, f"{at}.{pending}.inflight", pending),
+        (State.COMPLETED, f"{at}.{action}", action),
+    ]
+
+
+def archive(table: Table, lock: LockHandle, data: Timeline | None = None) -> str | None:
+    """Archive the metadata table's own timeline as Hudi's archiver does on a metadata table,
+    under the table lock: the instants :func:`_to_archive` chooses (bounded by
+    :func:`_archive_bound`) go, one entry per instant file, into the next file of its archived
+    timeline (``.hoodie/metadata/.hoodie/archived/.commits_.archive.<N>_1-0-1``, Hudi's
+    ``HoodieArchivedMetaEntry`` records), then their files are deleted, pending states first.
+    Its readers keep seeing what those instants wrote: a base file or log block of an instant
+    older than the active timeline counts as committed (Hudi's rule too). Returns the archive
+    file written, None when nothing is due."""
+    policy = ArchivalPolicy.from_config(table.config)
+    hudi = HudiMetadataTable(table)
+    if not archival_due(hudi, policy):
+        return None
+    bound = _archive_bound(hudi, data if data is not None else table.timeline.load())
+    chosen = _to_archive(hudi, policy, bound) if bound is not None else []
+    if not chosen:
+        return None
+    storage = table.storage
+    folder = f"{FOLDER}/.hoodie"
+    present = set(storage.file_names(folder))
+    entries = [
+        archive_entry(
+            at,
+            entry_action,
+            state,
+            partial(storage.read, f"{folder}/{name}"),
+            _millis_time(storage.mtime(f"{folder}/{name}")) if state is State.COMPLETED else None,
+        )
+        for at, action in chosen
+        for state, name, entry_action in _instant_files(at, action)
+        if name in present
+    ]
+    lock.ensure_valid()
+    path = write_archive_file(storage, ARCHIVE_FOLDER, entries)
+    for at, action in chosen:
+        for _, name, _ in _instant_files(at, action):  # pending states first
+            if name in present:
+                storage.delete(f"{folder}/{name}")
+    logger.info(
+        "metadata table of %s: archived %d instants (%s .. %s) into %s",
+        table.base_uri,
+        len(chosen),
+        chosen[0][0],
+        chosen[-1][0],
+        path,
+    )
+    return path
+
+
+def _millis_time(epoch_seconds: float) -> str:
+    """An epoch time as a 17-digit instant time (UTC)."""
+    moment = dt.datetime.fromtimestamp(epoch_seconds, dt.UTC)
+    return moment.strftime("%Y%m%d%H%M%S") + f"{moment.microsecond // 1000:03d}"
 
 
 # --- the metadata table's cleaning ------------------------------------------------------------------

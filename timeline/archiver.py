@@ -51,6 +51,7 @@ from timeline.instant import normalize_timestamp as _norm
 from timeline.instant_time import CLAIM_RETENTION
 from timeline.log_format import BlockType, HeaderKey, avro_data_content, encode_block
 from timeline.removals import AVRO_MAGIC, read_avro_records
+from timeline.storage import Storage
 from timeline.table import Table
 from timeline.timeline import Timeline
 
@@ -60,14 +61,15 @@ logger = logging.getLogger(__name__)
 WRITE_TOKEN = "1-0-1"
 
 #: the field of HoodieArchivedMetaEntry each completed action's metadata goes in; a clean's
-#: requested and inflight states carry its plan
+#: requested and inflight states carry its plan, a compaction's requested state its plan
 _COMPLETED_FIELD = {
-    Action.COMMIT: "hoodieCommitMetadata",
-    Action.DELTA_COMMIT: "hoodieCommitMetadata",
-    Action.REPLACE_COMMIT: "hoodieReplaceCommitMetadata",
-    Action.CLEAN: "hoodieCleanMetadata",
-    Action.ROLLBACK: "hoodieRollbackMetadata",
+    Action.COMMIT.value: "hoodieCommitMetadata",
+    Action.DELTA_COMMIT.value: "hoodieCommitMetadata",
+    Action.REPLACE_COMMIT.value: "hoodieReplaceCommitMetadata",
+    Action.CLEAN.value: "hoodieCleanMetadata",
+    Action.ROLLBACK.value: "hoodieRollbackMetadata",
 }
+_WRITE_ACTIONS = {a.value for a in WRITE_ACTIONS}
 
 #: What the caller's index says: the oldest completed instant it has not applied (None: none).
 UnappliedBound = Callable[[Timeline], str | None]
@@ -183,30 +185,68 @@ def _entries(table: Table, instants: Iterable[Instant], present: set[str]) -> li
     out = []
     for instant in instants:
         for state in (State.REQUESTED, State.INFLIGHT, State.COMPLETED):
-            name = instant.file_name_for(state)
-            if name not in present:
+            if instant.file_name_for(state) not in present:
                 continue
-            entry: dict[str, Any] = {
-                "commitTime": instant.timestamp,
-                "actionType": instant.action.value,
-                "actionState": state.name,
-                "version": 1,
-            }
-            if state is State.COMPLETED and instant.action in _COMPLETED_FIELD:
-                entry[_COMPLETED_FIELD[instant.action]] = _metadata(
-                    instant, timeline.read_content(instant)
+            completed = state is State.COMPLETED
+            out.append(
+                archive_entry(
+                    instant.timestamp,
+                    instant.action.value,
+                    state,
+                    functools.partial(timeline.read_content, instant, state),
+                    timeline.completion_time(instant)
+                    if completed and instant.action in WRITE_ACTIONS
+                    else None,
                 )
-                if instant.action in WRITE_ACTIONS:
-                    entry["stateTransitionTime"] = timeline.completion_time(instant)
-            elif instant.action is Action.CLEAN:
-                plan = timeline.read_content(instant, state)
-                if plan.startswith(AVRO_MAGIC):
-                    (entry["hoodieCleanerPlan"],) = read_avro_records(plan)
-            out.append(entry)
+            )
     return out
 
 
-def _metadata(instant: Instant, data: bytes) -> dict[str, Any] | None:
+def archive_entry(
+    commit_time: str,
+    action: str,
+    state: State,
+    content: Callable[[], bytes],
+    completed_at: str | None = None,
+) -> dict[str, Any]:
+    """The ``HoodieArchivedMetaEntry`` of one instant file: ``action`` is the instant's (a
+    compaction's completed file is a ``commit``), ``content`` reads the file when the entry
+    carries it (a completed instant's metadata, a clean's or a compaction's plan),
+    ``completed_at`` is a write's completion time."""
+    entry: dict[str, Any] = {
+        "commitTime": commit_time,
+        "actionType": action,
+        "actionState": state.name,
+        "version": 1,
+    }
+    if state is State.COMPLETED and action in _COMPLETED_FIELD:
+        entry[_COMPLETED_FIELD[action]] = _metadata(content())
+        if action in _WRITE_ACTIONS and completed_at:
+            entry["stateTransitionTime"] = completed_at
+    elif action in (Action.CLEAN.value, Action.COMPACTION.value):
+        plan = content()
+        if plan.startswith(AVRO_MAGIC):
+            field = "hoodieCleanerPlan" if action == Action.CLEAN.value else "hoodieCompactionPlan"
+            (entry[field],) = read_avro_records(plan)
+    return entry
+
+
+def write_archive_file(storage: Storage, folder: str, entries: list[dict[str, Any]]) -> str:
+    """Write ``entries`` as the next archive file of the archived timeline in ``folder``
+    (``.commits_.archive.<N>_1-0-1``: a Hudi log file of one Avro data block); its path."""
+    schema = entry_schema()
+    block = encode_block(
+        BlockType.AVRO_DATA,
+        {HeaderKey.SCHEMA: json.dumps(schema, separators=(",", ":"))},
+        avro_data_content(entries, schema),
+    )
+    numbers = [archive_number(n)[0] for n in storage.file_names(folder)]
+    path = f"{folder}/.commits_.archive.{max(numbers, default=0) + 1}_{WRITE_TOKEN}"
+    storage.create(path, block)
+    return path
+
+
+def _metadata(data: bytes) -> dict[str, Any] | None:
     """A completed instant's metadata as the entry's record: Avro instants' record as it is,
     JSON commit metadata in Hudi's Avro shape (same field names)."""
     if data.startswith(AVRO_MAGIC):
@@ -251,17 +291,9 @@ def archive(
     if not chosen:
         return None
     present = set(table.storage.file_names(".hoodie"))
-    entries = _entries(table, chosen, present)
-    schema = entry_schema()
-    block = encode_block(
-        BlockType.AVRO_DATA,
-        {HeaderKey.SCHEMA: json.dumps(schema, separators=(",", ":"))},
-        avro_data_content(entries, schema),
+    path = write_archive_file(
+        table.storage, table.archive().folder, _entries(table, chosen, present)
     )
-    archived = table.archive()
-    numbers = [archive_number(f.name)[0] for f in archived.files]
-    path = f"{archived.folder}/.commits_.archive.{max(numbers, default=0) + 1}_{WRITE_TOKEN}"
-    table.storage.create(path, block)
     for instant in chosen:
         table.timeline.remove(instant, present)
     table.timeline.generator.prune(CLAIM_RETENTION)
@@ -280,6 +312,8 @@ __all__ = [
     "ArchivalPolicy",
     "ArchiveResult",
     "archive",
+    "archive_entry",
     "entry_schema",
     "instants_to_archive",
+    "write_archive_file",
 ]

@@ -262,8 +262,19 @@ def _write_one_parquet(frame: Any, output: str) -> None:
 
 
 def op_instants(peer: Peer, request: dict[str, Any]) -> dict[str, Any]:
-    """{path}: Hudi's active timeline, oldest first, as Hudi itself loads it."""
-    return {"instants": peer.instants(_required(request, "path"))}
+    """{path, archived?}: Hudi's active timeline, oldest first, as Hudi itself loads it; with
+    ``archived``, its archived timeline's instants (every state Hudi keeps there), as Hudi's
+    HoodieArchivedTimeline reads its archive files."""
+    path = _required(request, "path")
+    if not request.get("archived"):
+        return {"instants": peer.instants(path)}
+    archived = peer.meta_client(path).getArchivedTimeline()
+    return {
+        "instants": [
+            {"timestamp": i.getTimestamp(), "action": i.getAction(), "state": i.getState().name()}
+            for i in archived.getInstants()
+        ]
+    }
 
 
 def op_service(peer: Peer, request: dict[str, Any]) -> dict[str, Any]:

@@ -242,9 +242,11 @@ class HudiPeer:
     def unlock(self, table: HudiTable) -> None:
         self.request("lock", path=table.path, action="release")
 
-    def instants(self, table: HudiTable) -> list[dict[str, str]]:
-        """Hudi's active timeline: ``{timestamp, action, state}``, oldest first."""
-        instants: list[dict[str, str]] = self.request("instants", path=table.path)["instants"]
+    def instants(self, table: HudiTable, archived: bool = False) -> list[dict[str, str]]:
+        """Hudi's active timeline (``archived``: its archived timeline) as Hudi loads it:
+        ``{timestamp, action, state}``, oldest first."""
+        answer = self.request("instants", path=table.path, archived=archived)
+        instants: list[dict[str, str]] = answer["instants"]
         return instants
 
     def service(

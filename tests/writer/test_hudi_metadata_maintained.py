@@ -228,8 +228,8 @@ def test_our_writer_alone_cleans_compacts_and_archives_with_hudis_metadata_table
     under Hudi's writer: our cleans go into Hudi's metadata table (files deleted, their bloom
     filters and column stats as Hudi's tombstones), we compact that table as Hudi does
     (``<t>001``) and clean its old file slices (``<t>002``), and archive the data timeline up to
-    its newest compaction. Hudi then reads the
-    table through its metadata table, tags with its record index, and compacts over ours."""
+    its newest compaction, and that table's own timeline as Hudi archives it. Hudi then reads
+    the table through its metadata table, tags with its record index, and compacts over ours."""
     hudi_table = HudiTable(str(tmp_path / "t"), extra=INDEXES)
     hudi.write(hudi_table, "insert", make_rows(range(30), ts=1, parts=3))
     table = Table.open(hudi_table.path, SERVICES)
@@ -237,7 +237,7 @@ def test_our_writer_alone_cleans_compacts_and_archives_with_hudis_metadata_table
     mdt = Path(hudi_table.path) / ".hoodie/metadata/.hoodie"
     with WriteClient(table) as client:
         assert client.maintains_hudi_metadata_table()  # the default
-        compactions, metadata_cleans, cleaned = [], [], 0
+        compactions, metadata_cleans, archives, cleaned = [], [], [], 0
         for n in range(10):
             keys = [(n * 7 + j) % 30 for j in range(5)]
             client.upsert(make_rows(keys, ts=10 + n, parts=3))
@@ -247,12 +247,16 @@ def test_our_writer_alone_cleans_compacts_and_archives_with_hudis_metadata_table
                 compactions.append(client.last_hudi_upkeep.compaction)
             if client.last_hudi_upkeep.clean:
                 metadata_cleans.append(client.last_hudi_upkeep.clean)
+            if client.last_hudi_upkeep.archive:
+                archives.append(client.last_hudi_upkeep.archive)
         client.delete(make_rows([3, 4], ts=99, parts=3))
         del expected[3], expected[4]
     assert cleaned > 0 and len(compactions) >= 2, (cleaned, compactions)
-    assert all(c.endswith("001") and (mdt / f"{c}.commit").exists() for c in compactions)
+    # (older ones may be archived by now: the newest never is)
+    assert all(c.endswith("001") for c in compactions)
+    assert (mdt / f"{compactions[-1]}.commit").exists()
     # its clean (<t>002) leaves each file group its newest two file slices
-    assert metadata_cleans and all((mdt / f"{c}.clean").exists() for c in metadata_cleans)
+    assert metadata_cleans and (mdt / f"{metadata_cleans[-1]}.clean").exists()
     for folder in (mdt.parent / p for p in PARTITIONS):
         bases: dict[str, set[str]] = {}
         for f in folder.glob("*.hfile"):
@@ -260,6 +264,15 @@ def test_our_writer_alone_cleans_compacts_and_archives_with_hudis_metadata_table
         assert bases and all(len(b) <= 2 for b in bases.values()), bases
     archived = [a.instant.timestamp for a in table.archive().instants()]
     assert archived and max(archived) < compactions[-1]  # never past the newest compaction
+    # and the metadata table's own timeline, archived as Hudi archives it: read by Hudi's
+    # archived timeline, never past that table's newest compaction nor the data's first write
+    assert archives and all((mdt / "archived" / Path(a).name).exists() for a in archives)
+    metadata_table = HudiTable(str(mdt.parent), extra={})
+    gone = {i["timestamp"] for i in hudi.instants(metadata_table, archived=True)}
+    active = {i["timestamp"] for i in hudi.instants(metadata_table)}
+    assert gone and not gone & active, (gone, active)
+    first_data = min(i["timestamp"] for i in hudi.instants(hudi_table))
+    assert max(gone) < min(compactions[-1], first_data)
     _valid(table)
     listing = HudiMetadataTable(table).file_listing()
     on_disk = {p: {f.name for f in (Path(hudi_table.path) / p).glob("*.parquet")} for p in listing}
