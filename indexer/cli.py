@@ -178,6 +178,7 @@ def _sync(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(
             {
+                "rolled_back": result.rolled_back,
                 "applied": result.applied,
                 "resynced": result.resynced,
                 "lost": result.lost,
@@ -187,6 +188,8 @@ def _sync(args: argparse.Namespace) -> int:
         return EXIT_ERROR if found else EXIT_OK
     if not result and not found:
         print("in sync: every completed partition reflects every completed instant")
+    for instant in result.rolled_back:
+        print(f"rolled back {instant}: a failed write (its writer is dead)")
     by_reason: dict[str, list[str]] = {}
     for partition, why in result.resynced.items():
         by_reason.setdefault(why, []).append(partition)
@@ -497,9 +500,10 @@ def build_parser() -> argparse.ArgumentParser:
     drop.set_defaults(func=_drop)
     sync = sub.add_parser(
         "sync",
-        help="apply completed instants the index does not reflect (e.g. Apache Hudi's own commits)",
+        help="roll back failed writes whose writers are dead, then apply completed instants the "
+        "index does not reflect (e.g. Apache Hudi's own commits)",
     )
-    common(sync, '{"applied": {instant: [partitions]}}')
+    common(sync, '{"rolled_back": [instants], "applied": {instant: [partitions]}}')
     sync.set_defaults(func=_sync)
     check = sub.add_parser(
         "validate",

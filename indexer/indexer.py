@@ -114,15 +114,17 @@ _UNREADABLE = (
 
 @dataclass
 class SyncResult:
-    """What a sync did: each instant applied, with its partitions; each partition rebuilt from
-    storage, with why (what applying would have needed); the lost partitions among those."""
+    """What a sync did: the failed writes it rolled back (their writers dead); each instant
+    applied, with its partitions; each partition rebuilt from storage, with why (what applying
+    would have needed); the lost partitions among those."""
 
     applied: dict[str, list[str]] = field(default_factory=dict)
     resynced: dict[str, str] = field(default_factory=dict)
     lost: list[str] = field(default_factory=list)
+    rolled_back: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.applied or self.resynced)
+        return bool(self.applied or self.resynced or self.rolled_back)
 
 
 @dataclass
@@ -570,9 +572,14 @@ class AsyncIndexer:
         neither holds, a data file whose footer cannot be read, a lag that cannot be known, or
         its files lost) is rebuilt from storage at one snapshot (:meth:`resync`), and the
         instants after that snapshot are applied. Until then readers treat those instants'
-        files as not pruned, or do not use a lost partition. Never stops at a read error."""
+        files as not pruned, or do not use a lost partition. Never stops at a read error.
+
+        First, what crashed writes of ours left: every write whose writer is provably dead is
+        rolled back (:meth:`clean_failed_writes`, as ``indexer-table clean`` and the daemon do),
+        its updates to our index and to Apache Hudi's metadata table taken out with it."""
         self.migrate()
         result = SyncResult()
+        result.rolled_back = [i.timestamp for i in self.clean_failed_writes()]
         # rebuilds and compactions of completed partitions that crashed midway
         self.writer.discard_failed_builds(self.table.reload_index_state().completed, only_dead=True)
         for _ in range(SYNC_PASSES):

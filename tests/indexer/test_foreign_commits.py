@@ -380,3 +380,30 @@ def test_reads_stay_current_while_a_lost_partition_is_rebuilt(
     assert AsyncIndexer(table).sync().applied
     assert indexer_cli(table, "validate").returncode == 0
     assert_exact(table)
+
+
+def test_sync_rolls_back_what_a_crashed_writer_left(tmp_path: Path) -> None:
+    """A write whose writer died after writing its files and its metadata deltacommit (a crash
+    before its instant completed) is rolled back by ``indexer sync``, its index update with it;
+    a live writer's pending write is left alone."""
+    import time
+
+    from timeline.instant import Action
+    from writer.client import Operation
+
+    table = make_table(tmp_path / "t", heartbeat_ms=200)
+    initialize(table, [FILES, COLUMN_STATS])
+    client = WriteClient(table)
+    live = client.start(Operation.INSERT)
+    live.write(rows(keys(800, 801)))
+    dead = client.start(Operation.INSERT)
+    dead.write(rows(keys(900, 905)))
+    dead.heartbeat.pause()  # its writer dies
+    time.sleep(0.6)  # its heartbeat expires; the live one keeps beating
+    result = AsyncIndexer(table).sync()
+    assert result.rolled_back == [dead.instant.timestamp]
+    pending = [i.timestamp for i in table.timeline.load().pending() if i.action is Action.COMMIT]
+    assert pending == [live.instant.timestamp]
+    live.commit()
+    assert_exact(table, [FILES, COLUMN_STATS])
+    assert not AsyncIndexer(table).sync()
