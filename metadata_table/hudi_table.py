@@ -36,7 +36,13 @@ from dataclasses import dataclass, replace
 from functools import cached_property, partial
 from typing import Any
 
-from timeline.archiver import ArchivalPolicy, archive_entry, write_archive_file
+from timeline.archiver import (
+    ArchivalPolicy,
+    MergePolicy,
+    archive_entry,
+    merge_archive_files,
+    write_archive_file,
+)
 from timeline.clean import CleanPlan, metadata_bytes
 from timeline.commit_metadata import CommitMetadata, WriteStat
 from timeline.config import HUDI_METADATA_COMPACT_EVERY
@@ -911,7 +917,8 @@ def archive(table: Table, lock: LockHandle, data: Timeline | None = None) -> str
     timeline (``.hoodie/metadata/.hoodie/archived/.commits_.archive.<N>_1-0-1``, Hudi's
     ``HoodieArchivedMetaEntry`` records), then their files are deleted, pending states first.
     Its readers keep seeing what those instants wrote: a base file or log block of an instant
-    older than the active timeline counts as committed (Hudi's rule too). Returns the archive
+    older than the active timeline counts as committed (Hudi's rule too). Small archive files
+    are then merged as the data timeline's are (``hoodie.archive.merge.*``). Returns the archive
     file written, None when nothing is due."""
     policy = ArchivalPolicy.from_config(table.config)
     hudi = HudiMetadataTable(table)
@@ -942,6 +949,7 @@ def archive(table: Table, lock: LockHandle, data: Timeline | None = None) -> str
         for _, name, _ in _instant_files(at, action):  # pending states first
             if name in present:
                 storage.delete(f"{folder}/{name}")
+    merge_archive_files(storage, ARCHIVE_FOLDER, MergePolicy.from_config(table.config), lock)
     logger.info(
         "metadata table of %s: archived %d instants (%s .. %s) into %s",
         table.base_uri,

@@ -36,11 +36,20 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from timeline.archived import archive_number
+from timeline.archived import archive_number, archived_records
 from timeline.clean import clean_metadata, newest_completed_before
 from timeline.commit_metadata import CommitMetadata
-from timeline.config import CLEAN_GRACE_SECONDS, KEEP_MAX_COMMITS, KEEP_MIN_COMMITS, Config
-from timeline.errors import ConfigError
+from timeline.config import (
+    ARCHIVE_MERGE_BATCH,
+    ARCHIVE_MERGE_ENABLE,
+    ARCHIVE_MERGE_SMALL_BYTES,
+    CLEAN_GRACE_SECONDS,
+    KEEP_MAX_COMMITS,
+    KEEP_MIN_COMMITS,
+    Config,
+)
+from timeline.errors import ConfigError, StorageFileNotFoundError
+from timeline.hudi_avro import avro_file
 from timeline.hudi_metadata import (
     hudi_metadata_table_present,
     keeps_hudi_metadata_table,
@@ -49,9 +58,10 @@ from timeline.hudi_metadata import (
 from timeline.instant import WRITE_ACTIONS, Action, Instant, State
 from timeline.instant import normalize_timestamp as _norm
 from timeline.instant_time import CLAIM_RETENTION
+from timeline.locks import LockHandle
 from timeline.log_format import BlockType, HeaderKey, avro_data_content, encode_block
 from timeline.removals import AVRO_MAGIC, read_avro_records
-from timeline.storage import Storage
+from timeline.storage import FileInfo, Storage
 from timeline.table import Table
 from timeline.timeline import Timeline
 
@@ -103,6 +113,8 @@ class ArchivalPolicy:
 class ArchiveResult:
     instants: tuple[Instant, ...]
     file: str
+    #: the archive file the small ones were merged into afterwards, if they were
+    merged: str | None = None
 
 
 def _readers_guard(table: Table, timeline: Timeline, now: float | None) -> str | None:
@@ -231,19 +243,134 @@ def archive_entry(
     return entry
 
 
-def write_archive_file(storage: Storage, folder: str, entries: list[dict[str, Any]]) -> str:
+def write_archive_file(
+    storage: Storage, folder: str, entries: list[dict[str, Any]], name: str | None = None
+) -> str:
     """Write ``entries`` as the next archive file of the archived timeline in ``folder``
-    (``.commits_.archive.<N>_1-0-1``: a Hudi log file of one Avro data block); its path."""
+    (``.commits_.archive.<N>_1-0-1``: a Hudi log file of one Avro data block), or as the path
+    ``name``; its path."""
     schema = entry_schema()
     block = encode_block(
         BlockType.AVRO_DATA,
         {HeaderKey.SCHEMA: json.dumps(schema, separators=(",", ":"))},
         avro_data_content(entries, schema),
     )
-    numbers = [archive_number(n)[0] for n in storage.file_names(folder)]
-    path = f"{folder}/.commits_.archive.{max(numbers, default=0) + 1}_{WRITE_TOKEN}"
-    storage.create(path, block)
-    return path
+    if name is None:
+        numbers = [archive_number(n)[0] for n in storage.file_names(folder)]
+        name = f"{folder}/.commits_.archive.{max(numbers, default=0) + 1}_{WRITE_TOKEN}"
+    storage.create(name, block)
+    return name
+
+
+# --- merging small archive files -------------------------------------------------------------------
+
+#: the plan of a merge in progress, in the archive folder (Hudi's MERGE_ARCHIVE_PLAN_NAME)
+MERGE_PLAN = "mergeArchivePlan"
+
+
+@dataclass(frozen=True)
+class MergePolicy:
+    """``hoodie.archive.merge.*``: whether to merge, how many small files at once, and what
+    counts as small."""
+
+    enabled: bool = True
+    batch: int = 10
+    small_bytes: int = 20 * 1024 * 1024
+
+    @classmethod
+    def from_config(cls, config: Config) -> MergePolicy:
+        return cls(
+            config.get(ARCHIVE_MERGE_ENABLE),
+            config.get(ARCHIVE_MERGE_BATCH),
+            config.get(ARCHIVE_MERGE_SMALL_BYTES),
+        )
+
+
+def _archive_files(storage: Storage, folder: str) -> list[FileInfo]:
+    """The archive files of ``folder``, oldest first (by their number)."""
+    entries = storage.list(folder)  # (a missing folder lists as empty)
+    found = [e for e in entries if not e.is_dir and e.name.startswith(".commits_.archive.")]
+    return sorted(found, key=lambda e: archive_number(e.name))
+
+
+def merge_candidates(storage: Storage, folder: str, policy: MergePolicy) -> list[FileInfo]:
+    """The archive files a merge replaces now, oldest first: the newest ones in a row that are
+    small (at most ``small_bytes``; an older file after a large one is left, so the files keep
+    the order of the instants in them), when there are ``batch`` of them; else none."""
+    if not policy.enabled:
+        return []
+    run: list[FileInfo] = []
+    for entry in reversed(_archive_files(storage, folder)):
+        if entry.size is not None and entry.size > policy.small_bytes:
+            break
+        run.append(entry)
+    return run[::-1] if len(run) >= policy.batch else []
+
+
+def merge_archive_files(
+    storage: Storage, folder: str, policy: MergePolicy, lock: LockHandle
+) -> str | None:
+    """Merge the archive files :func:`merge_candidates` picks into one, as Hudi's archiver
+    merges small archive files (``hoodie.archive.merge.*``), under the table lock: first the
+    plan ``mergeArchivePlan`` (Hudi's Avro ``HoodieMergeArchiveFilePlan``: the candidates and
+    the merged file's name), then the merged file (every record of the candidates, in one Avro
+    data block), then the candidates are deleted, then the plan. A merge a crash interrupted is
+    finished or undone first (:func:`finish_interrupted_merge`). Readers take each instant once,
+    so the moments when the merged file and candidates both exist read the same timeline.
+    Returns the merged file's path, None when there was nothing to merge."""
+    finish_interrupted_merge(storage, folder, lock)
+    candidates = merge_candidates(storage, folder, policy)
+    if not candidates:
+        return None
+    numbers = [archive_number(e.name)[0] for e in _archive_files(storage, folder)]
+    merged = f"{folder}/.commits_.archive.{max(numbers) + 1}_{WRITE_TOKEN}"
+    records = [
+        r for e in candidates for r in archived_records(storage.read(e.path), storage.uri(e.path))
+    ]
+    plan = {
+        "version": 1,
+        "candidate": [storage.uri(e.path) for e in candidates],
+        "mergedArchiveFileName": merged.rsplit("/", 1)[-1],
+    }
+    lock.ensure_valid()
+    storage.create(f"{folder}/{MERGE_PLAN}", avro_file("merge_archive_plan", plan))
+    write_archive_file(storage, folder, records, name=merged)
+    for entry in candidates:
+        storage.delete(entry.path)
+    storage.delete(f"{folder}/{MERGE_PLAN}")
+    logger.info("merged %d archive files into %s", len(candidates), merged)
+    return merged
+
+
+def finish_interrupted_merge(storage: Storage, folder: str, lock: LockHandle) -> None:
+    """What Hudi's archiver does with a merge plan left behind: a plan that cannot be read is
+    deleted (the merge had not begun); with every candidate still there, the merged file (if
+    any) is deleted (the merge had not finished writing it); with some gone, the merged file is
+    complete and the remaining candidates are deleted. Then the plan goes."""
+    path = f"{folder}/{MERGE_PLAN}"
+    try:
+        data = storage.read(path)
+    except StorageFileNotFoundError:
+        return
+    lock.ensure_valid()
+    try:
+        (plan,) = read_avro_records(data)
+        # (full paths, as Hudi writes them: every candidate is a file of this folder)
+        candidates = [f"{folder}/{c.rsplit('/', 1)[-1]}" for c in plan.get("candidate") or []]
+        merged = f"{folder}/{plan['mergedArchiveFileName']}"
+    except (ValueError, KeyError, TypeError, EOFError) as e:
+        logger.warning("an unreadable archive merge plan %s is deleted: %s", path, e)
+        storage.delete(path)
+        return
+    present = [c for c in candidates if storage.exists(c)]
+    if len(present) == len(candidates):
+        if storage.exists(merged):
+            storage.delete(merged)
+    elif storage.exists(merged):
+        for candidate in present:
+            storage.delete(candidate)
+    storage.delete(path)
+    logger.info("finished an interrupted merge of archive files (%s)", merged)
 
 
 def _metadata(data: bytes) -> dict[str, Any] | None:
@@ -291,9 +418,8 @@ def archive(
     if not chosen:
         return None
     present = set(table.storage.file_names(".hoodie"))
-    path = write_archive_file(
-        table.storage, table.archive().folder, _entries(table, chosen, present)
-    )
+    folder = table.archive().folder
+    path = write_archive_file(table.storage, folder, _entries(table, chosen, present))
     for instant in chosen:
         table.timeline.remove(instant, present)
     table.timeline.generator.prune(CLAIM_RETENTION)
@@ -304,16 +430,25 @@ def archive(
         chosen[-1].timestamp,
         path,
     )
-    return ArchiveResult(tuple(chosen), path)
+    merged = None
+    merging = MergePolicy.from_config(table.config)
+    if merge_candidates(table.storage, folder, merging) or table.storage.exists(
+        f"{folder}/{MERGE_PLAN}"
+    ):
+        with table.lock("merge archive files") as lock:
+            merged = merge_archive_files(table.storage, folder, merging, lock)
+    return ArchiveResult(tuple(chosen), path, merged)
 
 
 __all__ = [
     "WRITE_TOKEN",
     "ArchivalPolicy",
     "ArchiveResult",
+    "MergePolicy",
     "archive",
     "archive_entry",
     "entry_schema",
     "instants_to_archive",
+    "merge_archive_files",
     "write_archive_file",
 ]

@@ -369,6 +369,37 @@ KEEP_MIN_COMMITS: ConfigKey[int] = _key(
         "must be > 0",
     )
 )
+ARCHIVE_MERGE_ENABLE: ConfigKey[bool] = _key(
+    ConfigKey(
+        "hoodie.archive.merge.enable",
+        _parse_bool,
+        True,
+        "Merge the newest small archive files into one when there are enough of them, as Apache "
+        "Hudi's archiver does (on here by default: our archivals never append to an archive "
+        "file, so without it the archive folder gains a file per archival).",
+    )
+)
+ARCHIVE_MERGE_BATCH: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.archive.merge.files.batch.size",
+        int,
+        10,
+        "How many small archive files in a row (the newest) are merged at once.",
+        lambda v: v >= 2,
+        "must be at least 2",
+    )
+)
+ARCHIVE_MERGE_SMALL_BYTES: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.archive.merge.small.file.limit.bytes",
+        int,
+        20 * 1024 * 1024,
+        "An archive file at most this large is small (merged); a larger one is left as it is, "
+        "and only newer files are merged.",
+        _positive,
+        "must be > 0",
+    )
+)
 KEEP_MAX_COMMITS: ConfigKey[int] = _key(
     ConfigKey(
         "hoodie.keep.max.commits",

@@ -320,7 +320,25 @@ COMPACTION_PLAN_SCHEMA: dict[str, Any] = {
     ],
 }
 
+#: Hudi 0.15's ``HoodieMergeArchiveFilePlan`` (``.hoodie/archived/mergeArchivePlan``: the archive
+#: files a merge replaces, as full paths, and the file it writes)
+MERGE_ARCHIVE_PLAN_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "HoodieMergeArchiveFilePlan",
+    "namespace": "org.apache.hudi.avro.model",
+    "fields": [
+        {"name": "version", "type": ["int", "null"], "default": 1},
+        {
+            "name": "candidate",
+            "type": ["null", {"type": "array", "items": "string"}],
+            "default": None,
+        },
+        {"name": "mergedArchiveFileName", "type": _STRING_OR_NULL, "default": None},
+    ],
+}
+
 _PARSED = {
+    "merge_archive_plan": fastavro.parse_schema(MERGE_ARCHIVE_PLAN_SCHEMA),
     "plan": fastavro.parse_schema(ROLLBACK_PLAN_SCHEMA),
     "metadata": fastavro.parse_schema(ROLLBACK_METADATA_SCHEMA),
     "clean_plan": fastavro.parse_schema(CLEAN_PLAN_SCHEMA),
@@ -332,7 +350,7 @@ _PARSED = {
 def avro_file(schema: str, record: Mapping[str, Any]) -> bytes:
     """One record as an Avro object container file, as Hudi serializes instant metadata
     (``schema``: "plan" or "metadata" of a rollback, "clean_plan" or "clean_metadata",
-    "compaction_plan")."""
+    "compaction_plan", "merge_archive_plan")."""
     sink = io.BytesIO()
     fastavro.writer(sink, _PARSED[schema], [dict(record)], codec="null")
     return sink.getvalue()
@@ -342,6 +360,7 @@ __all__ = [
     "CLEAN_METADATA_SCHEMA",
     "CLEAN_PLAN_SCHEMA",
     "COMPACTION_PLAN_SCHEMA",
+    "MERGE_ARCHIVE_PLAN_SCHEMA",
     "ROLLBACK_METADATA_SCHEMA",
     "ROLLBACK_PLAN_SCHEMA",
     "avro_file",

@@ -312,3 +312,90 @@ def test_a_kept_listing_of_the_archive_still_sees_new_and_grown_files(tmp_path: 
     assert os.stat(folder).st_mtime_ns == stamp  # appending leaves the folder as it was
     third = [a.instant.timestamp for a in ArchivedTimeline(storage, "archived").instants()]
     assert third == times[:3]
+
+
+def test_small_archive_files_are_merged_as_hudi_merges_them(tmp_path: Path) -> None:
+    """Each archival writes a file; once ``hoodie.archive.merge.files.batch.size`` small ones
+    are newest in a row they are merged into one (plan first, then the merged file, then the
+    old files and the plan go), and the archived timeline reads the same instants."""
+    from timeline.archiver import MERGE_PLAN
+
+    table = make_table(
+        tmp_path,
+        **{"hoodie.archive.automatic": "true", "hoodie.archive.merge.files.batch.size": "3"},
+    )
+    folder = tmp_path / ".hoodie" / "archived"
+    merges = []
+    with WriteClient(table) as client:
+        for ts in range(24):  # an archival every 3 commits from the 6th: 7 of them
+            client.upsert(rows([f"k{ts}"], ts))
+            if client.last_archive and client.last_archive.merged:
+                merges.append(client.last_archive.merged)
+                names = sorted(p.name for p in folder.iterdir())
+                assert names == [Path(client.last_archive.merged).name], names
+    # after the 3rd archival, then every 2 more (with the merged file, itself still small)
+    assert [Path(m).name for m in merges] == [f".commits_.archive.{n}_1-0-1" for n in (4, 7, 10)]
+    archived = [a.instant.timestamp for a in read_archived(table.storage, ".hoodie/archived")]
+    active = [i.timestamp for i in table.timeline.load().write_timeline()]
+    assert len(archived) == len(set(archived)) == 24 - len(active)
+    assert not (folder / MERGE_PLAN).exists()
+    assert len(snapshot(table)) == 24
+
+
+def test_an_interrupted_merge_is_finished_or_undone(tmp_path: Path) -> None:
+    """Hudi's rules for a merge plan a crash left: every candidate still there, the merged file
+    is deleted (the merge is retried later); some gone, the merged file is complete and the
+    rest go; a plan that cannot be read is deleted. Readers take each instant once meanwhile."""
+    from timeline.archiver import MERGE_PLAN, MergePolicy, finish_interrupted_merge
+    from timeline.hudi_avro import avro_file
+
+    table = make_table(tmp_path, **{"hoodie.archive.automatic": "true"})
+    write(table, 9)  # two archivals (at the 6th and 9th commits): two archive files
+    folder = tmp_path / ".hoodie" / "archived"
+    small = sorted(folder.iterdir())
+    assert len(small) == 2
+    expected = [a.instant.timestamp for a in read_archived(table.storage, ".hoodie/archived")]
+    plan = folder / MERGE_PLAN
+    merged = folder / ".commits_.archive.3_1-0-1"
+
+    def crash_after_merging(delete_first: bool) -> None:
+        from timeline.archiver import merge_archive_files
+
+        merging = MergePolicy(True, 2, 1 << 20)
+        with table.lock("test") as lock:
+            merge_archive_files(table.storage, ".hoodie/archived", merging, lock)
+        assert sorted(p.name for p in folder.iterdir()) == [merged.name]
+        # put the crashed state back: the plan, the merged file, the candidates (or some)
+        for path, content in saved.items():
+            if path != small[0] or not delete_first:
+                path.write_bytes(content)
+        plan.write_bytes(
+            avro_file(
+                "merge_archive_plan",
+                {
+                    "version": 1,
+                    "candidate": [f"file:{p}" for p in small],
+                    "mergedArchiveFileName": merged.name,
+                },
+            )
+        )
+
+    saved = {p: p.read_bytes() for p in small}
+    crash_after_merging(delete_first=False)  # every candidate there: the merged file goes
+    read = [a.instant.timestamp for a in read_archived(table.storage, ".hoodie/archived")]
+    assert read == expected  # (each instant once, with both the merged file and its sources)
+    with table.lock("test") as lock:
+        finish_interrupted_merge(table.storage, ".hoodie/archived", lock)
+    assert sorted(folder.iterdir()) == small
+
+    crash_after_merging(delete_first=True)  # one candidate deleted: the others go
+    with table.lock("test") as lock:
+        finish_interrupted_merge(table.storage, ".hoodie/archived", lock)
+    assert sorted(p.name for p in folder.iterdir()) == [merged.name]
+    read = [a.instant.timestamp for a in read_archived(table.storage, ".hoodie/archived")]
+    assert read == expected
+
+    plan.write_bytes(b"half a plan")
+    with table.lock("test") as lock:
+        finish_interrupted_merge(table.storage, ".hoodie/archived", lock)
+    assert not plan.exists() and merged.exists()
