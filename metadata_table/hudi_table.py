@@ -31,7 +31,7 @@ import logging
 import re
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property, partial
 from typing import Any
@@ -92,6 +92,24 @@ class FileSlice:
     file_group: int
     base: str | None
     logs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class KeySeek:
+    """The keys (``keys``), or the keys that start with one of ``prefixes``, a read of a
+    metadata partition asks for."""
+
+    keys: frozenset[bytes] = frozenset()
+    prefixes: tuple[bytes, ...] = ()
+
+    def wants(self, row: bytes) -> bool:
+        return row in self.keys or row.startswith(self.prefixes)
+
+    def cells(self, reader: HFileReader) -> Iterator[tuple[bytes, bytes]]:
+        """The cells of one HFile this seek asks for, in key order."""
+        yield from reader.get_many(self.keys)
+        for prefix in sorted(set(self.prefixes)):
+            yield from reader.with_prefix(prefix)
 
 
 class HudiMetadataTable:
@@ -229,19 +247,26 @@ class HudiMetadataTable:
             key = row.decode()
             yield key, None if value is None else records.decode(key, value)
 
-    def _raw_cells(self, partition: str, piece: FileSlice) -> Iterator[tuple[bytes, bytes | None]]:
-        """(key, encoded record) of a slice in merge order; a None record deletes the key."""
+    def _raw_cells(
+        self, partition: str, piece: FileSlice, seek: KeySeek | None = None
+    ) -> Iterator[tuple[bytes, bytes | None]]:
+        """(key, encoded record) of a slice in merge order; a None record deletes the key. With
+        ``seek``, only the cells of its keys or key prefixes (found through each HFile's block
+        index: the other blocks are not inflated)."""
         folder = f"{FOLDER}/{partition}"
+        chosen = (lambda reader: iter(reader)) if seek is None else seek.cells
         if piece.base is not None:
             path = f"{folder}/{piece.base}"
-            yield from HFileReader(self.storage.read(path), self.storage.uri(path))
+            yield from chosen(HFileReader(self.storage.read(path), self.storage.uri(path)))
         files = [read_blocks(self.storage.read(f"{folder}/{name}")) for name in piece.logs]
         for block in effective_blocks(files, self.counts):
             if block.block_type == BlockType.HFILE_DATA:
-                yield from HFileReader(block.content, f"{folder} ({block.instant_time})")
+                yield from chosen(HFileReader(block.content, f"{folder} ({block.instant_time})"))
             elif block.block_type == BlockType.DELETE:
                 for deleted in block.deletes():
-                    yield str(deleted.record_key).encode(), None
+                    row = str(deleted.record_key).encode()
+                    if seek is None or seek.wants(row):
+                        yield row, None
 
     def slice_cells(self, partition: str, piece: FileSlice) -> list[tuple[bytes, bytes]]:
         """The live records of one file slice as encoded cells in key order, merged as
@@ -253,15 +278,13 @@ class HudiMetadataTable:
         return sorted(self._live_cells(partition, piece).items())
 
     def _live_cells(
-        self, partition: str, piece: FileSlice, wanted: Callable[[bytes], bool] | None = None
+        self, partition: str, piece: FileSlice, seek: KeySeek | None = None
     ) -> dict[bytes, bytes]:
         """The live encoded records of one slice of a partition other than ``files`` (a newer
-        record replaces an older one whole, a delete removes it), of the keys ``wanted``
-        accepts (all by default)."""
+        record replaces an older one whole, a delete removes it), of the keys ``seek`` asks for
+        (all by default)."""
         cells: dict[bytes, bytes] = {}
-        for row, value in self._raw_cells(partition, piece):
-            if wanted is not None and not wanted(row):
-                continue
+        for row, value in self._raw_cells(partition, piece, seek):
             if value is None:
                 cells.pop(row, None)
             else:
@@ -271,18 +294,19 @@ class HudiMetadataTable:
     def select(
         self,
         partition: str,
-        wanted: Callable[[bytes], bool],
+        seek: KeySeek,
         groups: Iterable[int] | None = None,
     ) -> dict[str, dict[str, Any]]:
-        """The live records of ``partition`` (not ``files``) whose keys ``wanted`` accepts, by
-        key, decoding only those; of the file groups ``groups`` alone when given (the groups
-        :func:`~timeline.formats.metadata_records.file_group_index` puts the keys in)."""
+        """The live records of ``partition`` (not ``files``) of the keys or key prefixes
+        ``seek`` asks for, by key, decoding only those; of the file groups ``groups`` alone
+        when given (the groups :func:`~timeline.formats.metadata_records.file_group_index`
+        puts the keys in)."""
         chosen = None if groups is None else set(groups)
         out: dict[str, dict[str, Any]] = {}
         for piece in self.slices(partition):
             if chosen is not None and piece.file_group not in chosen:
                 continue
-            for row, value in self._live_cells(partition, piece, wanted).items():
+            for row, value in self._live_cells(partition, piece, seek).items():
                 key = row.decode()
                 out[key] = records.decode(key, value)
         return out

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from metadata_table.hudi_table import HudiMetadataTable
+from metadata_table.hudi_table import HudiMetadataTable, KeySeek
 from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, RECORD_INDEX, VALUE_TYPE
 from metadata_table.records import value_kind
 from timeline.formats import metadata_records as mdt
@@ -126,7 +126,7 @@ class HudiIndex:
         # a record's key: the column's hash, its data partition's, its file's
         by_prefix = {mdt.column_stats_prefix(column, p).encode(): p for p in partitions}
         width = len(next(iter(by_prefix), b""))
-        found = self.hudi.select(COLUMN_STATS, lambda key: key[:width] in by_prefix)
+        found = self.hudi.select(COLUMN_STATS, KeySeek(prefixes=tuple(by_prefix)))
         convert = _converter(kind, schema.field(at).type)
         rows = []
         for key, record in found.items():
@@ -170,7 +170,7 @@ class HudiIndex:
         }
         if not missing:
             return
-        found = self.hudi.select(BLOOM_FILTERS, lambda key: key in missing)
+        found = self.hudi.select(BLOOM_FILTERS, KeySeek(frozenset(missing)))
         for key, path in missing.items():
             meta = (found.get(key.decode()) or {}).get("BloomFilterMetadata") or {}
             text = meta.get("bloomFilter")
@@ -197,7 +197,7 @@ class HudiIndex:
         if missing and self._record_groups:
             asked = {k.encode() for k in missing}
             groups = {mdt.file_group_index(k, self._record_groups) for k in missing}
-            found = self.hudi.select(RECORD_INDEX, lambda key: key in asked, groups)
+            found = self.hudi.select(RECORD_INDEX, KeySeek(frozenset(asked)), groups)
             for key in missing:
                 info = (found.get(key) or {}).get("recordIndexMetadata")
                 if info is None:

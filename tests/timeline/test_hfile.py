@@ -96,6 +96,17 @@ def test_repeated_rows_come_back_in_file_order() -> None:
         expected = [value for row, value in cells if row == b"hudi-key-%09d" % i]
         assert len(expected) > 1
         assert reader.get(b"hudi-key-%09d" % i) == expected
+    asked = {b"hudi-key-%09d" % i for i in (0, 7, 101, 199)} | {b"absent"}
+    assert list(reader.get_many(asked)) == [c for c in cells if c[0] in asked]
+
+
+def test_many_lookups_inflate_each_block_once() -> None:
+    name = "hudi_1_0_hbase_2_4_9_16KB_GZ_20000.hfile"
+    reader = golden(name)
+    asked = [row_of(name, i) for i in range(12000, 12400, 7)] + [b"zzz"]
+    found = list(reader.get_many(asked))
+    assert [row for row, _ in found] == sorted(asked[:-1])
+    assert 1 <= len(reader._blocks) <= 4 < len(reader.index)
 
 
 def test_an_empty_file_and_hudis_file_info() -> None:
@@ -229,3 +240,5 @@ def test_round_trip(
     for probe in [*probes, *rows[:10]]:
         assert reader.get(probe) == [v for r, v in cells if r == probe]
         assert list(reader.with_prefix(probe)) == [c for c in cells if c[0].startswith(probe)]
+    asked = {*probes, *rows[::3]}
+    assert list(reader.get_many(asked)) == [c for c in cells if c[0] in asked]

@@ -558,6 +558,21 @@ class HFileReader:
             out.append(value)
         return out
 
+    def get_many(self, rows: Iterable[bytes]) -> Iterator[tuple[bytes, bytes]]:
+        """The cells of each of ``rows``, in key order: each found by the block index, then by
+        bisection in its block (a block is inflated once however many rows it holds)."""
+        firsts = [e.first_row for e in self.index]
+        for row in sorted(set(rows)):
+            # (as :meth:`_from`: the block before the first that starts at or after ``row``)
+            for block in range(max(0, bisect.bisect_left(firsts, row) - 1), len(firsts)):
+                cells = self._cells(block)
+                at = bisect.bisect_left(cells, (row,))
+                while at < len(cells) and cells[at][0] == row:
+                    yield cells[at]
+                    at += 1
+                if at < len(cells):
+                    break  # a later row ends the search: the next blocks start after it
+
     def with_prefix(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         """The cells whose row starts with ``prefix``, in key order."""
         for cell in self._from(prefix):
