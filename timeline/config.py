@@ -488,6 +488,16 @@ HUDI_METADATA_TABLE: ConfigKey[str] = _key(
         "config enables) or refuse (fail the write before it writes anything).",
     )
 )
+HUDI_METADATA_READ: ConfigKey[bool] = _key(
+    ConfigKey(
+        "indexer.read.hudi_metadata_table",
+        _parse_bool,
+        True,
+        "Let reads list files, prune and look keys up through Apache Hudi's own metadata table "
+        "where our index lacks the partition (only while it reflects every completed instant). "
+        "false: such reads list storage and read data files instead.",
+    )
+)
 HUDI_METADATA_COMPACT_EVERY: ConfigKey[int] = _key(
     ConfigKey(
         "hoodie.metadata.compact.max.delta.commits",

@@ -2,7 +2,8 @@
 the partition: Hudi's ``column_stats`` prune files, its ``record_index`` answers key lookups
 exactly, its ``bloom_filters`` drop base files that cannot hold a key. Used only when that
 metadata table reflects every completed data instant of the snapshot (else nothing of it is
-used, with a warning), and only for the partitions ``hoodie.table.metadata.partitions`` lists.
+used, with a warning), and only for the partitions ``hoodie.table.metadata.partitions`` lists
+(``indexer.read.hudi_metadata_table=false``: never).
 
 What is decoded is kept for the snapshot: a column's stats records on first use (their keys
 start with the column's hash: only those are decoded), bloom filters per file asked about, and
@@ -30,6 +31,7 @@ import pyarrow as pa
 from metadata_table.hudi_table import HudiMetadataTable, KeySeek
 from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, RECORD_INDEX, VALUE_TYPE
 from metadata_table.records import value_kind
+from timeline.config import HUDI_METADATA_READ
 from timeline.formats import metadata_records as mdt
 from timeline.formats.hudi_bloom import HudiBloomFilter
 from timeline.table import Table
@@ -81,6 +83,8 @@ class HudiIndex:
         asked = set(wanted) & set(SERVED)
         if not asked & set(table.table_config.hudi_metadata_partitions):
             return None  # (the table's config as opened: no read of it per snapshot)
+        if not table.config.get(HUDI_METADATA_READ):
+            return None
         hudi = HudiMetadataTable(table)
         served = [p for p in SERVED if p in asked and p in hudi.partitions]
         if not served or not hudi.present:

@@ -77,6 +77,7 @@ from metadata_table.read.keyed import KeyedLookup
 from metadata_table.reader import MetadataReader
 from metadata_table.records import RECORD_KEY, python_value, value_texts
 from metadata_table.table import MetadataTable
+from timeline.config import HUDI_METADATA_READ
 from timeline.errors import FilterTypeError, IndexStateError, TableConfigError, TableError
 from timeline.fs_view import (
     PATH_CHECK,
@@ -299,6 +300,7 @@ class IndexedSnapshot:
         if (
             FILES in self.completed
             or "files" not in self.table.table_config.hudi_metadata_partitions
+            or not self.table.config.get(HUDI_METADATA_READ)
         ):
             return None  # (the table's config as opened: no read of it per snapshot)
         hudi = HudiMetadataTable(self.table)

@@ -63,6 +63,12 @@ def test_scans_prune_with_hudis_column_stats_and_equal_hudis_reads(
     text = trips.scan("id >= 95").explain()
     assert "indexes from: Apache Hudi's metadata table" in text
     assert "column_stats: dropped" in text
+    # switched off: storage listed, nothing pruned, the same rows
+    off = Config.resolve(explicit={"indexer.read.hudi_metadata_table": "false"})
+    scan = load_table(indexed.path, config=off).scan("id >= 95")
+    assert scan.plan().kept == scan.plan().total
+    assert "indexes from" not in scan.explain() and "listed by: storage" in scan.explain()
+    assert _ids(scan.to_arrow()) == _hudi_ids(hudi, indexed, "id >= 95")
 
 
 def test_key_lookups_come_from_hudis_record_index(hudi: HudiPeer, indexed: HudiTable) -> None:
