@@ -148,22 +148,28 @@ class HudiIndex:
 
     # --- bloom_filters ---------------------------------------------------------------------------
 
-    def bloom_keep(
+    def bloom_matrix(
         self,
         partitions: Sequence[str],
         names: Sequence[str],
         keys: Sequence[str],
         only: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Per file (``partitions[i]/names[i]``), whether its bloom filter may hold any of
-        ``keys``; files ``only`` leaves out, log files and files without a filter answer True."""
-        out = np.ones(len(names), dtype=bool)
-        asked = [i for i in range(len(names)) if (only is None or only[i])]
+        """(len(keys), len(names)): whether the bloom filter of file ``partitions[i]/names[i]``
+        may hold each key; files ``only`` leaves out, log files and files without a filter
+        answer True. Each file's filter is tested on every key at once, and the keys are hashed
+        once per filter size."""
+        out = np.ones((len(keys), len(names)), dtype=bool)
+        asked = (np.flatnonzero(only) if only is not None else np.arange(len(names))).tolist()
         self._load_filters([(partitions[i], names[i]) for i in asked])
+        hashed: dict[tuple[int, int], np.ndarray] = {}
         for i in asked:
             found = self._filters.get(f"{partitions[i]}/{names[i]}")
             if found is not None:
-                out[i] = bool(found.might_contain(list(keys)).any())
+                size = (found.hashes, found.bits)
+                if size not in hashed:
+                    hashed[size] = found.positions(keys)
+                out[:, i] = found.might_contain(keys, hashed[size])
         return out
 
     def _load_filters(self, files: Sequence[tuple[str, str]]) -> None:

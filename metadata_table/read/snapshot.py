@@ -1143,13 +1143,19 @@ class IndexedSnapshot:
         """Per file of ``listing``, whether its bloom filter may hold any of ``keys`` (the files
         ``only`` leaves out, and those without a filter, answer True)."""
         if self.from_hudi(BLOOM_FILTERS):
-            assert self.hudi_index is not None
-            partitions = listing.partition_paths.to_pylist()
-            paths = listing.paths.to_pylist()
-            names = [p[len(d) + 1 :] if d else p for p, d in zip(paths, partitions, strict=True)]
-            return self.hudi_index.bloom_keep(partitions, names, keys, only)
+            return np.asarray(self._hudi_blooms(listing, keys, only).any(axis=0), dtype=bool)
         blooms = self._listing_blooms(listing)
         return blooms.might_contain_any([hash_value(k) for k in keys], only=only)
+
+    def _hudi_blooms(
+        self, listing: _Listing, keys: Sequence[str], only: np.ndarray | None = None
+    ) -> np.ndarray:
+        """(keys, files of ``listing``): what Apache Hudi's bloom filters say of each key."""
+        assert self.hudi_index is not None
+        partitions = listing.partition_paths.to_pylist()
+        paths = listing.paths.to_pylist()
+        names = [p[len(d) + 1 :] if d else p for p, d in zip(paths, partitions, strict=True)]
+        return self.hudi_index.bloom_matrix(partitions, names, keys, only)
 
     def _listing_blooms(self, listing: _Listing) -> FiltersAt:
         """Each file of ``listing``'s bloom filter (none: read the file), aligned once per
@@ -1175,10 +1181,14 @@ class IndexedSnapshot:
         if filtered:
             # files of instants the filters do not reflect are read whatever their filter says
             unfiltered = listing.written_by(self._unapplied_times(BLOOM_FILTERS))
+        # Apache Hudi's filters: every key against each file's filter at once
+        hudi = self._hudi_blooms(listing, wanted, only) if self.from_hudi(BLOOM_FILTERS) else None
         keeps = {}
-        for key in wanted:
+        for number, key in enumerate(wanted):
             keep = np.ones(listing.size, dtype=bool) if only is None else only.copy()
-            if filtered:
+            if hudi is not None:
+                keep &= hudi[number] | unfiltered
+            elif filtered:
                 keep &= self._bloom_keep(listing, [key], keep) | unfiltered
             keeps[key] = keep
         if self.uses(COLUMN_STATS) and wanted:

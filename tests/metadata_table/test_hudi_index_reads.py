@@ -99,6 +99,16 @@ def test_key_filters_drop_files_by_hudis_bloom_filters(hudi: HudiPeer, tmp_path:
     total = plan.total
     assert plan.dropped.get(BLOOM_FILTERS, 0) >= total // 2, plan  # a filter's false positives
     assert _ids(trips.scan("_hoodie_record_key = '42'").to_arrow()) == [42]
+    # key lookups (our writers' tagging): each key's file among the few its filters keep
+    where_hudi_put = {
+        str(r["id"]): r["_hoodie_file_name"]
+        for r in hudi.read(table, columns=["id", "_hoodie_file_name"]).to_pylist()
+    }
+    asked = [str(k) for k in range(0, 120, 7)]
+    found = snapshot.lookup_keys(asked)
+    for key in asked:
+        names = [p.rsplit("/", 1)[-1] for p in found[key]]
+        assert where_hudi_put[key] in names and len(names) <= total // 2, (key, names)
 
 
 def test_a_lagging_metadata_table_is_not_used(

@@ -181,13 +181,20 @@ class HudiBloomFilter:
             raise ValueError(f"not a Hudi {type_code} bloom filter: {e}") from e
         return cls(DYNAMIC_V0, bits, hashes, rows, nr, current)
 
-    def might_contain(self, keys: Sequence[str]) -> np.ndarray:
-        """Per key, whether the filter may hold it (False: it certainly does not)."""
-        positions = _positions(keys, self.hashes, self.bits)
+    def might_contain(self, keys: Sequence[str], positions: np.ndarray | None = None) -> np.ndarray:
+        """Per key, whether the filter may hold it (False: it certainly does not); with the
+        keys' ``positions`` for this filter's hashes and bits (:meth:`positions`), worked out
+        once for many filters of one size."""
+        if positions is None:
+            positions = self.positions(keys)
         found = np.zeros(len(keys), dtype=bool)
         for row in self.rows:
             found |= row[positions].all(axis=1)
         return found
+
+    def positions(self, keys: Sequence[str]) -> np.ndarray:
+        """The keys' bit positions in this filter: (len(keys), hash functions)."""
+        return _positions(keys, self.hashes, self.bits)
 
 
 def _header(data: bytes, at: int) -> tuple[int, int, int]:
