@@ -53,7 +53,7 @@ from timeline.formats.hudi_bloom import FOOTER_KEY, TYPE_CODE_KEY
 from timeline.fs_view import file_id_of, parquet_file
 from timeline.hudi_avro import avro_file
 from timeline.hudi_metadata import HUDI_METADATA_FOLDER, keeps_hudi_metadata_table
-from timeline.instant import Action, State
+from timeline.instant import Action, State, format_instant_time
 from timeline.keys import META_COLUMNS
 from timeline.locks import LockHandle
 from timeline.log_format import BlockType, LogFileName, effective_blocks, read_blocks
@@ -934,7 +934,7 @@ def _instant_files(at: str, action: str) -> list[tuple[State, str, str]]:
     ]
 
 
-def archive(table: Table, lock: LockHandle, data: Timeline | None = None) -> str | None:
+def archive(table: Table, lock: LockHandle) -> str | None:
     """Archive the metadata table's own timeline as Hudi's archiver does on a metadata table,
     under the table lock: the instants :func:`_to_archive` chooses (bounded by
     :func:`_archive_bound`) go, one entry per instant file, into the next file of its archived
@@ -948,7 +948,7 @@ def archive(table: Table, lock: LockHandle, data: Timeline | None = None) -> str
     hudi = HudiMetadataTable(table)
     if not archival_due(hudi, policy):
         return None
-    bound = _archive_bound(hudi, data if data is not None else table.timeline.load())
+    bound = _archive_bound(hudi, table.timeline.load())
     chosen = _to_archive(hudi, policy, bound) if bound is not None else []
     if not chosen:
         return None
@@ -961,7 +961,11 @@ def archive(table: Table, lock: LockHandle, data: Timeline | None = None) -> str
             entry_action,
             state,
             partial(storage.read, f"{folder}/{name}"),
-            _millis_time(storage.mtime(f"{folder}/{name}")) if state is State.COMPLETED else None,
+            format_instant_time(
+                dt.datetime.fromtimestamp(storage.mtime(f"{folder}/{name}"), dt.UTC)
+            )
+            if state is State.COMPLETED
+            else None,
         )
         for at, action in chosen
         for state, name, entry_action in _instant_files(at, action)
@@ -983,12 +987,6 @@ def archive(table: Table, lock: LockHandle, data: Timeline | None = None) -> str
         path,
     )
     return path
-
-
-def _millis_time(epoch_seconds: float) -> str:
-    """An epoch time as a 17-digit instant time (UTC)."""
-    moment = dt.datetime.fromtimestamp(epoch_seconds, dt.UTC)
-    return moment.strftime("%Y%m%d%H%M%S") + f"{moment.microsecond // 1000:03d}"
 
 
 # --- the metadata table's cleaning ------------------------------------------------------------------

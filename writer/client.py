@@ -289,8 +289,9 @@ class WriteClient:
         of one the index has not applied, then the index's own upkeep
         (``indexer.metadata.upkeep.automatic``: compaction by count, replaced files deleted).
         On a table whose Apache Hudi metadata table this writer keeps, the clean goes into that
-        table too, and that table is compacted and cleaned when due (``<t>001``, ``<t>002``;
-        before the archival its compaction bounds). A failure is logged, not raised: the commit stands, and the next commit's
+        table too, and that table is compacted, cleaned and its own timeline archived when due
+        (``<t>001``, ``<t>002``; before the data timeline's archival, which its compaction
+        bounds). A failure is logged, not raised: the commit stands, and the next commit's
         services finish or retry it."""
         self.last_cleans, self.last_archive, self.last_upkeep = [], None, None
         self.last_hudi_upkeep = HudiUpkeep()
