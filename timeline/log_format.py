@@ -56,9 +56,9 @@ _LONG = struct.Struct(">q")
 _INT = struct.Struct(">i")
 
 _LOG_FILE = re.compile(
-    # a base instant of 17 digits, 20 in Hudi's metadata table (a compaction's "001" suffix...),
-    # or 14 (legacy)
-    r"^\.(?P<file_id>[^_/]+)_(?P<base>\d{17}(?:\d{3})?|\d{14})\.log\.(?P<version>\d+)"
+    # a base instant of 17 digits; in Hudi's metadata table 20 (a compaction's "001" suffix...)
+    # or 23 (a compaction of a suffixed deltacommit: "<t>004001"); or 14 (legacy)
+    r"^\.(?P<file_id>[^_/]+)_(?P<base>\d{17}(?:\d{3}){0,2}|\d{14})\.log\.(?P<version>\d+)"
     r"(?:_(?P<token>\d+-\d+-\d+))?(?P<suffix>\.cdc)?$"
 )
 

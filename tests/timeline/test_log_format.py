@@ -118,6 +118,10 @@ def test_log_file_names() -> None:
     assert LogFileName.parse(".files-0000-0_20261127185239487001.log.1_0-1-2") == LogFileName(
         "files-0000-0", "20261127185239487001", 1, "0-1-2", False
     )
+    # ... and two: a compaction of a suffixed deltacommit (an index's initialization, <t>004)
+    assert LogFileName.parse(".col-stats-0000-0_20261128040056131004001.log.1_0-0-0") == (
+        LogFileName("col-stats-0000-0", "20261128040056131004001", 1, "0-0-0", False)
+    )
     assert LogFileName.parse(".f1-0_2025010100000000.log.1") is None  # 16 digits
     assert LogFileName.parse("f1-0_0-1-2_20250101000000000.parquet") is None
     first = LogFileName.parse(".f_20250101000000000.log.2_0-1-2")
