@@ -26,8 +26,10 @@ entry is replaced or removed by a delete block.
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import json
 import logging
+import math
 import re
 import time
 from collections import defaultdict
@@ -427,53 +429,67 @@ def commit_records(
             path = f"{partition_path}/{name}" if partition_path else name
             footer = parquet_file(table.storage, path).metadata
             if "bloom_filters" in wanted:
-                kv = footer.metadata or {}
-                if FOOTER_KEY in kv:
-                    out["bloom_filters"].append(
-                        {
-                            "key": records.bloom_filter_key(partition_path, name),
-                            "type": records.RecordType.BLOOM_FILTER,
-                            "BloomFilterMetadata": {
-                                "type": kv.get(TYPE_CODE_KEY, b"DYNAMIC_V0").decode(),
-                                "timestamp": instant,
-                                "bloomFilter": kv[FOOTER_KEY],
-                                "isDeleted": False,
-                            },
-                        }
-                    )
+                bloom = bloom_record(footer, partition_path, name, instant)
+                if bloom is not None:
+                    out["bloom_filters"].append(bloom)
             if "column_stats" in wanted:
                 out["column_stats"].extend(hudi_column_stats(footer, partition_path, name))
     return out
 
 
+def bloom_record(footer: Any, partition_path: str, name: str, stamp: str) -> dict[str, Any] | None:
+    """A base file's ``bloom_filters`` record: its footer's filter as Hudi writes it, stamped
+    ``stamp``; None when the footer has none."""
+    kv = footer.metadata or {}
+    if FOOTER_KEY not in kv:
+        return None
+    return {
+        "key": records.bloom_filter_key(partition_path, name),
+        "type": records.RecordType.BLOOM_FILTER,
+        "BloomFilterMetadata": {
+            "type": kv.get(TYPE_CODE_KEY, b"DYNAMIC_V0").decode(),
+            "timestamp": stamp,
+            "bloomFilter": kv[FOOTER_KEY],
+            "isDeleted": False,
+        },
+    }
+
+
 def hudi_column_stats(footer: Any, partition_path: str, name: str) -> Iterator[dict[str, Any]]:
-    """A file's column-stats records, as Hudi's ParquetUtils makes them from the footer: its
-    top-level primitive columns, row groups aggregated; a column whose values Hudi would store
-    in a form not made here (decimals, dates, binary, timestamps of other units) is left out,
-    which keeps the file for every filter on it."""
+    """A file's column-stats records, as Hudi 0.15's ParquetUtils makes them from the footer:
+    its top-level primitive columns, row groups aggregated, each bound in the wrapper Hudi puts
+    its Java value in (:func:`_hudi_bounds`). A column whose bounds Hudi would hold in a form
+    not made here (unsigned or INT96 values, fixed-length binary, other logical types), or
+    whose statistics a writer left out, has no record: Hudi's reader keeps the file for every
+    filter on it. A column of nulls only has null bounds and its null count, as Hudi writes."""
     schema = footer.schema
     for at in range(len(schema)):
         column = schema.column(at)
         if "." in column.path:
             continue  # nested: Hudi leaves them out
-        wrapper = _WRAPPERS.get((column.physical_type, str(column.logical_type)))
-        if wrapper is None:
-            continue
         chunks = [footer.row_group(i).column(at) for i in range(footer.num_row_groups)]
+        if not chunks:
+            continue
         values = sum(c.num_values for c in chunks)
         stats = [c.statistics for c in chunks]
-        if not chunks or any(s is None or not s.has_min_max for s in stats):
-            low = high = None
-            nulls = values
-        else:
-            low_value, high_value = min(s.min for s in stats), max(s.max for s in stats)
-            if wrapper in ("DoubleWrapper", "FloatWrapper"):
-                # a zero bound is -0.0 as a minimum and +0.0 as a maximum, as Parquet's writers
-                # store it (the footer reader gives 0.0 either way)
-                low_value = -0.0 if low_value == 0 else low_value
-                high_value = 0.0 if high_value == 0 else high_value
-            low, high = records.wrap(wrapper, low_value), records.wrap(wrapper, high_value)
-            nulls = sum(s.null_count for s in stats)
+        if any(s is None or not s.has_null_count for s in stats):
+            continue
+        nulls = sum(s.null_count for s in stats)
+        bounded = [s for s in stats if s.has_min_max]
+        if sum(s.null_count for s in stats if not s.has_min_max) != sum(
+            c.num_values for c, s in zip(chunks, stats, strict=True) if not s.has_min_max
+        ):
+            continue  # a chunk with values and no bounds: unknown
+        wrapper = _wrapper_of(column)
+        if wrapper is None:
+            continue
+        low: Any = None
+        high: Any = None
+        if bounded:
+            found = _hudi_bounds(wrapper, bounded)
+            if found is None:
+                continue
+            low, high = found
         yield {
             "key": records.column_stats_key(column.path, partition_path, name),
             "type": records.RecordType.COLUMN_STATS,
@@ -491,20 +507,75 @@ def hudi_column_stats(footer: Any, partition_path: str, name: str) -> Iterator[d
         }
 
 
-#: (Parquet physical type, logical type) -> Hudi's wrapper, where the footer's statistic is the
-#: value Hudi stores
-_WRAPPERS = {
+#: (Parquet physical type, logical type) -> Hudi's wrapper of the footer's raw statistic (a
+#: timestamp stays the raw long of its unit, a date the int of its days: Hudi's Java value)
+_HUDI_TYPES = {
     ("INT32", "None"): "IntWrapper",
     ("INT32", "Int(bitWidth=8, isSigned=true)"): "IntWrapper",
     ("INT32", "Int(bitWidth=16, isSigned=true)"): "IntWrapper",
     ("INT32", "Int(bitWidth=32, isSigned=true)"): "IntWrapper",
+    ("INT32", "Date"): "DateWrapper",
     ("INT64", "None"): "LongWrapper",
     ("INT64", "Int(bitWidth=64, isSigned=true)"): "LongWrapper",
     ("DOUBLE", "None"): "DoubleWrapper",
     ("FLOAT", "None"): "FloatWrapper",
     ("BOOLEAN", "None"): "BooleanWrapper",
     ("BYTE_ARRAY", "String"): "StringWrapper",
+    ("BYTE_ARRAY", "None"): "BytesWrapper",
 }
+_TIMESTAMP_UNITS = ("timeUnit=milliseconds", "timeUnit=microseconds", "timeUnit=nanoseconds")
+
+
+def _decimal_scale(column: Any) -> int | None:
+    logical = str(column.logical_type)
+    if not logical.startswith("Decimal("):
+        return None
+    return int(logical.rsplit("scale=", 1)[1].rstrip(")"))
+
+
+def _wrapper_of(column: Any) -> str | None:
+    """The wrapper Hudi puts a column's bounds in, for the columns whose values are made
+    exactly here."""
+    physical, logical = column.physical_type, str(column.logical_type)
+    scale = _decimal_scale(column)
+    if scale is not None:
+        # Hudi: a BigDecimal of the column's scale, upcast to the wrapper's scale 15
+        return "DecimalWrapper" if scale <= records.DECIMAL_SCALE else None
+    if physical == "INT64" and logical.startswith("Timestamp("):
+        # Hudi's Java value is the raw long of the column's unit
+        return "LongWrapper" if any(u in logical for u in _TIMESTAMP_UNITS) else None
+    return _HUDI_TYPES.get((physical, logical))
+
+
+def _hudi_bounds(wrapper: str, stats: list[Any]) -> tuple[Any, Any] | None:
+    """The (min, max) of a column's chunks' statistics in ``wrapper`` as Hudi wraps them, or
+    None when Hudi's value is not made exactly here."""
+    if wrapper == "DecimalWrapper":
+        # Hudi sets the scale to 15 and refuses more than 30 digits (its build then fails; the
+        # column is left out here)
+        quantum = decimal.Decimal(1).scaleb(-records.DECIMAL_SCALE)
+        with decimal.localcontext(prec=2 * records.DECIMAL_PRECISION):
+            low = min(s.min for s in stats).quantize(quantum)
+            high = max(s.max for s in stats).quantize(quantum)
+        if max(len(low.as_tuple().digits), len(high.as_tuple().digits)) > records.DECIMAL_PRECISION:
+            return None
+        return records.wrap(wrapper, low), records.wrap(wrapper, high)
+    low_value = min(s.min_raw for s in stats)
+    high_value = max(s.max_raw for s in stats)
+    if wrapper in ("DoubleWrapper", "FloatWrapper"):
+        if math.isnan(low_value) or math.isnan(high_value):
+            return None
+        # a zero bound is -0.0 as a minimum and +0.0 as a maximum, as Parquet's writers store
+        # it (the footer reader gives 0.0 either way)
+        low_value = -0.0 if low_value == 0 else low_value
+        high_value = 0.0 if high_value == 0 else high_value
+    elif wrapper == "StringWrapper":
+        low_value, high_value = _text(low_value), _text(high_value)
+    return records.wrap(wrapper, low_value), records.wrap(wrapper, high_value)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 # --- our commits, kept in Hudi's metadata table -------------------------------------------------------
@@ -554,10 +625,10 @@ def apply_commit(
             for key, (partition, name) in sorted(placed.items())
         ]
         removed["record_index"] = sorted(deleted)
-    return _write_deltacommit(table, hudi, instant, targets, made, removed, lock)
+    return write_deltacommit(table, hudi, instant, targets, made, removed, lock)
 
 
-def _write_deltacommit(
+def write_deltacommit(
     table: Table,
     hudi: HudiMetadataTable,
     instant: str,
@@ -738,7 +809,7 @@ def apply_removal(table: Table, lock: LockHandle, removal: Removal) -> list[str]
     hudi = HudiMetadataTable(table)  # listed again: the undo may have deleted log files
     targets = _targets(hudi)
     made = removal_records(table, removal, targets)
-    return _write_deltacommit(table, hudi, removal.instant.timestamp, targets, made, {}, lock)
+    return write_deltacommit(table, hudi, removal.instant.timestamp, targets, made, {}, lock)
 
 
 def undo_deltacommit(table: Table, instant: str, lock: LockHandle) -> bool:

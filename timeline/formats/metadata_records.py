@@ -56,6 +56,8 @@ FILE_GROUP_PREFIXES = {
     "record_index": "record-index-",
 }
 ALL_PARTITIONS_KEY = "__all_partitions__"
+#: the scale (and precision) of a column-stats ``DecimalWrapper``'s value: decimal(30, 15)
+DECIMAL_SCALE, DECIMAL_PRECISION = 15, 30
 NON_PARTITIONED = "."
 
 
