@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
+from indexer.hudi_format import FORMATS, HudiFormatIndexer, writer_configs
 from indexer.indexer import DEFAULT_TIMEOUT_SECONDS, ENGINES, AsyncIndexer, IndexerOptions
 from indexer.status_page import footprint_lines
 from metadata_table.layout import PARTITIONS
@@ -57,7 +58,29 @@ def _indexer(args: argparse.Namespace, progress: Progress | None = None) -> Asyn
         retries=getattr(args, "retry", 0),
         progress=progress,
     )
+    if getattr(args, "format", "native") == "hudi":
+        return HudiFormatIndexer(table, options)
     return AsyncIndexer(table, options)
+
+
+def _partitions(indexer: AsyncIndexer) -> dict[str, str]:
+    """The partitions a build command reports: Apache Hudi's metadata table's for --format
+    hudi, the index's own otherwise."""
+    if isinstance(indexer, HudiFormatIndexer):
+        return indexer.hudi.states()
+    partitions: dict[str, str] = indexer.status()["partitions"]
+    return partitions
+
+
+def _contract(indexer: AsyncIndexer, built: list[str]) -> None:
+    """After a --format hudi build: what every Hudi writer of the table must carry."""
+    if isinstance(indexer, HudiFormatIndexer) and built:
+        print(
+            "every Apache Hudi writer of this table must now carry "
+            + " ".join(writer_configs(built))
+            + " (a writer without one deletes that partition; with hoodie.metadata.enable=false, "
+            "the whole metadata table)"
+        )
 
 
 def _print_json(value: dict[str, Any]) -> int:
@@ -95,10 +118,11 @@ def _execute(args: argparse.Namespace) -> int:
         done = indexer.execute(args.instant)
     finally:
         bar.close()
-    partitions = indexer.status()["partitions"]
+    partitions = _partitions(indexer)
     if args.json:
         return _print_json({"instant": done.timestamp, "partitions": partitions})
     print(f"completed {done.timestamp}: {', '.join(partitions)}")
+    _contract(indexer, list(partitions))
     return EXIT_OK
 
 
@@ -115,16 +139,14 @@ def _run(args: argparse.Namespace) -> int:
             {
                 "instant": done.timestamp if done else None,
                 "catch_up_instants": caught_up,
-                "partitions": indexer.status()["partitions"],
+                "partitions": _partitions(indexer),
             }
         )
     if done is None:
-        print(
-            "nothing to build: "
-            + ", ".join(f"{p} {s}" for p, s in indexer.status()["partitions"].items())
-        )
+        print("nothing to build: " + ", ".join(f"{p} {s}" for p, s in _partitions(indexer).items()))
     else:
         print(f"completed {done.timestamp} ({caught_up} instants caught up)")
+        _contract(indexer, _list(args.index_types))
     return EXIT_OK
 
 
@@ -206,7 +228,12 @@ def _validate(args: argparse.Namespace) -> int:
     bar = Progress(enabled=False if args.json else None)
     try:
         step = bar.step("validate")
-        reports, failed = _checked(args, found, lambda: indexer.writer.validate(step), ok=False)
+        validate = (
+            indexer.hudi.validate
+            if isinstance(indexer, HudiFormatIndexer)
+            else indexer.writer.validate
+        )
+        reports, failed = _checked(args, found, lambda: validate(step), ok=False)
     finally:
         bar.close()
     if reports is None:
@@ -363,8 +390,14 @@ def _status(args: argparse.Namespace) -> int:
     hudi = status["hudi_metadata_table"]
     if hudi is not None:
         print("  " + _hudi_line(hudi))
+    for partition in status["hudi_deleted_by_writers"]:
+        print(
+            f"  WARNING: {partition}, built here in Apache Hudi's metadata table, is gone: a Hudi "
+            f"writer without {' '.join(writer_configs([partition]))} deleted it "
+            f"(`indexer run --format hudi --index-types {partition}` builds it again)"
+        )
     for item in status["indexing"]:
-        if item["owner"] != "async-indexer":
+        if item["owner"] == "apache-hudi":
             print(f"  indexing {item['timestamp']} {item['state']:<10} Apache Hudi's own (ignored)")
             continue
         print(
@@ -439,7 +472,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def common(
-        p: argparse.ArgumentParser, json: str, types: bool = False, spark: bool = False
+        p: argparse.ArgumentParser,
+        json: str,
+        types: bool = False,
+        spark: bool = False,
+        formats: bool = False,
     ) -> None:
         p.add_argument("base", help="table base path (local, file://, s3://)")
         if types:
@@ -456,6 +493,17 @@ def build_parser() -> argparse.ArgumentParser:
                 help="columns for column_stats and partition_stats (default: all; both index "
                 "the same columns, so an index of columns added later takes those of the one "
                 "that exists); with secondary_index, the columns to build one for",
+            )
+        if types or spark or formats:
+            p.add_argument(
+                "--format",
+                choices=FORMATS,
+                default="native",
+                help="native (default): this project's index, in .hoodie/.async-indexer; hudi: "
+                "Apache Hudi's own metadata table (.hoodie/metadata: column_stats, "
+                "bloom_filters, record_index, which Hudi's Spark reader and writers use; the "
+                "table needs its files partition, made by a Hudi writer with "
+                "hoodie.metadata.enable=true)",
             )
         if spark:
             add_spark_options(p)
@@ -490,7 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
     runner.add_argument("--retry", type=int, default=0, help="retries after an aborted build")
     runner.set_defaults(func=_run)
     drop = sub.add_parser("drop", help="remove indexes (writers may keep running)")
-    common(drop, '{"dropped": [partitions]}')
+    common(drop, '{"dropped": [partitions]}', formats=True)
     drop.add_argument(
         "--index-types",
         required=True,
@@ -503,7 +551,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="roll back failed writes whose writers are dead, then apply completed instants the "
         "index does not reflect (e.g. Apache Hudi's own commits)",
     )
-    common(sync, '{"rolled_back": [instants], "applied": {instant: [partitions]}}')
+    common(sync, '{"rolled_back": [instants], "applied": {instant: [partitions]}}', formats=True)
     sync.set_defaults(func=_sync)
     check = sub.add_parser(
         "validate",
@@ -513,6 +561,7 @@ def build_parser() -> argparse.ArgumentParser:
     common(
         check,
         '{"ok": bool, "partitions": [{partition, ok, lost, unapplied, missing, stale, wrong}]}',
+        formats=True,
     )
     check.set_defaults(func=_validate)
     compact = sub.add_parser(

@@ -47,6 +47,7 @@ from metadata_table.layout import (
 from metadata_table.partition_writer import (
     NOTHING,
     DataFile,
+    HudiPartitionWriter,
     MigrationResult,
     PartitionBuild,
     PartitionWriter,
@@ -898,7 +899,20 @@ class AsyncIndexer:
         partitions = {p: "lost" if p in lost else "completed" for p in state.completed}
         partitions.update({p: "inflight" for p in state.inflight})
         indexing: list[dict[str, Any]] = []
+        hudi = HudiPartitionWriter(self.table)
         for instant in self.table.timeline.load().with_actions(Action.INDEXING):
+            claim = hudi.claimed(instant.timestamp) if not instant.is_completed else None
+            if claim is not None:
+                indexing.append(
+                    {
+                        "timestamp": instant.timestamp,
+                        "state": instant.state.value,
+                        "partitions": list(claim.partitions),
+                        "index_upto_instant": claim.upto,
+                        "owner": "async-indexer (format hudi)",
+                    }
+                )
+                continue
             if not self._is_ours(instant):
                 indexing.append(
                     {
@@ -938,6 +952,7 @@ class AsyncIndexer:
             "indexing": indexing,
             "legacy_index": self.writer.has_legacy_index(),
             "hudi_metadata_table": self.writer.hudi_status(),
+            "hudi_deleted_by_writers": hudi.deleted_by_writers(),
             "lost": lost,
             "unapplied": {
                 p: [t for t, (_, ps) in behind.items() if p in ps]

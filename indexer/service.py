@@ -34,6 +34,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from indexer.hudi_format import HudiFormatIndexer, writer_configs
 from indexer.indexer import AsyncIndexer, IndexerOptions
 from indexer.requests_store import ACTIVE, IndexRequest, RequestStore
 from indexer.service_config import ServiceConfig, TableSpec
@@ -288,7 +289,7 @@ class IndexerService:
             if not self._hold_lease(state, base):
                 return
             now = time.monotonic()
-            indexer = AsyncIndexer(state.table, self._options(state), spark=self._spark)
+            indexer = self._indexer(state, self._options(state), spark=self._spark)
             if now - state.last_clean >= self.config.clean_interval:
                 state.last_clean = now
                 rolled = indexer.clean_failed_writes()
@@ -325,6 +326,15 @@ class IndexerService:
                 self.config.reconcile_interval,
             )
 
+    def _indexer(
+        self, state: _TableState, options: IndexerOptions | None = None, spark: Any = None
+    ) -> AsyncIndexer:
+        """The table's indexer: of this project's index, or of Apache Hudi's metadata table
+        (``format = "hudi"`` in its entry)."""
+        if state.spec.format == "hudi":
+            return HudiFormatIndexer(state.table, options, spark=spark)
+        return AsyncIndexer(state.table, options, spark=spark)
+
     def _options(self, state: _TableState) -> IndexerOptions:
         """How this daemon's builds and resyncs run (its Spark, its timeout, progress shown in
         /status)."""
@@ -337,7 +347,20 @@ class IndexerService:
 
     def _reconcile(self, state: _TableState, base: str) -> None:
         """Desired-but-missing indexes and plans left by a crash become requests."""
-        present = set(state.table.reload_index_state().partitions)
+        indexer = self._indexer(state)
+        if isinstance(indexer, HudiFormatIndexer):
+            present = set(indexer.hudi.states())
+            for partition in indexer.hudi.deleted_by_writers():
+                logger.warning(
+                    "%s: %s, built in Apache Hudi's metadata table, was deleted by a Hudi writer "
+                    "without %s%s",
+                    base,
+                    partition,
+                    " ".join(writer_configs([partition])),
+                    "; it is built again" if partition in state.spec.index_types else "",
+                )
+        else:
+            present = set(state.table.reload_index_state().partitions)
         active = self.store.list(base, ACTIVE)
         covered = {t for r in active for t in r.index_types}
         desired = expand_index_types(state.spec.index_types, state.spec.columns)
@@ -345,7 +368,6 @@ class IndexerService:
         missing = [t for t in desired if t not in present and t not in covered]
         if missing:
             self.store.create(base, missing, list(state.spec.columns), source="desired")
-        indexer = AsyncIndexer(state.table)
         for pending in indexer.pending():
             names = indexer.plan_of(pending).names
             if not set(names) & covered:
@@ -356,7 +378,7 @@ class IndexerService:
         request = self.store.claim(base)
         if request is None:
             return
-        indexer = AsyncIndexer(state.table, self._options(state), spark=self.spark())
+        indexer = self._indexer(state, self._options(state), spark=self.spark())
         state.indexer, state.request, state.progress = indexer, request, (0, 0)
         started = time.monotonic()
         self.metrics.add(builds_started=1, builds_retried=1 if request.attempts > 1 else 0)
@@ -410,7 +432,7 @@ class IndexerService:
     def status(self) -> dict[str, Any]:
         tables = {}
         for base, state in self.tables.items():
-            indexer = AsyncIndexer(state.table)
+            indexer = self._indexer(state)
             status = indexer.status()
             running = None
             if state.request is not None and state.indexer is not None:
@@ -442,9 +464,12 @@ class IndexerService:
             "partition_bytes": "Bytes of a metadata partition",
         }
         values: dict[str, list[str]] = {name: [] for name in gauges}
+        deleted: dict[str, int] = {}
         for base, state in self.tables.items():
             try:
-                lag = AsyncIndexer(state.table).status()["lag"]
+                found = self._indexer(state).status()
+                lag = found["lag"]
+                deleted[base] = len(found["hudi_deleted_by_writers"])
             except Exception:  # a table that cannot be read now: no gauges for it
                 logger.exception("lag of %s not available", base)
                 continue
@@ -457,4 +482,11 @@ class IndexerService:
         for name, doc in gauges.items():
             out += [f"# HELP async_indexer_{name} {doc}", f"# TYPE async_indexer_{name} gauge"]
             out += values[name]
+        name = "hudi_partitions_deleted_by_writers"
+        out += [
+            f"# HELP async_indexer_{name} Partitions built in Apache Hudi's metadata table that a "
+            "Hudi writer without their flag deleted",
+            f"# TYPE async_indexer_{name} gauge",
+            *(f'async_indexer_{name}{{table="{b}"}} {n}' for b, n in deleted.items()),
+        ]
         return "\n".join(out) + "\n"

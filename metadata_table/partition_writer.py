@@ -16,6 +16,11 @@ table service to come) works through :class:`PartitionWriter` on the driver and 
   :meth:`PartitionWriter.lag` says what completed partitions lack, and a partition is rebuilt in
   place by :meth:`PartitionWriter.ensure_file_groups` and a build;
 * failure and drop: :meth:`PartitionWriter.discard_failed_builds`, :meth:`PartitionWriter.drop`;
+* Apache Hudi's own metadata table (``indexer run --format hudi``): :class:`HudiPartitionWriter`
+  (from :mod:`metadata_table.hudi_build`, re-exported here) builds its partitions, catches them
+  up and publishes them; :func:`index_plan`, :func:`index_commit` and :func:`read_index_plan`
+  are Hudi's Avro indexing plan and commit metadata, :func:`writer_configs` what Hudi's writers
+  must carry to keep the partitions;
 * requests: :func:`secondary_index_refusal` says why a column cannot have a secondary index,
   :func:`key_fields_refusal` why a table's record keys cannot be made from its files.
 
@@ -39,6 +44,15 @@ from metadata_table.group_records import (
     in_key_order,
     run_build_local,
     start_record_workers,
+)
+from metadata_table.hudi_build import BUILDABLE as HUDI_BUILDABLE
+from metadata_table.hudi_build import (
+    Claim,
+    HudiPartitionWriter,
+    index_commit,
+    index_plan,
+    read_index_plan,
+    writer_configs,
 )
 from metadata_table.hudi_table import hudi_status
 from metadata_table.index_types import index_type
@@ -507,8 +521,11 @@ class PartitionWriter:
 
 
 __all__ = [
+    "HUDI_BUILDABLE",
     "NOTHING",
+    "Claim",
     "DataFile",
+    "HudiPartitionWriter",
     "MigrationResult",
     "PartitionBuild",
     "PartitionReport",
@@ -518,6 +535,10 @@ __all__ = [
     "UpkeepResult",
     "file_records",
     "in_key_order",
+    "index_commit",
+    "index_plan",
+    "read_index_plan",
     "run_build_local",
     "start_record_workers",
+    "writer_configs",
 ]

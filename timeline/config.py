@@ -510,6 +510,73 @@ HUDI_METADATA_COMPACT_EVERY: ConfigKey[int] = _key(
         "must be > 0",
     )
 )
+HUDI_COLUMN_STATS_GROUPS: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.metadata.index.column.stats.file.group.count",
+        int,
+        2,
+        "indexer run --format hudi: file groups of the column_stats partition it builds in Apache "
+        "Hudi's metadata table (Hudi's key and default).",
+        _positive,
+        "must be > 0",
+    )
+)
+HUDI_BLOOM_FILTER_GROUPS: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.metadata.index.bloom.filter.file.group.count",
+        int,
+        4,
+        "indexer run --format hudi: file groups of the bloom_filters partition it builds in "
+        "Apache Hudi's metadata table (Hudi's key and default).",
+        _positive,
+        "must be > 0",
+    )
+)
+HUDI_RECORD_INDEX_MIN_GROUPS: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.metadata.record.index.min.filegroup.count",
+        int,
+        10,
+        "indexer run --format hudi: the fewest file groups of the record_index partition it "
+        "builds in Apache Hudi's metadata table; more as the table's keys need, as Hudi counts "
+        "them (its keys and defaults: this, .max.filegroup.count, .growth.factor, "
+        ".max.filegroup.size).",
+        _positive,
+        "must be > 0",
+    )
+)
+HUDI_RECORD_INDEX_MAX_GROUPS: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.metadata.record.index.max.filegroup.count",
+        int,
+        10000,
+        "indexer run --format hudi: the most file groups of the record_index partition.",
+        _positive,
+        "must be > 0",
+    )
+)
+HUDI_RECORD_INDEX_GROWTH: ConfigKey[float] = _key(
+    ConfigKey(
+        "hoodie.metadata.record.index.growth.factor",
+        float,
+        2.0,
+        "indexer run --format hudi: the record_index partition is sized for this many times "
+        "the table's keys.",
+        _positive,
+        "must be > 0",
+    )
+)
+HUDI_RECORD_INDEX_MAX_GROUP_BYTES: ConfigKey[int] = _key(
+    ConfigKey(
+        "hoodie.metadata.record.index.max.filegroup.size",
+        int,
+        1024 * 1024 * 1024,
+        "indexer run --format hudi: the bytes a record_index file group is sized to hold at "
+        "most (48 bytes a key, as Hudi counts).",
+        _positive,
+        "must be > 0",
+    )
+)
 MARKER_SERVER_URL: ConfigKey[str] = _key(
     ConfigKey(
         "indexer.markers.server.url",

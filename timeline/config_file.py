@@ -33,7 +33,9 @@ from timeline.errors import ConfigError
 from timeline.storage import normalize_base_uri
 
 SECTIONS = ("service", "spark", "tables")
-TABLE_KEYS = ("base", "index_types", "columns", "lock_url", "storage_options", "conf")
+TABLE_KEYS = ("base", "index_types", "columns", "format", "lock_url", "storage_options", "conf")
+#: where a table's indexes are built: this project's index, or Apache Hudi's metadata table
+INDEX_FORMATS = ("native", "hudi")
 SPARK_KEYS = ("master", "conf")
 
 
@@ -44,6 +46,8 @@ class TableSpec:
     base: str
     index_types: tuple[str, ...] = ()
     columns: tuple[str, ...] = ()
+    #: "native" (this project's index) or "hudi" (Apache Hudi's own metadata table)
+    format: str = "native"
     lock_url: str = ""
     storage_options: dict[str, Any] = field(default_factory=dict)
     conf: dict[str, str] = field(default_factory=dict)
@@ -139,10 +143,14 @@ def _table(n: int, raw: Any, source: str) -> TableSpec:
     storage_options = raw.get("storage_options", {})
     if not isinstance(storage_options, dict):
         raise ConfigError(f"{where}.storage_options", "expected a table of options")
+    form = raw.get("format", "native")
+    if form not in INDEX_FORMATS:
+        raise ConfigError(f"{where}.format", f"{form!r} is not one of {', '.join(INDEX_FORMATS)}")
     return TableSpec(
         raw["base"],
         tuple(raw.get("index_types", ())),
         tuple(raw.get("columns", ())),
+        form,
         _optional_str(f"{where}.lock_url", raw.get("lock_url")) or "",
         dict(storage_options),
         _str_map(f"{where}.conf", raw.get("conf", {})),

@@ -337,6 +337,48 @@ MERGE_ARCHIVE_PLAN_SCHEMA: dict[str, Any] = {
     ],
 }
 
+_INDEX_PARTITION_INFO = {
+    "type": "record",
+    "name": "HoodieIndexPartitionInfo",
+    "namespace": "org.apache.hudi.avro.model",
+    "fields": [
+        {"name": "version", "type": ["int", "null"], "default": 1},
+        {"name": "metadataPartitionPath", "type": _STRING_OR_NULL, "default": None},
+        {"name": "indexUptoInstant", "type": _STRING_OR_NULL, "default": None},
+    ],
+}
+
+#: ``T.indexing.requested`` and ``T.indexing.inflight`` (Hudi 0.15's ``HoodieIndexPlan.avsc``)
+INDEX_PLAN_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "HoodieIndexPlan",
+    "namespace": "org.apache.hudi.avro.model",
+    "fields": [
+        {"name": "version", "type": ["int", "null"], "default": 1},
+        {
+            "name": "indexPartitionInfos",
+            "type": ["null", {"type": "array", "items": _INDEX_PARTITION_INFO}],
+            "default": None,
+        },
+    ],
+}
+
+#: ``T.indexing`` (Hudi 0.15's ``HoodieIndexCommitMetadata.avsc``)
+INDEX_COMMIT_SCHEMA: dict[str, Any] = {
+    "type": "record",
+    "name": "HoodieIndexCommitMetadata",
+    "namespace": "org.apache.hudi.avro.model",
+    "fields": [
+        {"name": "version", "type": ["int", "null"], "default": 1},
+        {"name": "operationType", "type": _STRING_OR_NULL, "default": None},
+        {
+            "name": "indexPartitionInfos",
+            "type": ["null", {"type": "array", "items": _INDEX_PARTITION_INFO}],
+            "default": None,
+        },
+    ],
+}
+
 _PARSED = {
     "merge_archive_plan": fastavro.parse_schema(MERGE_ARCHIVE_PLAN_SCHEMA),
     "plan": fastavro.parse_schema(ROLLBACK_PLAN_SCHEMA),
@@ -344,24 +386,38 @@ _PARSED = {
     "clean_plan": fastavro.parse_schema(CLEAN_PLAN_SCHEMA),
     "clean_metadata": fastavro.parse_schema(CLEAN_METADATA_SCHEMA),
     "compaction_plan": fastavro.parse_schema(COMPACTION_PLAN_SCHEMA),
+    "index_plan": fastavro.parse_schema(INDEX_PLAN_SCHEMA),
+    "index_commit": fastavro.parse_schema(INDEX_COMMIT_SCHEMA),
 }
 
 
 def avro_file(schema: str, record: Mapping[str, Any]) -> bytes:
     """One record as an Avro object container file, as Hudi serializes instant metadata
     (``schema``: "plan" or "metadata" of a rollback, "clean_plan" or "clean_metadata",
-    "compaction_plan", "merge_archive_plan")."""
+    "compaction_plan", "merge_archive_plan", "index_plan", "index_commit")."""
     sink = io.BytesIO()
     fastavro.writer(sink, _PARSED[schema], [dict(record)], codec="null")
     return sink.getvalue()
+
+
+def read_avro_file(data: bytes) -> dict[str, Any]:
+    """The one record of an Avro object container file (an instant's metadata, Hudi's or ours),
+    by the schema it carries."""
+    found = list(fastavro.reader(io.BytesIO(data)))
+    if len(found) != 1 or not isinstance(found[0], dict):
+        raise ValueError(f"expected one Avro record, found {len(found)}")
+    return found[0]
 
 
 __all__ = [
     "CLEAN_METADATA_SCHEMA",
     "CLEAN_PLAN_SCHEMA",
     "COMPACTION_PLAN_SCHEMA",
+    "INDEX_COMMIT_SCHEMA",
+    "INDEX_PLAN_SCHEMA",
     "MERGE_ARCHIVE_PLAN_SCHEMA",
     "ROLLBACK_METADATA_SCHEMA",
     "ROLLBACK_PLAN_SCHEMA",
     "avro_file",
+    "read_avro_file",
 ]

@@ -232,9 +232,10 @@ def op_write(peer: Peer, request: dict[str, Any]) -> dict[str, Any]:
 
 def op_read(peer: Peer, request: dict[str, Any]) -> dict[str, Any]:
     """{path, output: parquet file, metadata: bool, query_type?: snapshot|read_optimized|
-    incremental, columns?: [..], filter?: Spark SQL, options?}: reads the table with Hudi's Spark
-    reader (time travel and incremental reads through its options) and writes the rows to one
-    Parquet file. Answers the row count."""
+    incremental, columns?: [..], filter?: Spark SQL, options?, files_read?: bool}: reads the
+    table with Hudi's Spark reader (time travel and incremental reads through its options) and
+    writes the rows to one Parquet file. Answers the row count (and the data files the scan
+    read)."""
     path = _required(request, "path")
     output = _required(request, "output")
     options = _options(request)
@@ -246,7 +247,32 @@ def op_read(peer: Peer, request: dict[str, Any]) -> dict[str, Any]:
     if request.get("columns"):
         frame = frame.select(*request["columns"])
     _write_one_parquet(frame, output)
-    return {"rows": frame.count()}
+    answer: dict[str, Any] = {"rows": frame.count()}
+    if request.get("files_read"):
+        answer["files_read"] = _files_read(peer, frame)
+    return answer
+
+
+def _files_read(peer: Peer, frame: Any) -> int:
+    """The data files the scan of ``frame`` read (its file-scan nodes' ``numFiles``, with
+    adaptive execution off so the plan run is the plan walked): what data skipping left."""
+    spark = peer.spark
+    adaptive = spark.conf.get("spark.sql.adaptive.enabled")
+    spark.conf.set("spark.sql.adaptive.enabled", "false")
+    try:
+        execution = frame._jdf.queryExecution()
+        execution.toRdd().count()
+        total, nodes = 0, [execution.executedPlan()]
+        while nodes:
+            node = nodes.pop()
+            metric = node.metrics().get("numFiles")
+            if metric.isDefined():
+                total += int(metric.get().value())
+            children = node.children()
+            nodes.extend(children.apply(i) for i in range(children.size()))
+        return total
+    finally:
+        spark.conf.set("spark.sql.adaptive.enabled", adaptive)
 
 
 def _write_one_parquet(frame: Any, output: str) -> None:

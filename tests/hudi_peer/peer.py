@@ -230,6 +230,26 @@ class HudiPeer:
         finally:
             os.remove(output)
 
+    def files_read(
+        self, table: HudiTable, filter: str, options: dict[str, str] | None = None
+    ) -> tuple[pa.Table, int]:
+        """The rows of a snapshot read with ``filter`` and the data files its scan read (Spark's
+        ``numFiles``: what Hudi's file index kept), the metadata table on for the read."""
+        output = str(self.scratch / f"read-{uuid.uuid4().hex}.parquet")
+        answer = self.request(
+            "read",
+            path=table.path,
+            output=output,
+            metadata=True,
+            filter=filter,
+            options=options or {},
+            files_read=True,
+        )
+        try:
+            return pq.read_table(output), int(answer["files_read"])
+        finally:
+            os.remove(output)
+
     def lock(self, table: HudiTable, *, wait_ms: int = 0) -> bool:
         """Takes the table's lock with the provider Hudi's writers use (the table's
         ``hoodie.write.lock.*`` options), as Hudi's lock manager does before a commit: whether it

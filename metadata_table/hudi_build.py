@@ -1,0 +1,716 @@
+"""Apache Hudi 0.15's own metadata-table indexes, built from outside: the ``column_stats``,
+``bloom_filters`` and ``record_index`` partitions of ``.hoodie/metadata``, made and written as
+Hudi's asynchronous indexer (RFC-45, ``HoodieIndexer``) makes them, so that Hudi's Spark reader
+(data skipping), its RECORD_INDEX writers and its bloom index use them. The protocol (schedule,
+build, catch-up, publication, abort) runs in :mod:`indexer.hudi_format`; this module is what it
+builds through (:class:`HudiPartitionWriter`).
+
+What is written, for a build up to data instant ``t`` (Hudi's ``indexUptoInstant``):
+
+* the plan, ``<Ti>.indexing.requested`` on the data timeline: Hudi's Avro ``HoodieIndexPlan``;
+  and, so that this project tells its own builds from ``HoodieIndexer``'s (the plan has no room
+  for it), a claim ``.hoodie/.async-indexer/hudi-builds/<Ti>.json`` made before the instant;
+* per partition, its folder as Hudi's ``initializeFileGroups`` leaves it: the partition metadata
+  file; per file group ``i`` (Hudi's counts: :meth:`HudiPartitionWriter.group_count`) a first log
+  file holding an empty delete block at ``I = <t>004`` (the async indexer's suffix) and, when the
+  group holds records, the base HFile ``<fileId>_0-0-0_<I>.hfile`` of its records in key order;
+  then ``I.deltacommit`` on the metadata table's timeline (bulk insert);
+* catch-up: each data instant completed after ``t`` (commits of Hudi's writers and ours,
+  cleans, rollbacks) as a metadata deltacommit ``<instant>020`` (a suffix Hudi's readers count,
+  and no Hudi writer uses) of the records Hudi's writer would have written for it;
+* publication, under the lock Hudi's writers take: the partitions added to
+  ``hoodie.table.metadata.partitions`` (``hoodie.properties`` is changed there only), then
+  ``<Ti>.indexing`` (Hudi's Avro ``HoodieIndexCommitMetadata``).
+
+Until publication no writer writes to the partitions (they are in neither of Hudi's lists), so
+the catch-up alone decides their content, in timeline order. What each data file gives, as
+Hudi's initialization does: every committed base file up to ``t`` (older versions not yet
+cleaned too, as Hudi lists storage) its column stats (:func:`hudi_column_stats`) and its
+footer's bloom filter; the latest base file of each file group its record keys, located at the
+file's group and instant. Log files give none (Hudi's initialization skips them too): a
+merge-on-read file slice whose log files are not indexed is kept by Hudi's data skipping.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any
+
+from metadata_table.hudi_table import (
+    DENSE,
+    FOLDER,
+    LOG_WRITE_TOKEN,
+    HudiMetadataTable,
+    bloom_record,
+    commit_records,
+    hudi_column_stats,
+    removal_records,
+    write_deltacommit,
+)
+from metadata_table.records import RECORD_KEY, ROW_DELETED, info_of, read_record_keys, virtual_keys
+from metadata_table.validate import PartitionReport
+from metadata_table.workers import chunked, map_chunks, workers_for
+from timeline.commit_metadata import NULL_COMMIT, CommitMetadata, WriteStat
+from timeline.config import (
+    HUDI_BLOOM_FILTER_GROUPS,
+    HUDI_COLUMN_STATS_GROUPS,
+    HUDI_RECORD_INDEX_GROWTH,
+    HUDI_RECORD_INDEX_MAX_GROUP_BYTES,
+    HUDI_RECORD_INDEX_MAX_GROUPS,
+    HUDI_RECORD_INDEX_MIN_GROUPS,
+)
+from timeline.errors import StorageFileNotFoundError, TableError
+from timeline.formats import metadata_records as records
+from timeline.fs_view import PARTITION_METADATA_FILE, FileSystemView, file_id_of, parquet_file
+from timeline.hudi_avro import avro_file, read_avro_file
+from timeline.index_state import INDEX_FOLDER
+from timeline.instant import Instant
+from timeline.keys import KeyGenerator
+from timeline.locks import LockHandle
+from timeline.removals import REMOVAL_ACTIONS, parse_removal
+from timeline.storage import Storage
+from timeline.table import Table
+from timeline.table_config import METADATA_PARTITIONS, METADATA_PARTITIONS_INFLIGHT, TableConfig
+
+logger = logging.getLogger(__name__)
+
+COLUMN_STATS, BLOOM_FILTERS, RECORD_INDEX = "column_stats", "bloom_filters", "record_index"
+#: the partitions this builds in Hudi's metadata table (``files`` is Hudi's writers' to make)
+BUILDABLE = (COLUMN_STATS, BLOOM_FILTERS, RECORD_INDEX)
+#: the suffix of a partition's initialization by Hudi's async indexer (``<t>004``)
+INDEXING_SUFFIX = "004"
+#: the suffix of a catch-up deltacommit (``<data instant>020``)
+CATCH_UP_SUFFIX = "020"
+#: Hudi's writer configs that keep each partition (a writer without them deletes it)
+WRITER_FLAGS = {
+    COLUMN_STATS: "hoodie.metadata.index.column.stats.enable",
+    BLOOM_FILTERS: "hoodie.metadata.index.bloom.filter.enable",
+    RECORD_INDEX: "hoodie.metadata.record.index.enable",
+}
+#: Hudi's estimate of a record-index entry's bytes (``RECORD_INDEX_AVERAGE_RECORD_SIZE``)
+RECORD_INDEX_ENTRY_BYTES = 48
+CLAIMS = f"{INDEX_FOLDER}/hudi-builds"
+PUBLISHED = f"{INDEX_FOLDER}/hudi-published.json"
+#: data files a worker reads per chunk
+_CHUNK_FILES = 64
+
+Cell = tuple[bytes, bytes]
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A committed base file a build reads: whether it is its file group's latest at ``t``
+    (its record keys go in the record index)."""
+
+    partition_path: str
+    name: str
+    instant: str
+    latest: bool
+
+    @property
+    def path(self) -> str:
+        return f"{self.partition_path}/{self.name}" if self.partition_path else self.name
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A build of ours: its indexing instant, partitions, ``t``, and the metadata instants it
+    wrote (the initialization and each catch-up), which an abort deletes."""
+
+    instant: str
+    partitions: tuple[str, ...]
+    upto: str
+    written: tuple[str, ...] = ()
+
+    def to_bytes(self) -> bytes:
+        value = {
+            "instant": self.instant,
+            "partitions": list(self.partitions),
+            "upto": self.upto,
+            "written": list(self.written),
+        }
+        return json.dumps(value, sort_keys=True).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Claim:
+        value = json.loads(data)
+        return cls(
+            str(value["instant"]),
+            tuple(value["partitions"]),
+            str(value["upto"]),
+            tuple(value.get("written") or ()),
+        )
+
+
+# --- Hudi's plan and commit metadata -----------------------------------------------------------------
+
+
+def index_plan(partitions: Iterable[str], upto: str) -> bytes:
+    """``<Ti>.indexing.requested``: Hudi 0.15's Avro ``HoodieIndexPlan``."""
+    return avro_file("index_plan", {"version": 1, "indexPartitionInfos": _infos(partitions, upto)})
+
+
+def index_commit(partitions: Iterable[str], upto: str) -> bytes:
+    """``<Ti>.indexing``: Hudi 0.15's Avro ``HoodieIndexCommitMetadata``."""
+    value = {"version": 1, "operationType": None, "indexPartitionInfos": _infos(partitions, upto)}
+    return avro_file("index_commit", value)
+
+
+def _infos(partitions: Iterable[str], upto: str) -> list[dict[str, Any]]:
+    return [
+        {"version": 1, "metadataPartitionPath": p, "indexUptoInstant": upto} for p in partitions
+    ]
+
+
+def read_index_plan(data: bytes) -> tuple[list[str], str]:
+    """The partitions and ``indexUptoInstant`` of a Hudi index plan (or commit metadata)."""
+    value = read_avro_file(data)
+    infos = value.get("indexPartitionInfos") or []
+    names = [str(i["metadataPartitionPath"]) for i in infos]
+    return names, str(infos[0]["indexUptoInstant"]) if infos else ""
+
+
+# --- the records of data files -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Work:
+    storage: Storage
+    groups: Mapping[str, int]  # partition -> file groups
+    stamp: str  # the initialization instant: bloom records' timestamp
+    keygen: KeyGenerator | None
+
+
+def _add(cells: dict[str, list[list[Cell]]], partition: str, record: Mapping[str, Any]) -> None:
+    key = str(record["key"])
+    group = records.file_group_index(key, len(cells[partition]))
+    cells[partition][group].append((key.encode(), records.encode(record)))
+
+
+def _cells_of(work: _Work, chunk: list[SourceFile]) -> dict[str, list[list[Cell]]]:
+    """The records of a chunk of data files, encoded, by partition and file group: each file's
+    footer read once for every partition."""
+    cells: dict[str, list[list[Cell]]] = {p: [[] for _ in range(n)] for p, n in work.groups.items()}
+    for source in chunk:
+        footer = parquet_file(work.storage, source.path).metadata
+        if BLOOM_FILTERS in cells:
+            bloom = bloom_record(footer, source.partition_path, source.name, work.stamp)
+            if bloom is not None:
+                _add(cells, BLOOM_FILTERS, bloom)
+        if COLUMN_STATS in cells:
+            for record in hudi_column_stats(footer, source.partition_path, source.name):
+                _add(cells, COLUMN_STATS, record)
+        if RECORD_INDEX in cells and source.latest:
+            groups = cells[RECORD_INDEX]
+            value = records.encode(_location(source.partition_path, source.name, source.instant))
+            keys = read_record_keys(work.storage, source.path, work.keygen).column(RECORD_KEY)
+            for key in keys.to_pylist():
+                groups[records.file_group_index(key, len(groups))].append((key.encode(), value))
+    return cells
+
+
+def _location(partition_path: str, name: str, instant: str) -> dict[str, Any]:
+    """A record-index record's value: the key lives in ``name``'s file group, written at
+    ``instant`` (the same for every key of a file: a cell's value holds no key)."""
+    location = records.RecordLocation(
+        records.partition_identifier(partition_path),
+        file_id_of(name) or name,
+        records.instant_millis(instant),
+    )
+    return {
+        "key": "",
+        "type": records.RecordType.RECORD_INDEX,
+        "recordIndexMetadata": records.record_index_value(location),
+    }
+
+
+class HudiPartitionWriter:
+    """Hudi's metadata-table partitions of a table, built and kept from outside (the ``hudi``
+    format of ``indexer run``): every file this format writes is written here."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+
+    # --- what there is -----------------------------------------------------------------------
+
+    def hudi(self) -> HudiMetadataTable:
+        return HudiMetadataTable(self.table)
+
+    def refusal(self, partitions: Sequence[str]) -> str | None:
+        """Why these partitions cannot be built in Hudi's metadata table, or None."""
+        unknown = [p for p in partitions if p not in BUILDABLE]
+        if unknown:
+            return (
+                f"--format hudi builds {', '.join(BUILDABLE)} in Apache Hudi's metadata table, "
+                f"not {', '.join(unknown)}"
+            )
+        if "files" not in self.hudi().partitions:
+            return (
+                f"{self.table.base_uri} has no Apache Hudi metadata table with a completed files "
+                "partition; Hudi's writers make it: run one write with "
+                "hoodie.metadata.enable=true first (or build --format native)"
+            )
+        return None
+
+    def states(self) -> dict[str, str]:
+        """Hudi's metadata partitions and their state (completed, inflight)."""
+        hudi = self.hudi()
+        return {p: "completed" for p in hudi.partitions} | {p: "inflight" for p in hudi.inflight}
+
+    def group_count(self, partition: str, keys: int) -> int:
+        """File groups of a new partition, as Hudi 0.15 counts them: column_stats and
+        bloom_filters by config; the record index for its keys (``estimateFileGroupCount``:
+        the keys times the growth factor, at most ``max.filegroup.size`` bytes of 48-byte
+        entries a group, between the configured fewest and most)."""
+        config = self.table.config
+        if partition == COLUMN_STATS:
+            return config.get(HUDI_COLUMN_STATS_GROUPS)
+        if partition == BLOOM_FILTERS:
+            return config.get(HUDI_BLOOM_FILTER_GROUPS)
+        fewest, most = (
+            config.get(HUDI_RECORD_INDEX_MIN_GROUPS),
+            config.get(HUDI_RECORD_INDEX_MAX_GROUPS),
+        )
+        if fewest == most:
+            return fewest
+        expected = math.ceil(keys * config.get(HUDI_RECORD_INDEX_GROWTH))
+        per_group = config.get(HUDI_RECORD_INDEX_MAX_GROUP_BYTES) // RECORD_INDEX_ENTRY_BYTES
+        estimated = expected // max(per_group, 1)
+        return max(1, min(most, max(fewest, estimated)))
+
+    def source_files(self, upto: str) -> list[SourceFile]:
+        """The committed base files up to ``upto``, each marked latest of its group or not."""
+        view = FileSystemView(self.table.timeline, self.table.timeline.load(), as_of=upto)
+        latest = {(b.partition_path, b.file_name) for b in view.latest_base_files()}
+        return [
+            SourceFile(partition, name, instant, (partition, name) in latest)
+            for partition, name, _, instant in view.committed_base_files(upto)
+        ]
+
+    # --- claims: which pending Avro indexing instants are ours ----------------------------------
+
+    def claim(self, claim: Claim) -> None:
+        self.table.storage.overwrite(f"{CLAIMS}/{claim.instant}.json", claim.to_bytes())
+
+    def claimed(self, instant: str) -> Claim | None:
+        try:
+            return Claim.from_bytes(self.table.storage.read(f"{CLAIMS}/{instant}.json"))
+        except StorageFileNotFoundError:
+            return None
+
+    def claims(self) -> list[Claim]:
+        try:
+            names = sorted(self.table.storage.file_names(CLAIMS))
+        except StorageFileNotFoundError:
+            return []
+        found = [self.claimed(n.removesuffix(".json")) for n in names if n.endswith(".json")]
+        return [c for c in found if c is not None]
+
+    def release(self, instant: str) -> None:
+        path = f"{CLAIMS}/{instant}.json"
+        if self.table.storage.exists(path):
+            self.table.storage.delete(path)
+
+    # --- build --------------------------------------------------------------------------------
+
+    def build(
+        self,
+        partitions: Sequence[str],
+        upto: str,
+        workers: int = 0,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> tuple[str, list[WriteStat]]:
+        """Each partition's files up to ``upto``, from every data file read once (on worker
+        processes from :data:`~metadata_table.workers.PROCESS_MIN_FILES` files on): its folder
+        (what an earlier attempt left there deleted first) with its first log files and base
+        HFiles at ``<upto>004``. Returns that instant and the write stats of its deltacommit,
+        which :meth:`complete_initialization` writes."""
+        stamp = upto + INDEXING_SUFFIX
+        files = self.source_files(upto)
+        keys = 0
+        if RECORD_INDEX in partitions:
+            keys = sum(
+                parquet_file(self.table.storage, f.path).metadata.num_rows
+                for f in files
+                if f.latest
+            )
+        groups = {p: self.group_count(p, keys) for p in partitions}
+        work = _Work(self.table.storage, groups, stamp, virtual_keys(self.table))
+        cells: dict[str, list[list[Cell]]] = {p: [[] for _ in range(n)] for p, n in groups.items()}
+        count, processes = workers_for(len(files), workers)
+        chunks = chunked(files, count, _CHUNK_FILES)
+        done = 0
+        for part, chunk in zip(
+            map_chunks(_cells_of, work, chunks, count, processes), chunks, strict=True
+        ):
+            for partition, by_group in part.items():
+                for group, found in enumerate(by_group):
+                    cells[partition][group].extend(found)
+            done += len(chunk)
+            if progress is not None:
+                progress(done, len(files))
+        stats: list[WriteStat] = []
+        for partition in partitions:
+            stats.extend(self._write_partition(partition, stamp, cells.pop(partition)))
+        logger.info(
+            "built %s of %s up to %s from %d data files (%d keys)",
+            ",".join(partitions),
+            self.table.base_uri,
+            upto,
+            len(files),
+            keys,
+        )
+        return stamp, stats
+
+    def _write_partition(
+        self, partition: str, stamp: str, by_group: list[list[Cell]]
+    ) -> list[WriteStat]:
+        storage, folder = self.table.storage, f"{FOLDER}/{partition}"
+        if storage.exists(folder):
+            storage.delete(folder, recursive=True)
+        body = f"#partition metadata\ncommitTime={stamp}\npartitionDepth=1\n"
+        storage.create(f"{folder}/{PARTITION_METADATA_FILE}", body.encode())
+        stats = []
+        for group, cells in enumerate(by_group):
+            file_id = records.file_group_id(partition, group)
+            log = f".{file_id}_{stamp}.log.1_{LOG_WRITE_TOKEN}"
+            empty = records.delete_block([], partition, stamp)
+            storage.create(f"{folder}/{log}", empty)
+            stats.append(_stat(file_id, f"{partition}/{log}", partition, stamp, 0, len(empty)))
+            if not cells:
+                continue
+            cells.sort(key=lambda c: c[0])
+            for (a, _), (b, _) in pairwise(cells):
+                if a == b:
+                    raise TableError(
+                        f"record key {a.decode()!r} is in two files of {self.table.base_uri}: "
+                        f"its {partition} cannot be built (`indexer validate` names them)"
+                    )
+            data = records.base_file_of_cells(cells, dense=partition == DENSE)
+            name = f"{file_id}_{LOG_WRITE_TOKEN}_{stamp}.hfile"
+            storage.create(f"{folder}/{name}", data)
+            stats.append(
+                _stat(file_id, f"{partition}/{name}", partition, NULL_COMMIT, len(cells), len(data))
+            )
+            by_group[group] = []  # let go of the group's cells
+        return stats
+
+    def complete_initialization(self, lock: LockHandle, stamp: str, stats: list[WriteStat]) -> None:
+        """``<stamp>.deltacommit`` on the metadata table (requested, inflight, completed: Hudi's
+        bulk insert of a new partition), under the table lock."""
+        committed = CommitMetadata.of(stats, "BULK_INSERT", {"schema": records.SCHEMA_JSON})
+        timeline = f"{FOLDER}/.hoodie/{stamp}.deltacommit"
+        storage = self.table.storage
+        lock.ensure_valid()
+        for path, content in (
+            (f"{timeline}.requested", b""),
+            (f"{timeline}.inflight", b""),
+            (timeline, json.dumps(committed.to_json(), indent=2).encode()),
+        ):
+            storage.overwrite(path, content)
+
+    # --- catch-up -----------------------------------------------------------------------------
+
+    def logged_partitions(self, claim: Claim, data_instant: str) -> set[str]:
+        """The claim's partitions a completed data instant reached (their catch-up of it)."""
+        return set(claim.partitions) if data_instant + CATCH_UP_SUFFIX in claim.written else set()
+
+    def catch_up(self, lock: LockHandle, claim: Claim, instant: Instant) -> Claim:
+        """Apply a completed data instant to the claim's partitions (built, not published), under
+        the table lock: the records Hudi's writer would have written for it, as metadata
+        deltacommit ``<instant>020``. Returns the claim with it recorded."""
+        made, removed = self._records_of(instant, claim.partitions)
+        stamp = instant.timestamp + CATCH_UP_SUFFIX
+        updated = Claim(claim.instant, claim.partitions, claim.upto, (*claim.written, stamp))
+        self.claim(updated)  # first: an abort deletes what it wrote
+        write_deltacommit(self.table, self.hudi(), stamp, claim.partitions, made, removed, lock)
+        return updated
+
+    def _records_of(
+        self, instant: Instant, partitions: Sequence[str]
+    ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[str]]]:
+        timeline, storage = self.table.timeline, self.table.storage
+        content = timeline.read_content(instant)
+        removed: dict[str, list[str]] = {}
+        if instant.action in REMOVAL_ACTIONS:
+            removal = parse_removal(instant, content, storage.uri(timeline.path(instant)))
+            return removal_records(self.table, removal, partitions), removed
+        metadata = CommitMetadata.from_bytes(content, timeline.path(instant))
+        made = commit_records(self.table, instant.timestamp, metadata, partitions)
+        if RECORD_INDEX in partitions:
+            placed, gone = self._key_changes(instant.timestamp, metadata)
+            made[RECORD_INDEX] = [
+                {**_location(partition, name, instant.timestamp), "key": key}
+                for key, (partition, name) in sorted(placed.items())
+            ]
+            removed[RECORD_INDEX] = sorted(gone)
+        return made, removed
+
+    def _key_changes(
+        self, instant: str, metadata: CommitMetadata
+    ) -> tuple[dict[str, tuple[str, str]], set[str]]:
+        """What a commit did to record keys' locations, as Hudi's writer reports it to the
+        record index: keys a base file holds that the version it replaced did not (inserted, or
+        moved in) at that file; keys the replaced version held and it does not, and keys a log
+        file deletes, gone (unless placed elsewhere)."""
+        storage, keygen = self.table.storage, virtual_keys(self.table)
+        placed: dict[str, tuple[str, str]] = {}
+        gone: set[str] = set()
+        for stat in metadata.write_stats:
+            name = stat.path.rsplit("/", 1)[-1]
+            if name.endswith(".parquet"):
+                new = set(
+                    read_record_keys(storage, stat.path, keygen).column(RECORD_KEY).to_pylist()
+                )
+                old: set[str] = set()
+                previous = self._previous_version(stat)
+                if previous is not None:
+                    old = set(
+                        read_record_keys(storage, previous, keygen).column(RECORD_KEY).to_pylist()
+                    )
+                placed.update((k, (stat.partition_path, name)) for k in new - old)
+                gone |= old - new
+            else:
+                info = info_of(
+                    storage,
+                    stat.partition_path,
+                    name,
+                    stat.file_size_in_bytes,
+                    instant,
+                    lambda at: at == instant,
+                    bloom=False,
+                    rows=[],
+                    keygen=keygen,
+                )
+                if info is not None and info.rows is not None:
+                    rows = info.rows.filter(info.rows.column(ROW_DELETED))
+                    gone.update(rows.column(RECORD_KEY).to_pylist())
+        return placed, gone - set(placed)
+
+    def _previous_version(self, stat: WriteStat) -> str | None:
+        if stat.prev_commit in (NULL_COMMIT, "", None):
+            return None
+        folder = stat.partition_path
+        suffix = f"_{stat.prev_commit}.parquet"
+        for name in self.table.storage.file_names(folder):
+            if name.startswith(f"{stat.file_id}_") and name.endswith(suffix):
+                return f"{folder}/{name}" if folder else name
+        return None
+
+    # --- publication, abort -------------------------------------------------------------------
+
+    def publish(self, lock: LockHandle, partitions: Sequence[str]) -> None:
+        """Add the partitions to ``hoodie.table.metadata.partitions`` (sorted, as Hudi writes the
+        list), under the table lock: Hudi's readers and writers use them from here on."""
+
+        def published(config: TableConfig) -> TableConfig:
+            props = dict(config.props)
+            done = {p for p in props.get(METADATA_PARTITIONS, "").split(",") if p}
+            props[METADATA_PARTITIONS] = ",".join(sorted(done | set(partitions)))
+            inflight = [p for p in props.get(METADATA_PARTITIONS_INFLIGHT, "").split(",") if p]
+            if METADATA_PARTITIONS_INFLIGHT in props:
+                props[METADATA_PARTITIONS_INFLIGHT] = ",".join(
+                    p for p in inflight if p not in partitions
+                )
+            return TableConfig(props)
+
+        self.table.update_table_config(lock, published)
+        history = self.published()
+        history.update(dict.fromkeys(partitions, True))
+        self.table.storage.overwrite(PUBLISHED, json.dumps(sorted(history)).encode())
+
+    def published(self) -> dict[str, bool]:
+        """The partitions this project built in Hudi's metadata table (and has not dropped)."""
+        try:
+            return dict.fromkeys(json.loads(self.table.storage.read(PUBLISHED)), True)
+        except StorageFileNotFoundError:
+            return {}
+
+    def forget(self, partitions: Iterable[str]) -> None:
+        history = {p: True for p in self.published() if p not in set(partitions)}
+        self.table.storage.overwrite(PUBLISHED, json.dumps(sorted(history)).encode())
+
+    def discard(self, claim: Claim) -> None:
+        """Delete what a build of the claim wrote and did not publish: its partitions' folders
+        (those not in Hudi's completed list) and its metadata instants."""
+        storage = self.table.storage
+        completed = set(self.hudi().partitions)
+        for partition in claim.partitions:
+            if partition not in completed and storage.exists(f"{FOLDER}/{partition}"):
+                storage.delete(f"{FOLDER}/{partition}", recursive=True)
+        stamps = (claim.upto + INDEXING_SUFFIX, *claim.written)
+        for stamp in stamps:
+            for state in (".inflight", ".requested", ""):  # completed file first
+                path = f"{FOLDER}/.hoodie/{stamp}.deltacommit{state}"
+                if storage.exists(path):
+                    storage.delete(path)
+
+    def deleted_by_writers(self) -> list[str]:
+        """Partitions this project built and published that Hudi's metadata table no longer
+        lists: a Hudi writer without the partition's flag (or with the metadata table off)
+        deleted them."""
+        listed = set(self.hudi().partitions)
+        return [p for p in self.published() if p not in listed]
+
+    # --- drop, sync, validate ---------------------------------------------------------------
+
+    def drop(self, lock: LockHandle, partitions: Sequence[str]) -> list[str]:
+        """Remove partitions from Hudi's metadata table, as Hudi's ``dropIndex`` does, under the
+        table lock: out of ``hoodie.properties`` (both lists) first, then their folders. Returns
+        those that were there."""
+        present = [p for p in partitions if p in self.states() or self._folder_exists(p)]
+
+        def dropped(config: TableConfig) -> TableConfig:
+            props = dict(config.props)
+            for key in (METADATA_PARTITIONS, METADATA_PARTITIONS_INFLIGHT):
+                if key in props:
+                    kept = [p for p in props[key].split(",") if p and p not in partitions]
+                    props[key] = ",".join(kept)
+            return TableConfig(props)
+
+        self.table.update_table_config(lock, dropped)
+        for partition in present:
+            if self._folder_exists(partition):
+                self.table.storage.delete(f"{FOLDER}/{partition}", recursive=True)
+        self.forget(partitions)
+        return present
+
+    def _folder_exists(self, partition: str) -> bool:
+        return self.table.storage.exists(f"{FOLDER}/{partition}")
+
+    def unapplied(self) -> list[Instant]:
+        """The completed data instants Hudi's metadata table does not reflect, oldest first."""
+        timeline = self.table.timeline.load()
+        missing = set(self.hudi().unapplied(timeline))
+        return [i for i in timeline.completed() if i.timestamp in missing]
+
+    def apply(self, lock: LockHandle, instant: Instant) -> list[str]:
+        """Write, under the table lock, the deltacommit Hudi's writer would have written for a
+        completed data instant it missed (every partition of the metadata table, at the
+        instant's own time). Returns those partitions."""
+        hudi = self.hudi()
+        targets = [p for p in hudi.partitions if p in records.FILE_GROUP_PREFIXES]
+        made, removed = self._records_of(instant, targets)
+        write_deltacommit(self.table, hudi, instant.timestamp, targets, made, removed, lock)
+        return targets
+
+    def validate(self, progress: Callable[[int, int], None] | None = None) -> list[PartitionReport]:
+        """Each completed partition built here (column_stats, bloom_filters, record_index) against
+        its records made again from the data files: missing, stale and wrong keys. A log
+        file's column stats (Hudi's writer makes them from the records it wrote) are not made
+        again and not compared; a date or decimal bound Hudi's reader of log blocks unwrapped
+        into an int or bytes (and its compaction stored so) compares as the value it holds."""
+        hudi = self.hudi()
+        partitions = [p for p in BUILDABLE if p in hudi.partitions]
+        if not partitions:
+            return []
+        behind = self.unapplied()
+        if behind:
+            stamps = [i.timestamp for i in behind]
+            return [PartitionReport(p, unapplied=stamps) for p in partitions]
+        timeline = self.table.timeline.load()
+        newest = timeline.completed().last()
+        upto = newest.timestamp if newest is not None else NULL_COMMIT
+        files = self.source_files(upto)
+        groups = dict.fromkeys(partitions, 1)
+        work = _Work(self.table.storage, groups, upto, virtual_keys(self.table))
+        count, processes = workers_for(len(files), 0)
+        expected: dict[str, dict[str, dict[str, Any]]] = {p: {} for p in partitions}
+        chunks = chunked(files, count, _CHUNK_FILES)
+        done = 0
+        for part, chunk in zip(
+            map_chunks(_cells_of, work, chunks, count, processes), chunks, strict=True
+        ):
+            for partition, (cells,) in part.items():
+                for key, value in cells:
+                    decoded = records.decode(key.decode(), value)
+                    expected[partition][key.decode()] = _comparable(decoded)
+            done += len(chunk)
+            if progress is not None:
+                progress(done, len(files))
+        reports = []
+        for partition in partitions:
+            stored = {
+                key: _comparable(record)
+                for key, record in hudi.records(partition).items()
+                if not _deleted(record) and not _of_log_file(record)
+            }
+            want = expected[partition]
+            reports.append(
+                PartitionReport(
+                    partition,
+                    missing=sorted(set(want) - set(stored)),
+                    stale=sorted(set(stored) - set(want)),
+                    wrong=sorted(k for k in want.keys() & stored.keys() if want[k] != stored[k]),
+                )
+            )
+        return reports
+
+
+def _deleted(record: Mapping[str, Any]) -> bool:
+    for field in ("ColumnStatsMetadata", "BloomFilterMetadata"):
+        if record.get(field) is not None:
+            return bool(record[field].get("isDeleted"))
+    return False
+
+
+def _of_log_file(record: Mapping[str, Any]) -> bool:
+    stats = record.get("ColumnStatsMetadata")
+    return stats is not None and ".log." in str(stats.get("fileName", ""))
+
+
+def _comparable(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A record as a rebuild must reproduce it: no meta fields or key, no bloom stamp or
+    record-index instant (each build's own), bounds as the values they hold."""
+    out = {k: v for k, v in record.items() if not k.startswith("_hoodie") and k != "key"}
+    bloom = out.get("BloomFilterMetadata")
+    if bloom is not None:
+        out["BloomFilterMetadata"] = {**bloom, "timestamp": None}
+    location = out.get("recordIndexMetadata")
+    if location is not None:
+        out["recordIndexMetadata"] = {**location, "instantTime": None}
+    stats = out.get("ColumnStatsMetadata")
+    if stats is not None:
+        out["ColumnStatsMetadata"] = {
+            **stats,
+            "minValue": _bound(stats.get("minValue")),
+            "maxValue": _bound(stats.get("maxValue")),
+        }
+    return out
+
+
+def _bound(wrapped: Any) -> Any:
+    """A bound as the value it holds: a date's days whether in a DateWrapper or an IntWrapper,
+    a decimal's bytes of its scale-15 unscaled value whether in a DecimalWrapper or, as
+    Hudi's log reader leaves it, a BytesWrapper."""
+    found = records.unwrap(wrapped)
+    if found is None:
+        return None
+    wrapper, value = found
+    if wrapper == "DecimalWrapper":
+        unscaled = int(value.scaleb(records.DECIMAL_SCALE))
+        return unscaled.to_bytes(unscaled.bit_length() // 8 + 1, "big", signed=True)
+    return value
+
+
+def writer_configs(partitions: Iterable[str]) -> list[str]:
+    """The configs every Hudi writer of the table must carry to keep these partitions."""
+    return ["hoodie.metadata.enable=true", *(f"{WRITER_FLAGS[p]}=true" for p in partitions)]
+
+
+def _stat(file_id: str, path: str, partition: str, prev: str, writes: int, size: int) -> WriteStat:
+    return WriteStat(
+        file_id=file_id,
+        path=path,
+        partition_path=partition,
+        prev_commit=prev,
+        num_writes=writes,
+        num_inserts=writes,
+        total_write_bytes=size,
+        file_size_in_bytes=size,
+    )
