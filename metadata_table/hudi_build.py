@@ -57,8 +57,8 @@ from metadata_table.validate import PartitionReport
 from metadata_table.workers import chunked, map_chunks, workers_for
 from timeline.commit_metadata import NULL_COMMIT, CommitMetadata, WriteStat
 from timeline.config import (
-    HUDI_BLOOM_FILTER_GROUPS,
-    HUDI_COLUMN_STATS_GROUPS,
+    BLOOM_FILTER_FILE_GROUPS,
+    COLUMN_STATS_FILE_GROUPS,
     HUDI_RECORD_INDEX_GROWTH,
     HUDI_RECORD_INDEX_MAX_GROUP_BYTES,
     HUDI_RECORD_INDEX_MAX_GROUPS,
@@ -269,9 +269,9 @@ class HudiPartitionWriter:
         entries a group, between the configured fewest and most)."""
         config = self.table.config
         if partition == COLUMN_STATS:
-            return config.get(HUDI_COLUMN_STATS_GROUPS)
+            return config.get(COLUMN_STATS_FILE_GROUPS)
         if partition == BLOOM_FILTERS:
-            return config.get(HUDI_BLOOM_FILTER_GROUPS)
+            return config.get(BLOOM_FILTER_FILE_GROUPS)
         fewest, most = (
             config.get(HUDI_RECORD_INDEX_MIN_GROUPS),
             config.get(HUDI_RECORD_INDEX_MAX_GROUPS),

@@ -58,6 +58,8 @@ REGISTRY: dict[str, ConfigKey[Any]] = {}
 
 
 def _key(key: ConfigKey[T]) -> ConfigKey[T]:
+    if key.key in REGISTRY:
+        raise ValueError(f"configuration key {key.key} declared twice")
     REGISTRY[key.key] = key
     return key
 
@@ -418,7 +420,9 @@ INDEX_COMPACT_MAX_DELTA_COMMITS: ConfigKey[int] = _key(
         int,
         10,
         "The index compacts a partition once it has applied this many data instants since its "
-        "base files were written (as Apache Hudi counts its metadata table's deltacommits).",
+        "base files were written (as Apache Hudi counts its metadata table's deltacommits); "
+        "with indexer.write.hudi_metadata_table=maintain, our writers compact Apache Hudi's own "
+        "metadata table (its <t>001 instant) after this many deltacommits, as Hudi's writer does.",
         _positive,
         "must be > 0",
     )
@@ -498,40 +502,9 @@ HUDI_METADATA_READ: ConfigKey[bool] = _key(
         "false: such reads list storage and read data files instead.",
     )
 )
-HUDI_METADATA_COMPACT_EVERY: ConfigKey[int] = _key(
-    ConfigKey(
-        "hoodie.metadata.compact.max.delta.commits",
-        int,
-        10,
-        "With indexer.write.hudi_metadata_table=maintain: Apache Hudi's metadata table is "
-        "compacted (its <t>001 instant, each file slice's log files merged into a new base "
-        "file) after this many deltacommits since the last compaction, as Hudi's writer does.",
-        _positive,
-        "must be > 0",
-    )
-)
-HUDI_COLUMN_STATS_GROUPS: ConfigKey[int] = _key(
-    ConfigKey(
-        "hoodie.metadata.index.column.stats.file.group.count",
-        int,
-        2,
-        "indexer run --format hudi: file groups of the column_stats partition it builds in Apache "
-        "Hudi's metadata table (Hudi's key and default).",
-        _positive,
-        "must be > 0",
-    )
-)
-HUDI_BLOOM_FILTER_GROUPS: ConfigKey[int] = _key(
-    ConfigKey(
-        "hoodie.metadata.index.bloom.filter.file.group.count",
-        int,
-        4,
-        "indexer run --format hudi: file groups of the bloom_filters partition it builds in "
-        "Apache Hudi's metadata table (Hudi's key and default).",
-        _positive,
-        "must be > 0",
-    )
-)
+#: the same key (Hudi's name) counts the deltacommits between compactions of Apache Hudi's own
+#: metadata table, which our writers keep with indexer.write.hudi_metadata_table=maintain
+HUDI_METADATA_COMPACT_EVERY = INDEX_COMPACT_MAX_DELTA_COMMITS
 HUDI_RECORD_INDEX_MIN_GROUPS: ConfigKey[int] = _key(
     ConfigKey(
         "hoodie.metadata.record.index.min.filegroup.count",
@@ -751,7 +724,8 @@ COLUMN_STATS_FILE_GROUPS: ConfigKey[int] = _key(
         "hoodie.metadata.index.column.stats.file.group.count",
         int,
         2,
-        "File groups of the column_stats partition (fixed when it is built).",
+        "File groups of the column_stats partition (fixed when it is built; with --format hudi "
+        "exactly this many, as Apache Hudi).",
         _positive,
         "must be positive",
     )
@@ -761,7 +735,8 @@ BLOOM_FILTER_FILE_GROUPS: ConfigKey[int] = _key(
         "hoodie.metadata.index.bloom.filter.file.group.count",
         int,
         4,
-        "File groups of the bloom_filters partition (fixed when it is built).",
+        "File groups of the bloom_filters partition (fixed when it is built; with --format hudi "
+        "exactly this many, as Apache Hudi).",
         _positive,
         "must be positive",
     )

@@ -92,3 +92,13 @@ def test_marker_type_spellings() -> None:
         ) == ("timeline_server_based")
     with pytest.raises(ConfigError, match="unknown marker type"):
         Config.resolve({"hoodie.write.markers.type": "zookeeper"}, env={})
+
+
+def test_a_key_is_declared_once() -> None:
+    """Two declarations of one key would each keep a default and a meaning of their own, and
+    --help-config would list the last one only."""
+    from timeline.config import REGISTRY, ConfigKey, _key
+
+    existing = next(iter(REGISTRY.values()))
+    with pytest.raises(ValueError, match="declared twice"):
+        _key(ConfigKey(existing.key, str, "", "again"))
