@@ -16,10 +16,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from indexer.hudi_format import FORMATS, HudiFormatIndexer, writer_configs
+from indexer.hudi_format import FORMATS, HudiFormatIndexer
 from indexer.indexer import DEFAULT_TIMEOUT_SECONDS, ENGINES, AsyncIndexer, IndexerOptions
 from indexer.status_page import footprint_lines
 from metadata_table.layout import PARTITIONS
+from metadata_table.partition_writer import HudiPartitionWriter
 from timeline.cli import (
     EXIT_ERROR,
     EXIT_OK,
@@ -77,7 +78,7 @@ def _contract(indexer: AsyncIndexer, built: list[str]) -> None:
     if isinstance(indexer, HudiFormatIndexer) and built:
         print(
             "every Apache Hudi writer of this table must now carry "
-            + " ".join(writer_configs(built))
+            + " ".join(HudiPartitionWriter.writer_configs(built))
             + " (a writer without one deletes that partition; with hoodie.metadata.enable=false, "
             "the whole metadata table)"
         )
@@ -393,7 +394,7 @@ def _status(args: argparse.Namespace) -> int:
     for partition in status["hudi_deleted_by_writers"]:
         print(
             f"  WARNING: {partition}, built here in Apache Hudi's metadata table, is gone: a Hudi "
-            f"writer without {' '.join(writer_configs([partition]))} deleted it "
+            f"writer without {' '.join(HudiPartitionWriter.writer_configs([partition]))} deleted it "
             f"(`indexer run --format hudi --index-types {partition}` builds it again)"
         )
     for item in status["indexing"]:

@@ -28,14 +28,7 @@ from typing import Any
 
 from indexer.indexer import AsyncIndexer, IndexerOptions, ScheduleResult, SyncResult
 from indexer.plan import IndexPlan, PartitionPlan
-from metadata_table.partition_writer import (
-    HUDI_BUILDABLE,
-    Claim,
-    HudiPartitionWriter,
-    index_commit,
-    index_plan,
-    writer_configs,
-)
+from metadata_table.partition_writer import HudiPartitionWriter
 from timeline.config import LOCAL_BUILD_WORKERS
 from timeline.errors import ConfigError, TableError
 from timeline.failpoints import failpoint
@@ -56,7 +49,8 @@ class HudiFormatIndexer(AsyncIndexer):
     ) -> None:
         super().__init__(table, options, spark)
         self.hudi = HudiPartitionWriter(table)
-        self._claim: Claim | None = None
+        #: the indexing instant whose build runs in this process (its catch-up applies to it)
+        self._building: str | None = None
 
     def validate(self, index_types: Sequence[str], columns: Sequence[str]) -> list[str]:
         if columns:
@@ -66,7 +60,9 @@ class HudiFormatIndexer(AsyncIndexer):
                 "does without a column list",
             )
         if not index_types:
-            raise ConfigError("--index-types", "name at least one of " + ", ".join(HUDI_BUILDABLE))
+            raise ConfigError(
+                "--index-types", "name at least one of " + ", ".join(HudiPartitionWriter.BUILDABLE)
+            )
         types = list(dict.fromkeys(index_types))
         refusal = self.hudi.refusal(types)
         if refusal is not None:
@@ -97,11 +93,11 @@ class HudiFormatIndexer(AsyncIndexer):
             instant_time = self.table.timeline.generator.next(
                 after=newest.timestamp if newest else None
             )
-            self.hudi.claim(Claim(instant_time, tuple(todo), last.timestamp))
+            plan = self.hudi.plan(instant_time, todo, last.timestamp)
             failpoint("schedule.before_plan")
             lock.ensure_valid()
             requested = self.table.timeline.create_requested(
-                Action.INDEXING, index_plan(todo, last.timestamp), timestamp=instant_time
+                Action.INDEXING, plan, timestamp=instant_time
             )
             seconds = time.monotonic() - started
         logger.info(
@@ -124,28 +120,22 @@ class HudiFormatIndexer(AsyncIndexer):
         ]
 
     def plan_of(self, instant: Instant) -> IndexPlan:
-        claim = self.hudi.claimed(instant.timestamp)
-        if claim is None:
-            raise TableError(f"{instant} is not a build of this project's")
+        claim = self.hudi.require(instant.timestamp)
         return IndexPlan(tuple(PartitionPlan(p, claim.upto) for p in claim.partitions))
 
     def _execute(self, instant: Instant, plan: IndexPlan, deadline: float) -> Instant:
-        claim = self.hudi.claimed(instant.timestamp)
-        if claim is None:
-            raise TableError(f"{instant} is not a build of this project's")
+        claim = self.hudi.require(instant.timestamp)
         with self._lock(f"start indexing {instant.timestamp}") as lock:
             if set(claim.partitions) <= set(self.hudi.published()) and all(
                 self.hudi.states().get(p) == "completed" for p in claim.partitions
             ):
-                return self._complete(lock, instant, claim, claim.upto)  # crashed after publishing
+                return self._complete(lock, instant, plan, claim.upto)  # crashed after publishing
             if instant.is_requested:
                 instant = self.table.timeline.transition_to_inflight(instant)
         failpoint("execute.after_inflight")
         self._checkpoint("building")
-        self.hudi.discard(claim)  # what an earlier attempt left
-        claim = Claim(claim.instant, claim.partitions, claim.upto)
-        self.hudi.claim(claim)
-        self._claim = claim
+        claim = self.hudi.restart(instant.timestamp)  # what an earlier attempt left, deleted
+        self._building = instant.timestamp
         workers = self.table.config.get(LOCAL_BUILD_WORKERS)
         stamp, stats = self.hudi.build(
             claim.partitions, claim.upto, workers, self._reporter("build")
@@ -176,30 +166,29 @@ class HudiFormatIndexer(AsyncIndexer):
             )
             self.hudi.publish(lock, claim.partitions)
             failpoint("complete.after_partitions")
-            done = self._complete(lock, instant, claim, caught)
-        self._claim = None
+            done = self._complete(lock, instant, plan, caught)
+        self._building = None
         logger.warning(
             "every Apache Hudi writer of %s must now carry %s, or its next commit deletes %s",
             self.table.base_uri,
-            " ".join(writer_configs(claim.partitions)),
+            " ".join(self.hudi.writer_configs(claim.partitions)),
             ",".join(claim.partitions),
         )
         return done
 
-    def _complete(self, lock: LockHandle, instant: Instant, claim: Claim, upto: str) -> Instant:
+    def _complete(self, lock: LockHandle, instant: Instant, plan: IndexPlan, upto: str) -> Instant:
         if instant.is_requested:
             instant = self.table.timeline.transition_to_inflight(instant)
         lock.ensure_valid()
-        done = self.table.timeline.complete(instant, index_commit(claim.partitions, upto))
+        metadata = self.hudi.commit_metadata(instant.timestamp, upto)
+        done = self.table.timeline.complete(instant, metadata)
         self.hudi.release(instant.timestamp)
-        logger.info("index build %s completed: %s", done, ",".join(claim.partitions))
+        logger.info("index build %s completed: %s", done, ",".join(plan.names))
         return done
 
     def _ensure_applied(self, lock: LockHandle, plan: IndexPlan, instant: Instant) -> None:
-        claim = self._claim
-        assert claim is not None, "catch-up runs inside _execute"
-        if not self.hudi.logged_partitions(claim, instant.timestamp):
-            self._claim = self.hudi.catch_up(lock, claim, instant)
+        assert self._building is not None, "catch-up runs inside _execute"
+        self.hudi.catch_up(lock, self._building, instant)
 
     # --- abort -----------------------------------------------------------------------------------
 
@@ -211,14 +200,12 @@ class HudiFormatIndexer(AsyncIndexer):
             current = self.table.timeline.load().get(instant.timestamp, Action.INDEXING)
             if current is None or current.is_completed:
                 return
-            claim = self.hudi.claimed(instant.timestamp)
-            if claim is not None:
-                self.hudi.discard(claim)
+            self.hudi.abandon(instant.timestamp)
             failpoint("abort.mid")
             lock.ensure_valid()
             self.table.timeline.delete_pending(current)
         self.hudi.release(instant.timestamp)
-        self._claim = None
+        self._building = None
 
     def status(self) -> dict[str, Any]:
         """:meth:`AsyncIndexer.status`, its partitions those of Apache Hudi's metadata table
@@ -235,11 +222,12 @@ class HudiFormatIndexer(AsyncIndexer):
         ours for them is aborted first). Hudi's writers that carry a partition's flag and
         hoodie.metadata.index.async=false build it again on their next commit."""
         types = list(dict.fromkeys(index_types))
-        wrong = [t for t in types if t not in HUDI_BUILDABLE]
+        buildable = HudiPartitionWriter.BUILDABLE
+        wrong = [t for t in types if t not in buildable]
         if wrong:
             raise ConfigError(
                 "--index-types",
-                f"--format hudi drops {', '.join(HUDI_BUILDABLE)}, not {', '.join(wrong)} (Apache "
+                f"--format hudi drops {', '.join(buildable)}, not {', '.join(wrong)} (Apache "
                 "Hudi's files partition goes with its whole metadata table: a Hudi writer with "
                 "hoodie.metadata.enable=false deletes it)",
             )
@@ -269,4 +257,4 @@ class HudiFormatIndexer(AsyncIndexer):
         return result
 
 
-__all__ = ["FORMATS", "HudiFormatIndexer", "writer_configs"]
+__all__ = ["FORMATS", "HudiFormatIndexer"]

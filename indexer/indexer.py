@@ -35,7 +35,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from indexer.build import run_build
 from indexer.plan import IndexPlan, PartitionPlan, is_hudi_plan
 from metadata_table.layout import (
     FILES,
@@ -45,15 +44,12 @@ from metadata_table.layout import (
     is_secondary_index,
 )
 from metadata_table.partition_writer import (
-    NOTHING,
     DataFile,
     HudiPartitionWriter,
     MigrationResult,
     PartitionBuild,
     PartitionWriter,
     UpkeepResult,
-    run_build_local,
-    start_record_workers,
 )
 from timeline.archiver import ArchiveResult, archive
 from timeline.clean import CleanResult, clean
@@ -62,8 +58,6 @@ from timeline.config import (
     CLEAN_AUTOMATIC,
     FILES_WITH_OTHERS,
     LOCAL_BUILD_MAX_FILES,
-    LOCAL_BUILD_MEMORY_MB,
-    LOCAL_BUILD_WORKERS,
 )
 from timeline.errors import (
     BuildCancelledError,
@@ -267,7 +261,7 @@ class AsyncIndexer:
                 return ScheduleResult(None, [], skipped, time.monotonic() - started)
             timeline = self.table.timeline.load().require_valid()
             last = timeline.last_settled_write()
-            upto = last.timestamp if last else NOTHING
+            upto = last.timestamp if last else self.writer.NOTHING
             newest = timeline.last()
             instant_time = self.table.timeline.generator.next(
                 after=newest.timestamp if newest else None
@@ -457,21 +451,9 @@ class AsyncIndexer:
     ) -> dict[str, dict[str, int]]:
         """Base files of ``builds`` over ``files``, without Spark or on Spark
         (:meth:`engine`), behind markers of ``marker_instant``; their sizes per partition."""
-        storage, progress = self.table.storage, self._reporter(step)
-        if self.engine(len(files)) == "local":
-            config = self.table.config
-            workers, memory_mb = config.get(LOCAL_BUILD_WORKERS), config.get(LOCAL_BUILD_MEMORY_MB)
-            return run_build_local(
-                storage, files, builds, marker_instant, progress, workers, memory_mb
-            )
-        return run_build(
-            storage,
-            files,
-            builds,
-            marker_instant,
-            self.spark,
-            self.options.parallelism,
-            progress=progress,
+        spark = None if self.engine(len(files)) == "local" else self.spark
+        return self.writer.run_builds(
+            files, builds, marker_instant, self._reporter(step), spark, self.options.parallelism
         )
 
     def _reporter(self, step: str) -> Callable[[int, int], None] | None:
@@ -653,7 +635,7 @@ class AsyncIndexer:
                     return {}
                 timeline = self.table.timeline.load().require_valid()
                 last = timeline.last_settled_write()
-                upto = last.timestamp if last else NOTHING
+                upto = last.timestamp if last else self.writer.NOTHING
                 for name in names:
                     groups = self.writer.ensure_file_groups(name, lock)
                     columns = state.column_stats_columns if self.writer.takes_columns(name) else ()
@@ -831,7 +813,7 @@ class AsyncIndexer:
                 files = scheduled.data_files
                 if files is not None and self.engine(files) == "local":
                     # the build's worker processes start while it lists the table
-                    start_record_workers(files, self.table.config.get(LOCAL_BUILD_WORKERS))
+                    self.writer.start_workers(files)
                 return self.execute(scheduled.instant.timestamp)
             except IndexBuildAbortedError as e:
                 if attempt >= self.options.retries:

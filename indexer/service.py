@@ -34,11 +34,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from indexer.hudi_format import HudiFormatIndexer, writer_configs
+from indexer.hudi_format import HudiFormatIndexer
 from indexer.indexer import AsyncIndexer, IndexerOptions
 from indexer.requests_store import ACTIVE, IndexRequest, RequestStore
 from indexer.service_config import ServiceConfig, TableSpec
 from metadata_table.layout import expand_index_types
+from metadata_table.partition_writer import HudiPartitionWriter
 from timeline.errors import BuildCancelledError, LockTimeoutError, TableError
 from timeline.locks import LockHandle, SqlLockProvider, default_owner
 from timeline.storage import normalize_base_uri
@@ -356,7 +357,7 @@ class IndexerService:
                     "without %s%s",
                     base,
                     partition,
-                    " ".join(writer_configs([partition])),
+                    " ".join(HudiPartitionWriter.writer_configs([partition])),
                     "; it is built again" if partition in state.spec.index_types else "",
                 )
         else:

@@ -306,7 +306,7 @@ def run_build_local(
     memory_mb: int = 512,
 ) -> dict[str, dict[str, int]]:
     """The index build of ``builds`` over ``files`` without Spark, so no JVM to start (the
-    Spark job is ``indexer.build.run_build``; both call :func:`file_records` and
+    Spark job is :func:`metadata_table.spark_build.run_build`; both call :func:`file_records` and
     :meth:`PartitionBuild.write_group`, so they write the same files). The chunks of data files are read by
     ``workers`` workers (0: one per core, at most four; processes from
     :data:`~metadata_table.workers.PROCESS_MIN_FILES` data files on, else threads), their

@@ -67,7 +67,7 @@ from timeline.config import (
 from timeline.errors import StorageFileNotFoundError, TableError
 from timeline.formats import metadata_records as records
 from timeline.fs_view import PARTITION_METADATA_FILE, FileSystemView, file_id_of, parquet_file
-from timeline.hudi_avro import avro_file, read_avro_file
+from timeline.hudi_avro import avro_file
 from timeline.index_state import INDEX_FOLDER
 from timeline.instant import Instant
 from timeline.keys import KeyGenerator
@@ -167,14 +167,6 @@ def _infos(partitions: Iterable[str], upto: str) -> list[dict[str, Any]]:
     ]
 
 
-def read_index_plan(data: bytes) -> tuple[list[str], str]:
-    """The partitions and ``indexUptoInstant`` of a Hudi index plan (or commit metadata)."""
-    value = read_avro_file(data)
-    infos = value.get("indexPartitionInfos") or []
-    names = [str(i["metadataPartitionPath"]) for i in infos]
-    return names, str(infos[0]["indexUptoInstant"]) if infos else ""
-
-
 # --- the records of data files -----------------------------------------------------------------------
 
 
@@ -231,10 +223,47 @@ def _location(partition_path: str, name: str, instant: str) -> dict[str, Any]:
 
 class HudiPartitionWriter:
     """Hudi's metadata-table partitions of a table, built and kept from outside (the ``hudi``
-    format of ``indexer run``): every file this format writes is written here."""
+    format of ``indexer run``): every file this format writes is written here. A build is
+    named by its indexing instant; what it is (partitions, ``t``, the metadata instants it
+    wrote) is its claim, on storage, so a build resumed by another process finds it."""
+
+    #: the partitions this format builds
+    BUILDABLE = BUILDABLE
 
     def __init__(self, table: Table) -> None:
         self.table = table
+
+    @staticmethod
+    def writer_configs(partitions: Iterable[str]) -> list[str]:
+        """The configs every Hudi writer of the table must carry to keep these partitions."""
+        return writer_configs(partitions)
+
+    def plan(self, instant_time: str, partitions: Sequence[str], upto: str) -> bytes:
+        """Claim a new build at ``instant_time`` (before its instant exists: an Avro indexing
+        instant without a claim is HoodieIndexer's) and return Hudi's plan for its
+        ``.indexing.requested``."""
+        self.claim(Claim(instant_time, tuple(partitions), upto))
+        return index_plan(partitions, upto)
+
+    def commit_metadata(self, instant_time: str, upto: str) -> bytes:
+        """Hudi's commit metadata of a completed build (``Ti.indexing``), caught up to
+        ``upto``; its claim is released once the instant completed (:meth:`release`)."""
+        return index_commit(self.require(instant_time).partitions, upto)
+
+    def require(self, instant_time: str) -> Claim:
+        claim = self.claimed(instant_time)
+        if claim is None:
+            raise TableError(f"indexing instant {instant_time} is not a build of this project's")
+        return claim
+
+    def restart(self, instant_time: str) -> Claim:
+        """Before a build (or its resumption) writes anything: delete what an earlier attempt
+        of it left, and forget the metadata instants it wrote."""
+        claim = self.require(instant_time)
+        self.discard(claim)
+        fresh = Claim(claim.instant, claim.partitions, claim.upto)
+        self.claim(fresh)
+        return fresh
 
     # --- what there is -----------------------------------------------------------------------
 
@@ -416,20 +445,20 @@ class HudiPartitionWriter:
 
     # --- catch-up -----------------------------------------------------------------------------
 
-    def logged_partitions(self, claim: Claim, data_instant: str) -> set[str]:
-        """The claim's partitions a completed data instant reached (their catch-up of it)."""
-        return set(claim.partitions) if data_instant + CATCH_UP_SUFFIX in claim.written else set()
-
-    def catch_up(self, lock: LockHandle, claim: Claim, instant: Instant) -> Claim:
-        """Apply a completed data instant to the claim's partitions (built, not published), under
-        the table lock: the records Hudi's writer would have written for it, as metadata
-        deltacommit ``<instant>020``. Returns the claim with it recorded."""
+    def catch_up(self, lock: LockHandle, instant_time: str, instant: Instant) -> bool:
+        """Make sure a completed data instant reached the partitions of build ``instant_time``
+        (built, not published), under the table lock: unless done before, the records Hudi's
+        writer would have written for it, as metadata deltacommit ``<instant>020``. Returns
+        whether it was applied now."""
+        claim = self.require(instant_time)
+        if instant.timestamp + CATCH_UP_SUFFIX in claim.written:
+            return False
         made, removed = self._records_of(instant, claim.partitions)
         stamp = instant.timestamp + CATCH_UP_SUFFIX
         updated = Claim(claim.instant, claim.partitions, claim.upto, (*claim.written, stamp))
         self.claim(updated)  # first: an abort deletes what it wrote
         write_deltacommit(self.table, self.hudi(), stamp, claim.partitions, made, removed, lock)
-        return updated
+        return True
 
     def _records_of(
         self, instant: Instant, partitions: Sequence[str]
@@ -534,6 +563,13 @@ class HudiPartitionWriter:
     def forget(self, partitions: Iterable[str]) -> None:
         history = {p: True for p in self.published() if p not in set(partitions)}
         self.table.storage.overwrite(PUBLISHED, json.dumps(sorted(history)).encode())
+
+    def abandon(self, instant_time: str) -> None:
+        """Delete what build ``instant_time`` wrote and did not publish (its claim stays until
+        :meth:`release`, after its instant is deleted)."""
+        claim = self.claimed(instant_time)
+        if claim is not None:
+            self.discard(claim)
 
     def discard(self, claim: Claim) -> None:
         """Delete what a build of the claim wrote and did not publish: its partitions' folders

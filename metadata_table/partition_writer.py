@@ -17,10 +17,8 @@ table service to come) works through :class:`PartitionWriter` on the driver and 
   place by :meth:`PartitionWriter.ensure_file_groups` and a build;
 * failure and drop: :meth:`PartitionWriter.discard_failed_builds`, :meth:`PartitionWriter.drop`;
 * Apache Hudi's own metadata table (``indexer run --format hudi``): :class:`HudiPartitionWriter`
-  (from :mod:`metadata_table.hudi_build`, re-exported here) builds its partitions, catches them
-  up and publishes them; :func:`index_plan`, :func:`index_commit` and :func:`read_index_plan`
-  are Hudi's Avro indexing plan and commit metadata, :func:`writer_configs` what Hudi's writers
-  must carry to keep the partitions;
+  (from :mod:`metadata_table.hudi_build`, re-exported here) plans a build (Hudi's Avro plan),
+  builds its partitions, catches them up, publishes them, and drops, syncs and validates them;
 * requests: :func:`secondary_index_refusal` says why a column cannot have a secondary index,
   :func:`key_fields_refusal` why a table's record keys cannot be made from its files.
 
@@ -45,15 +43,7 @@ from metadata_table.group_records import (
     run_build_local,
     start_record_workers,
 )
-from metadata_table.hudi_build import BUILDABLE as HUDI_BUILDABLE
-from metadata_table.hudi_build import (
-    Claim,
-    HudiPartitionWriter,
-    index_commit,
-    index_plan,
-    read_index_plan,
-    writer_configs,
-)
+from metadata_table.hudi_build import HudiPartitionWriter
 from metadata_table.hudi_table import hudi_status
 from metadata_table.index_types import index_type
 from metadata_table.layout import (
@@ -79,6 +69,7 @@ from metadata_table.records import (
 from metadata_table.table import MetadataTable
 from metadata_table.validate import PartitionReport, validate, validate_hudi
 from timeline.commit_metadata import CommitMetadata
+from timeline.config import LOCAL_BUILD_MEMORY_MB, LOCAL_BUILD_WORKERS
 from timeline.errors import (
     ConfigError,
     DuplicateRecordKeyError,
@@ -170,6 +161,9 @@ def table_schema(table: Table) -> pa.Schema | None:
 
 class PartitionWriter:
     """The metadata table of ``table``, as the indexer writes it."""
+
+    #: the watermark of a partition that covers no data instant yet
+    NOTHING = NOTHING
 
     def __init__(self, table: Table) -> None:
         self.table = table
@@ -327,6 +321,38 @@ class PartitionWriter:
         self._mdt.storage.delete(partition, recursive=True)
         self.create_partition(partition, groups, lock)
         return groups
+
+    def run_builds(
+        self,
+        files: list[DataFile],
+        builds: Sequence[PartitionBuild],
+        marker_instant: str,
+        progress: Callable[[int, int], None] | None = None,
+        spark: Any = None,
+        parallelism: int | None = None,
+    ) -> dict[str, dict[str, int]]:
+        """The base files of ``builds`` over ``files``, behind markers of ``marker_instant``:
+        on ``spark`` (a session: :func:`metadata_table.spark_build.run_build`), or without it
+        in this process and its workers (``indexer.build.local.workers``, spilling past
+        ``indexer.build.local.memory.mb``). Returns partition -> file group -> base file size."""
+        storage = self.table.storage
+        if spark is None:
+            config = self.table.config
+            workers, memory_mb = config.get(LOCAL_BUILD_WORKERS), config.get(LOCAL_BUILD_MEMORY_MB)
+            return run_build_local(
+                storage, files, builds, marker_instant, progress, workers, memory_mb
+            )
+        from metadata_table.spark_build import run_build  # imports pyspark
+
+        return run_build(
+            storage, files, builds, marker_instant, spark, parallelism, progress=progress
+        )
+
+    def start_workers(self, files: int) -> None:
+        """Start the worker processes a build without Spark over ``files`` data files reads
+        with, while the caller lists the table (see
+        :func:`metadata_table.workers.start_processes`)."""
+        start_record_workers(files, self.table.config.get(LOCAL_BUILD_WORKERS))
 
     def delete_markers(self, marker_instant: str) -> None:
         """The markers of ``marker_instant``'s build (once it completed, or was discarded)."""
@@ -521,9 +547,7 @@ class PartitionWriter:
 
 
 __all__ = [
-    "HUDI_BUILDABLE",
     "NOTHING",
-    "Claim",
     "DataFile",
     "HudiPartitionWriter",
     "MigrationResult",
@@ -535,10 +559,6 @@ __all__ = [
     "UpkeepResult",
     "file_records",
     "in_key_order",
-    "index_commit",
-    "index_plan",
-    "read_index_plan",
     "run_build_local",
     "start_record_workers",
-    "writer_configs",
 ]

@@ -43,7 +43,9 @@ def test_the_indexer_uses_partition_names_and_the_writer_interface_only() -> Non
         "metadata_table.layout": {"PARTITIONS", "FILES", "COLUMN_STATS", "BLOOM_FILTERS"}
         | {"RECORD_INDEX", "INDEX_TYPE_NAMES", "expand_index_types", "check_partition"}
         | {"is_secondary_index", "secondary_column", "keyed_by_record"},
-        "metadata_table.partition_writer": None,  # the interface: any of its names
+        # the interface: the two formats' writers, and the types of what passes through them
+        "metadata_table.partition_writer": {"PartitionWriter", "HudiPartitionWriter"}
+        | {"DataFile", "PartitionBuild", "MigrationResult", "UpkeepResult"},
     }
     used = [(f, m, n) for f, m, n in _imports("indexer") if m.startswith("metadata_table")]
     assert used, "the indexer builds through the metadata table"

@@ -400,15 +400,6 @@ def avro_file(schema: str, record: Mapping[str, Any]) -> bytes:
     return sink.getvalue()
 
 
-def read_avro_file(data: bytes) -> dict[str, Any]:
-    """The one record of an Avro object container file (an instant's metadata, Hudi's or ours),
-    by the schema it carries."""
-    found = list(fastavro.reader(io.BytesIO(data)))
-    if len(found) != 1 or not isinstance(found[0], dict):
-        raise ValueError(f"expected one Avro record, found {len(found)}")
-    return found[0]
-
-
 __all__ = [
     "CLEAN_METADATA_SCHEMA",
     "CLEAN_PLAN_SCHEMA",
@@ -419,5 +410,4 @@ __all__ = [
     "ROLLBACK_METADATA_SCHEMA",
     "ROLLBACK_PLAN_SCHEMA",
     "avro_file",
-    "read_avro_file",
 ]

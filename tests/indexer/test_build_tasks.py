@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from indexer.build import _records_task, _write_task
 from metadata_table.layout import BLOOM_FILTERS, COLUMN_STATS, NOTHING, read_records
 from metadata_table.partition_writer import PartitionWriter
+from metadata_table.spark_build import _records_task, _write_task
 from metadata_table.table import MetadataTable
 from timeline.index_state import LAYOUT
 from timeline.instant import Action, State

@@ -274,7 +274,7 @@ def test_killing_a_worker_mid_build(tmp_path: Path, spark_cluster: SparkCluster)
     drain.start()
     try:
         deadline = time.monotonic() + 120
-        while not any("indexer.build: building" in line for line in list(lines)):
+        while not any("metadata_table.spark_build: building" in line for line in list(lines)):
             assert process.poll() is None and time.monotonic() < deadline, "".join(lines)[-3000:]
             time.sleep(0.2)
         # Kill only once a build task stalls on worker 1: the app may get its executor there
