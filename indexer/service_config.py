@@ -23,6 +23,7 @@ Example (``service.toml``)::
     [[tables]]
     base = "/data/trips"
     index_types = ["column_stats", "bloom_filters"]   # desired: built when missing
+    format = "native"     # or "hudi": in Apache Hudi's own metadata table (docs/hudi.md)
     columns = ["fare", "ts"]                            # for column_stats (default all)
     lock_url = ""                                       # default: see docs/operations.md, "Locks"
     storage_options = { endpoint_url = "http://127.0.0.1:9000" }
