@@ -41,6 +41,10 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from metadata_table.hudi_table import (
     DENSE,
     FOLDER,
@@ -186,8 +190,11 @@ def _add(cells: dict[str, list[list[Cell]]], partition: str, record: Mapping[str
 
 def _cells_of(work: _Work, chunk: list[SourceFile]) -> dict[str, list[list[Cell]]]:
     """The records of a chunk of data files, encoded, by partition and file group: each file's
-    footer read once for every partition."""
+    footer read once for every partition; a record-index group's cells come sorted by key."""
     cells: dict[str, list[list[Cell]]] = {p: [[] for _ in range(n)] for p, n in work.groups.items()}
+    located: list[list[tuple[pa.Array, bytes]]] = [
+        [] for _ in range(work.groups.get(RECORD_INDEX, 0))
+    ]
     for source in chunk:
         footer = parquet_file(work.storage, source.path).metadata
         if BLOOM_FILTERS in cells:
@@ -197,13 +204,29 @@ def _cells_of(work: _Work, chunk: list[SourceFile]) -> dict[str, list[list[Cell]
         if COLUMN_STATS in cells:
             for record in hudi_column_stats(footer, source.partition_path, source.name):
                 _add(cells, COLUMN_STATS, record)
-        if RECORD_INDEX in cells and source.latest:
-            groups = cells[RECORD_INDEX]
-            value = records.encode(_location(source.partition_path, source.name, source.instant))
+        if located and source.latest:
             keys = read_record_keys(work.storage, source.path, work.keygen).column(RECORD_KEY)
-            for key in keys.to_pylist():
-                groups[records.file_group_index(key, len(groups))].append((key.encode(), value))
+            keys = keys.combine_chunks()
+            groups = records.file_group_indexes(keys, len(located))
+            value = records.encode(_location(source.partition_path, source.name, source.instant))
+            for group in np.unique(groups):
+                located[group].append((keys.filter(pa.array(groups == group)), value))
+    for group, found in enumerate(located):
+        cells[RECORD_INDEX][group] = _sorted_cells(found)
     return cells
+
+
+def _sorted_cells(found: list[tuple[pa.Array, bytes]]) -> list[Cell]:
+    """Record-index cells of several files' keys (each file's keys with its one value), in key
+    order (Arrow sorts strings by their UTF-8 bytes, as HBase compares cells)."""
+    if not found:
+        return []
+    keys = pa.concat_arrays([k.cast(pa.large_string()) for k, _ in found])
+    values = [v for _, v in found]
+    owner = np.repeat(np.arange(len(found)), [len(k) for k, _ in found])
+    order = pc.sort_indices(keys).to_numpy()
+    ordered = keys.take(pa.array(order)).to_pylist()
+    return [(k.encode(), values[i]) for k, i in zip(ordered, owner[order].tolist(), strict=True)]
 
 
 def _location(partition_path: str, name: str, instant: str) -> dict[str, Any]:

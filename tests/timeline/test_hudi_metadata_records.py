@@ -405,3 +405,20 @@ def _old_logs(table: Path, partition: str) -> list[tuple[str, Any]]:
         if LogFileName.parse(name) is not None and name not in latest:
             out.extend((name, block) for block in read_blocks((folder / name).read_bytes()))
     return out
+
+
+def test_file_group_indexes_of_many_keys_equal_javas_hash_of_each() -> None:
+    """The vectorized routing equals the one-key one (Java's String.hashCode) on ASCII keys of
+    every length, an empty key, keys whose hash is negative, and keys that are not ASCII."""
+    import pyarrow as pa
+
+    from timeline.formats.metadata_records import file_group_index, file_group_indexes
+
+    keys = [f"k-{i:010d}" for i in range(5000)] + ["", "a", "Zz9" * 40, "polygenelubricants"]
+    keys += ["é-key", "\U0001f600x"]
+    for count in (1, 2, 10, 997):
+        expected = [file_group_index(k, count) for k in keys]
+        assert file_group_indexes(pa.array(keys[:-2]), count).tolist() == expected[:-2]
+        assert file_group_indexes(pa.chunked_array([keys]), count).tolist() == expected
+        assert file_group_indexes(pa.array(keys).slice(7, 50), count).tolist() == expected[7:57]
+    assert file_group_index("polygenelubricants", 10) == abs(-(2**31)) % 10  # Integer.MIN_VALUE

@@ -36,6 +36,9 @@ from importlib import resources
 from typing import Any
 
 import fastavro
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import xxhash
 
 from timeline.formats.hfile import write_hfile
@@ -118,6 +121,45 @@ def file_group_index(key: str, count: int) -> int:
     signed = h - (1 << 32) if h >= 1 << 31 else h
     # Java's abs(abs(h) % count): for h = MIN_VALUE too, the magnitude of the remainder
     return abs(signed) % count
+
+
+def file_group_indexes(keys: pa.Array | pa.ChunkedArray, count: int) -> np.ndarray:
+    """:func:`file_group_index` of many keys at once: Java's ``String.hashCode`` of ASCII keys
+    worked out over their bytes with numpy (a polynomial in 31 modulo 2**32, whose prefix sums
+    are taken with 31's inverse, so every key's hash is a difference of two of them); other
+    keys one at a time."""
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    keys = keys.cast(pa.large_string())
+    if len(keys) == 0:
+        return np.zeros(0, np.int64)
+    if keys.null_count or not pc.all(pc.string_is_ascii(keys)).as_py():
+        return np.array([file_group_index(k, count) for k in keys.to_pylist()], np.int64)
+    offsets = np.frombuffer(keys.buffers()[1], np.int64, len(keys) + 1, keys.offset * 8)
+    start, end = offsets[:-1] - offsets[0], offsets[1:] - offsets[0]
+    data = np.frombuffer(keys.buffers()[2], np.uint8, int(offsets[-1]), int(offsets[0]))
+    with np.errstate(over="ignore"):
+        inverse = _powers(_INVERSE_31, len(data))  # 31**-j
+        prefix = np.concatenate(
+            [np.zeros(1, np.uint32), np.cumsum(data.astype(np.uint32) * inverse, dtype=np.uint32)]
+        )
+        raw = (prefix[end] - prefix[start]) * _powers(31, len(data) + 1)[np.maximum(end - 1, 0)]
+    signed = raw.astype(np.uint32).view(np.int32).astype(np.int64)
+    groups: np.ndarray = np.abs(signed) % count
+    return groups
+
+
+#: 31's inverse modulo 2**32 (31 is odd)
+_INVERSE_31 = pow(31, -1, 1 << 32)
+
+
+def _powers(base: int, count: int) -> np.ndarray:
+    """``base ** j`` modulo 2**32 for j = 0 .. count - 1 (uint32 products wrap)."""
+    factors = np.full(count, base, np.uint32)
+    if count:
+        factors[0] = 1
+    with np.errstate(over="ignore"):
+        return np.cumprod(factors, dtype=np.uint32)
 
 
 def file_group_id(partition: str, index: int) -> str:
