@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 
-.PHONY: demo demo-deps test test-fast test-hudi hudi-peer soak lint bench bench-markers bench-scan bench-mor bench-record-index bench-scale bench-longrun bench-hudi-metadata system-deps clean
+.PHONY: demo demo-deps test test-fast test-hudi hudi-peer soak lint bench bench-markers bench-scan bench-mor bench-record-index bench-scale bench-longrun bench-hudi-metadata bench-hudi-format system-deps clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -89,6 +89,12 @@ bench-longrun: $(VENV)/.installed-test
 bench-hudi-metadata: $(VENV)/.installed-test hudi-peer
 	$(PY) -m scripts.bench.hudi_metadata
 
+# `indexer run --format hudi` against Apache Hudi's HoodieIndexer and our native build, on copies of
+# one table: column_stats + bloom_filters at 2,000 files, record_index at 10M keys (also in
+# `make bench`; about 10 minutes).
+bench-hudi-format: $(VENV)/.installed-test hudi-peer
+	$(PY) -m scripts.bench.hudi_format
+
 # Merge-on-read tables: the build over slices with 0, 4, 16 log files each (also in `make bench`).
 bench-mor: $(VENV)/.installed-test
 	$(PY) scripts/bench/merge_on_read.py
@@ -115,6 +121,7 @@ bench-scale: $(VENV)/.installed-bench system-deps hudi-peer
 bench: $(VENV)/.installed-bench system-deps hudi-peer
 	$(PY) scripts/bench/run_all.py
 	$(PY) scripts/bench/schedule_lock.py
+	$(PY) -m scripts.bench.hudi_format
 
 $(VENV)/.installed-bench: pyproject.toml | $(PY)
 	$(PIP) install -q -e '.[test,bench]'

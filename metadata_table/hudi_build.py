@@ -39,7 +39,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -104,6 +104,12 @@ PUBLISHED = f"{INDEX_FOLDER}/hudi-published.json"
 _CHUNK_FILES = 64
 
 Cell = tuple[bytes, bytes]
+#: a record-index group's entries from one data file: its keys, and the one value they share
+Located = tuple[pa.Array, bytes]
+#: what a file group of a new partition holds: cells, or (the record index) located keys
+Content = list[Cell] | list[Located]
+#: record-index entries from which its file groups are written by worker processes
+_PROCESS_MIN_KEYS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -188,13 +194,13 @@ def _add(cells: dict[str, list[list[Cell]]], partition: str, record: Mapping[str
     cells[partition][group].append((key.encode(), records.encode(record)))
 
 
-def _cells_of(work: _Work, chunk: list[SourceFile]) -> dict[str, list[list[Cell]]]:
-    """The records of a chunk of data files, encoded, by partition and file group: each file's
-    footer read once for every partition; a record-index group's cells come sorted by key."""
-    cells: dict[str, list[list[Cell]]] = {p: [[] for _ in range(n)] for p, n in work.groups.items()}
-    located: list[list[tuple[pa.Array, bytes]]] = [
-        [] for _ in range(work.groups.get(RECORD_INDEX, 0))
-    ]
+def _cells_of(work: _Work, chunk: list[SourceFile]) -> dict[str, list[Content]]:
+    """The records of a chunk of data files, by partition and file group: each file's footer
+    read once for every partition; encoded cells, but for the record index each file's keys
+    of a group with their one value (Arrow arrays: cheap to hand between processes)."""
+    out: dict[str, list[Content]] = {p: [[] for _ in range(n)] for p, n in work.groups.items()}
+    cells = {p: cast("list[list[Cell]]", out[p]) for p in (BLOOM_FILTERS, COLUMN_STATS) if p in out}
+    located = cast("list[list[Located]]", out.get(RECORD_INDEX, []))
     for source in chunk:
         footer = parquet_file(work.storage, source.path).metadata
         if BLOOM_FILTERS in cells:
@@ -211,22 +217,67 @@ def _cells_of(work: _Work, chunk: list[SourceFile]) -> dict[str, list[list[Cell]
             value = records.encode(_location(source.partition_path, source.name, source.instant))
             for group in np.unique(groups):
                 located[group].append((keys.filter(pa.array(groups == group)), value))
-    for group, found in enumerate(located):
-        cells[RECORD_INDEX][group] = _sorted_cells(found)
-    return cells
+    return out
 
 
-def _sorted_cells(found: list[tuple[pa.Array, bytes]]) -> list[Cell]:
+@dataclass(frozen=True)
+class _GroupWrite:
+    storage: Storage
+    partition: str
+    stamp: str
+    table: str  # for errors
+
+
+def _write_group(work: _GroupWrite, item: tuple[int, Content]) -> list[WriteStat]:
+    """One file group of a new partition: its first log file (an empty delete block at the
+    stamp) and, when it holds records, its base HFile of them in key order."""
+    group, content = item
+    storage, partition, stamp = work.storage, work.partition, work.stamp
+    folder, file_id = f"{FOLDER}/{partition}", records.file_group_id(partition, group)
+    log = f".{file_id}_{stamp}.log.1_{LOG_WRITE_TOKEN}"
+    empty = records.delete_block([], partition, stamp)
+    storage.create(f"{folder}/{log}", empty)
+    stats = [_stat(file_id, f"{partition}/{log}", partition, stamp, 0, len(empty))]
+    if partition == RECORD_INDEX:
+        cells = _sorted_cells(cast("list[Located]", content), work.table)
+    else:
+        cells = sorted(cast("list[Cell]", content), key=lambda c: c[0])
+        for (a, _), (b, _) in pairwise(cells):
+            if a == b:
+                raise TableError(f"{partition} of {work.table}: two records of key {a.decode()!r}")
+    if cells:
+        data = records.base_file_of_cells(cells, dense=partition == DENSE)
+        name = f"{file_id}_{LOG_WRITE_TOKEN}_{stamp}.hfile"
+        storage.create(f"{folder}/{name}", data)
+        stats.append(
+            _stat(file_id, f"{partition}/{name}", partition, NULL_COMMIT, len(cells), len(data))
+        )
+    return stats
+
+
+def _sorted_cells(found: list[Located], table: str) -> list[Cell]:
     """Record-index cells of several files' keys (each file's keys with its one value), in key
-    order (Arrow sorts strings by their UTF-8 bytes, as HBase compares cells)."""
+    order (Arrow sorts strings by their UTF-8 bytes, as HBase compares cells); a key in two
+    files fails the build."""
     if not found:
         return []
     keys = pa.concat_arrays([k.cast(pa.large_string()) for k, _ in found])
     values = [v for _, v in found]
     owner = np.repeat(np.arange(len(found)), [len(k) for k, _ in found])
     order = pc.sort_indices(keys).to_numpy()
-    ordered = keys.take(pa.array(order)).to_pylist()
-    return [(k.encode(), values[i]) for k, i in zip(ordered, owner[order].tolist(), strict=True)]
+    ordered = keys.take(pa.array(order))
+    if len(ordered) > 1:
+        same = pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1))
+        if pc.any(same).as_py():
+            where = int(np.flatnonzero(same.to_numpy(zero_copy_only=False))[0])
+            raise TableError(
+                f"record key {ordered[where].as_py()!r} is in two files of {table}: its "
+                "record_index cannot be built (`indexer validate` names them)"
+            )
+    return [
+        (k.encode(), values[i])
+        for k, i in zip(ordered.to_pylist(), owner[order].tolist(), strict=True)
+    ]
 
 
 def _location(partition_path: str, name: str, instant: str) -> dict[str, Any]:
@@ -393,7 +444,7 @@ class HudiPartitionWriter:
             )
         groups = {p: self.group_count(p, keys) for p in partitions}
         work = _Work(self.table.storage, groups, stamp, virtual_keys(self.table))
-        cells: dict[str, list[list[Cell]]] = {p: [[] for _ in range(n)] for p, n in groups.items()}
+        contents: dict[str, list[Content]] = {p: [[] for _ in range(n)] for p, n in groups.items()}
         count, processes = workers_for(len(files), workers)
         chunks = chunked(files, count, _CHUNK_FILES)
         done = 0
@@ -402,13 +453,16 @@ class HudiPartitionWriter:
         ):
             for partition, by_group in part.items():
                 for group, found in enumerate(by_group):
-                    cells[partition][group].extend(found)
+                    contents[partition][group].extend(found)
             done += len(chunk)
             if progress is not None:
                 progress(done, len(files))
         stats: list[WriteStat] = []
         for partition in partitions:
-            stats.extend(self._write_partition(partition, stamp, cells.pop(partition)))
+            many = partition == RECORD_INDEX and keys >= _PROCESS_MIN_KEYS
+            stats.extend(
+                self._write_partition(partition, stamp, contents.pop(partition), workers, many)
+            )
         logger.info(
             "built %s of %s up to %s from %d data files (%d keys)",
             ",".join(partitions),
@@ -420,36 +474,24 @@ class HudiPartitionWriter:
         return stamp, stats
 
     def _write_partition(
-        self, partition: str, stamp: str, by_group: list[list[Cell]]
+        self, partition: str, stamp: str, by_group: list[Content], workers: int, many: bool
     ) -> list[WriteStat]:
+        """A new partition's folder (what an earlier attempt left deleted first): its partition
+        metadata, then every file group (:func:`_write_group`), on worker processes when
+        ``many`` (a record index of millions of keys: sorting, encoding and writing a group's
+        cells is Python's work, one group per core)."""
         storage, folder = self.table.storage, f"{FOLDER}/{partition}"
         if storage.exists(folder):
             storage.delete(folder, recursive=True)
         body = f"#partition metadata\ncommitTime={stamp}\npartitionDepth=1\n"
         storage.create(f"{folder}/{PARTITION_METADATA_FILE}", body.encode())
+        work = _GroupWrite(storage, partition, stamp, self.table.base_uri)
+        items = list(enumerate(by_group))
+        by_group.clear()  # the items hold the contents now
+        count = workers_for(len(items), workers)[0] if many else 1
         stats = []
-        for group, cells in enumerate(by_group):
-            file_id = records.file_group_id(partition, group)
-            log = f".{file_id}_{stamp}.log.1_{LOG_WRITE_TOKEN}"
-            empty = records.delete_block([], partition, stamp)
-            storage.create(f"{folder}/{log}", empty)
-            stats.append(_stat(file_id, f"{partition}/{log}", partition, stamp, 0, len(empty)))
-            if not cells:
-                continue
-            cells.sort(key=lambda c: c[0])
-            for (a, _), (b, _) in pairwise(cells):
-                if a == b:
-                    raise TableError(
-                        f"record key {a.decode()!r} is in two files of {self.table.base_uri}: "
-                        f"its {partition} cannot be built (`indexer validate` names them)"
-                    )
-            data = records.base_file_of_cells(cells, dense=partition == DENSE)
-            name = f"{file_id}_{LOG_WRITE_TOKEN}_{stamp}.hfile"
-            storage.create(f"{folder}/{name}", data)
-            stats.append(
-                _stat(file_id, f"{partition}/{name}", partition, NULL_COMMIT, len(cells), len(data))
-            )
-            by_group[group] = []  # let go of the group's cells
+        for written in map_chunks(_write_group, work, items, count, many and count > 1):
+            stats.extend(written)
         return stats
 
     def complete_initialization(self, lock: LockHandle, stamp: str, stats: list[WriteStat]) -> None:
@@ -685,7 +727,12 @@ class HudiPartitionWriter:
         for part, chunk in zip(
             map_chunks(_cells_of, work, chunks, count, processes), chunks, strict=True
         ):
-            for partition, (cells,) in part.items():
+            for partition, (content,) in part.items():
+                cells = (
+                    _sorted_cells(cast("list[Located]", content), self.table.base_uri)
+                    if partition == RECORD_INDEX
+                    else cast("list[Cell]", content)
+                )
                 for key, value in cells:
                     decoded = records.decode(key.decode(), value)
                     expected[partition][key.decode()] = _comparable(decoded)

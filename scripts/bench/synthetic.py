@@ -38,6 +38,7 @@ from timeline.instant import Action
 from timeline.keys import META_COLUMNS, RECORD_KEY
 from timeline.table import Table
 from timeline.table_config import TableType
+from writer.avro import avro_schema
 from writer.files import ensure_partition_metadata
 
 CATEGORIES = ["alpha", "beta", "gamma", "delta", "epsilon"]
@@ -197,7 +198,12 @@ def _commit(
     stats: list[dict[str, object]] = []
     for job in jobs:
         stats.extend(job.result())
-    metadata = CommitMetadata.of([WriteStat.from_json(s) for s in stats], "INSERT", {})
+    # the schema of the rows, as a writer records it (Apache Hudi's writers read it from here)
+    names = [p for p in partition_names if p] or [""]
+    schema = avro_schema(_rows(0, 1, names[0], scattered, random_keys).schema, "synthetic")
+    metadata = CommitMetadata.of(
+        [WriteStat.from_json(s) for s in stats], "INSERT", {"schema": schema}
+    )
     inflight = timeline.transition_to_inflight(
         instant, json.dumps(metadata.to_json(), sort_keys=True).encode()
     )

@@ -1,0 +1,70 @@
+"""The files of a ``--format hudi`` build (metadata_table/hudi_build.py), without Apache Hudi
+(tests/indexer/test_hudi_format_build.py checks them against Hudi's own build): a record index
+written by worker processes is the same bytes as one written here, Hudi's file-group counts, and
+a key in two files fails the build naming it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import metadata_table.hudi_build as hudi_build
+from metadata_table.hudi_build import HudiPartitionWriter
+from timeline import Table
+from timeline.errors import TableError
+from timeline.formats.hfile import HFileReader
+from writer.client import WriteClient
+
+from .test_metadata_table import keys, make_table, rows
+
+
+def _written(tmp_path: Path) -> Table:
+    table = make_table(tmp_path / "t")
+    with WriteClient(table) as client:
+        for batch in range(4):
+            client.insert(rows(keys(batch * 500, batch * 500 + 500)))
+    return table
+
+
+def _files(table: Table, partition: str) -> dict[str, bytes]:
+    folder = Path(table.storage.uri(f".hoodie/metadata/{partition}").removeprefix("file://"))
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_worker_processes_write_the_same_record_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = _written(tmp_path)
+    writer = HudiPartitionWriter(table)
+    upto = table.timeline.load().completed().last()
+    assert upto is not None
+    writer.build(["record_index", "column_stats"], upto.timestamp)
+    here = {p: _files(table, p) for p in ("record_index", "column_stats")}
+    monkeypatch.setattr(hudi_build, "_PROCESS_MIN_KEYS", 1)
+    writer.build(["record_index", "column_stats"], upto.timestamp, workers=2)
+    assert {p: _files(table, p) for p in here} == here
+    hfiles = [n for n in here["record_index"] if n.endswith(".hfile")]
+    assert len([n for n in here["record_index"] if ".log." in n]) == 10  # Hudi's fewest groups
+    found = sum(len(HFileReader(here["record_index"][n])) for n in hfiles)
+    assert found == 2000
+
+
+def test_a_key_in_two_files_fails_the_record_index_naming_it(tmp_path: Path) -> None:
+    table = _written(tmp_path)
+    with WriteClient(table) as client:  # the same key in another partition: two files hold it
+        client.insert(rows(["k0007"], city="zz"))
+    upto = table.timeline.load().completed().last()
+    assert upto is not None
+    with pytest.raises(TableError, match="k0007"):
+        HudiPartitionWriter(table).build(["record_index"], upto.timestamp)
+
+
+def test_hudis_file_group_counts(tmp_path: Path) -> None:
+    writer = HudiPartitionWriter(make_table(tmp_path / "t"))
+    assert writer.group_count("column_stats", 0) == 2
+    assert writer.group_count("bloom_filters", 0) == 4
+    assert writer.group_count("record_index", 1000) == 10  # the fewest
+    # 2x growth, 48 bytes a key, 1 GiB a group: 22,369,621 keys a group
+    assert writer.group_count("record_index", 200_000_000) == 17
+    assert writer.group_count("record_index", 10**13) == 10000  # the most
