@@ -32,7 +32,7 @@ from metadata_table.partition_writer import HudiPartitionWriter
 from timeline.config import LOCAL_BUILD_WORKERS
 from timeline.errors import ConfigError, TableError
 from timeline.failpoints import failpoint
-from timeline.instant import Action, Instant, normalize_timestamp
+from timeline.instant import Action, Instant
 from timeline.locks import LockHandle
 from timeline.table import Table
 
@@ -123,18 +123,18 @@ class HudiFormatIndexer(AsyncIndexer):
         claim = self.hudi.require(instant.timestamp)
         return IndexPlan(tuple(PartitionPlan(p, claim.upto) for p in claim.partitions))
 
-    def _execute(self, instant: Instant, plan: IndexPlan, deadline: float) -> Instant:
+    def _resume(self, lock: LockHandle, instant: Instant, plan: IndexPlan) -> Instant | None:
         claim = self.hudi.require(instant.timestamp)
-        with self._lock(f"start indexing {instant.timestamp}") as lock:
-            if set(claim.partitions) <= set(self.hudi.published()) and all(
-                self.hudi.states().get(p) == "completed" for p in claim.partitions
-            ):
-                return self._complete(lock, instant, plan, claim.upto)  # crashed after publishing
-            if instant.is_requested:
-                instant = self.table.timeline.transition_to_inflight(instant)
-        failpoint("execute.after_inflight")
-        self._checkpoint("building")
-        claim = self.hudi.restart(instant.timestamp)  # what an earlier attempt left, deleted
+        if set(claim.partitions) <= set(self.hudi.published()) and all(
+            self.hudi.states().get(p) == "completed" for p in claim.partitions
+        ):
+            return self._complete(lock, instant, plan, claim.upto)  # crashed after publishing
+        return None
+
+    def _build(self, instant: Instant, plan: IndexPlan) -> None:
+        """Every data file up to t read once, the partitions' files at ``<t>004`` (what an
+        earlier attempt left deleted first), then ``<t>004.deltacommit`` under the lock."""
+        claim = self.hudi.restart(instant.timestamp)
         self._building = instant.timestamp
         workers = self.table.config.get(LOCAL_BUILD_WORKERS)
         stamp, stats = self.hudi.build(
@@ -143,38 +143,32 @@ class HudiFormatIndexer(AsyncIndexer):
         failpoint("build.mid")
         with self._lock(f"initialize {','.join(claim.partitions)}") as lock:
             self.hudi.complete_initialization(lock, stamp, stats)
-        failpoint("execute.after_build")
-        self._checkpoint("catching up")
-        caught = self._catch_up(instant, plan, deadline)
-        failpoint("complete.before")
-        self._checkpoint("completing")
-        with self._lock(f"complete indexing {instant.timestamp}") as lock:
-            current = self.table.timeline.load().get(instant.timestamp, Action.INDEXING)
-            if current is None or current.is_completed:
-                raise TableError(f"{instant} was aborted while it ran")
-            states = self.hudi.states()
-            taken = [p for p in claim.partitions if p in states]
-            if taken:
-                raise TableError(
-                    f"{', '.join(taken)} became {states[taken[0]]} in Apache Hudi's metadata table "
-                    "while this build ran (a Hudi writer with the index enabled and "
-                    "hoodie.metadata.index.async=false builds it itself)"
-                )
-            caught = max(
-                [caught, *self._apply_missing(lock, plan, caught_since=caught)],
-                key=normalize_timestamp,
+
+    def _check_unchanged(self, instant: Instant, plan: IndexPlan) -> None:
+        """Before publishing: fail if a Hudi writer built or started one of the partitions
+        meanwhile."""
+        states = self.hudi.states()
+        taken = [p for p in plan.names if p in states]
+        if taken:
+            raise TableError(
+                f"{', '.join(taken)} became {states[taken[0]]} in Apache Hudi's metadata table "
+                "while this build ran (a Hudi writer with the index enabled and "
+                "hoodie.metadata.index.async=false builds it itself)"
             )
-            self.hudi.publish(lock, claim.partitions)
-            failpoint("complete.after_partitions")
-            done = self._complete(lock, instant, plan, caught)
+
+    def _publish(self, lock: LockHandle, instant: Instant, plan: IndexPlan, caught: str) -> Instant:
+        self.hudi.publish(lock, plan.names)
+        failpoint("complete.after_partitions")
+        return self._complete(lock, instant, plan, caught)
+
+    def _finished(self, instant: Instant, plan: IndexPlan) -> None:
         self._building = None
         logger.warning(
             "every Apache Hudi writer of %s must now carry %s, or its next commit deletes %s",
             self.table.base_uri,
-            " ".join(self.hudi.writer_configs(claim.partitions)),
-            ",".join(claim.partitions),
+            " ".join(self.hudi.writer_configs(plan.names)),
+            ",".join(plan.names),
         )
-        return done
 
     def _complete(self, lock: LockHandle, instant: Instant, plan: IndexPlan, upto: str) -> Instant:
         if instant.is_requested:

@@ -390,16 +390,17 @@ class AsyncIndexer:
             raise IndexBuildAbortedError(instant, reason) from e
 
     def _execute(self, instant: Instant, plan: IndexPlan, deadline: float) -> Instant:
+        """The protocol of a build, for either format: under the lock, resume what completed
+        (:meth:`_resume`) or start; the base files (:meth:`_build`, no lock); the catch-up; under
+        the lock, the last instants applied and the partitions published (:meth:`_publish`)."""
         with self._lock(f"start indexing {instant.timestamp}") as lock:
-            state = self.table.reload_index_state()
-            if all(p in state.completed for p in plan.names):
-                return self._complete_instant(lock, instant, plan)  # crashed after the move
-            self._mark_inflight(lock, plan)
+            done = self._resume(lock, instant, plan)
+            if done is not None:
+                return done
             if instant.is_requested:
                 instant = self.table.timeline.transition_to_inflight(instant)
         failpoint("execute.after_inflight")
         self._checkpoint("building")
-        self.writer.discard_failed_builds(plan.names, marker_instant=instant.timestamp)
         self._build(instant, plan)
         failpoint("execute.after_build")
         self._checkpoint("catching up")
@@ -410,19 +411,39 @@ class AsyncIndexer:
             current = self.table.timeline.load().get(instant.timestamp, Action.INDEXING)
             if current is None or current.is_completed:
                 raise TableError(f"{instant} was aborted or dropped while it ran")
-            state = self.table.reload_index_state()
-            dropped = [p for p in plan.names if p not in state.partitions]
-            if dropped:
-                raise TableError(f"partitions {dropped} were dropped while {instant} ran")
+            self._check_unchanged(instant, plan)
             caught = max(
                 [caught, *self._apply_missing(lock, plan, caught_since=caught)],
                 key=normalize_timestamp,
             )
-            self.table.update_metadata_partitions(lock, complete=plan.names)
-            failpoint("complete.after_partitions")
-            done = self._complete_instant(lock, instant, plan.with_index_upto(caught))
-        self.writer.delete_markers(instant.timestamp)
+            done = self._publish(lock, instant, plan, caught)
+        self._finished(instant, plan)
         return done
+
+    def _resume(self, lock: LockHandle, instant: Instant, plan: IndexPlan) -> Instant | None:
+        """At the start, under the lock: the instant completed when its partitions already are
+        (a crash after they moved), else None; the plan's partitions marked inflight."""
+        state = self.table.reload_index_state()
+        if all(p in state.completed for p in plan.names):
+            return self._complete_instant(lock, instant, plan)  # crashed after the move
+        self._mark_inflight(lock, plan)
+        return None
+
+    def _check_unchanged(self, instant: Instant, plan: IndexPlan) -> None:
+        """Before publishing: fail if the plan's partitions were dropped meanwhile."""
+        state = self.table.reload_index_state()
+        dropped = [p for p in plan.names if p not in state.partitions]
+        if dropped:
+            raise TableError(f"partitions {dropped} were dropped while {instant} ran")
+
+    def _publish(self, lock: LockHandle, instant: Instant, plan: IndexPlan, caught: str) -> Instant:
+        """Under the lock: the partitions completed, then the instant."""
+        self.table.update_metadata_partitions(lock, complete=plan.names)
+        failpoint("complete.after_partitions")
+        return self._complete_instant(lock, instant, plan.with_index_upto(caught))
+
+    def _finished(self, instant: Instant, plan: IndexPlan) -> None:
+        self.writer.delete_markers(instant.timestamp)
 
     def _complete_instant(self, lock: LockHandle, instant: Instant, plan: IndexPlan) -> Instant:
         if instant.is_requested:
@@ -433,6 +454,9 @@ class AsyncIndexer:
         return done
 
     def _build(self, instant: Instant, plan: IndexPlan) -> None:
+        """The base files of the plan's partitions up to its t (what a failed attempt left
+        deleted first)."""
+        self.writer.discard_failed_builds(plan.names, marker_instant=instant.timestamp)
         state = self.table.reload_index_state()
         builds = [
             self.writer.begin_build(

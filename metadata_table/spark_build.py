@@ -1,19 +1,21 @@
 """The index build: base files for every data file visible at t, as a PySpark job or, for a
 table whose records one process holds well, without Spark (no JVM to start).
 
-The driver lists the data files committed up to t and starts, through the metadata table's
-:class:`~metadata_table.partition_writer.PartitionWriter`, one metadata compaction instant per
-partition (a :class:`~metadata_table.partition_writer.PartitionBuild` each). Executors read each
+The indexer's driver lists the data files committed up to t and starts, through the metadata
+table's :class:`~metadata_table.partition_writer.PartitionWriter`, one metadata compaction instant
+per partition (a :class:`~metadata_table.partition_writer.PartitionBuild` each), then hands them
+to :meth:`~metadata_table.partition_writer.PartitionWriter.run_builds`, which runs this job. Executors read each
 data file once (a base file's footer, a log file's records) and make every build's records from it, as Arrow tables: one per file
 group per task, shipped as Arrow IPC bytes (no row is ever a Python object). A shuffle by
 (partition, file group) then gives each task one file group, whose base file the build writes
 behind a marker in the indexing instant's marker folder (so an aborted attempt's files are found
 and deleted). The bloom filters (about 16 KB per data file) never go through the shuffle: the
 read tasks are laid out by the bloom_filters file groups and each writes its group's base file.
-This module only orchestrates Spark: it never names or writes a metadata-table file itself.
+This module only orchestrates Spark: the files are named and written by the functions of
+:mod:`metadata_table.group_records` the tasks call.
 pyspark is imported here only, lazily, so the kernel needs no JVM.
 
-:func:`metadata_table.partition_writer.run_build_local` runs the same two steps (records from
+:func:`metadata_table.group_records.run_build_local` runs the same two steps (records from
 each footer, then one base file per file group behind its marker) without Spark, with the same
 functions the Spark tasks call, so both engines write the same files.
 """
@@ -25,7 +27,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from metadata_table.partition_writer import DataFile, PartitionBuild, file_records, in_key_order
+from metadata_table.group_records import PartitionBuild, file_records, in_key_order
+from metadata_table.records import DataFile
 from timeline.failpoints import current, task_failpoint
 from timeline.storage import Storage
 

@@ -216,7 +216,7 @@ def test_run_retries_with_backoff(
 ) -> None:
     table = make_table(tmp_path / "t")
     failures = {"left": 2}
-    from indexer import indexer as module
+    from metadata_table import spark_build as module
 
     real = module.run_build
 
@@ -294,6 +294,7 @@ def test_drop_aborts_a_pending_plan(tmp_path: Path, spark: Any) -> None:
         "indexing": [],
         "legacy_index": False,
         "hudi_metadata_table": None,
+        "hudi_deleted_by_writers": [],
         "lost": {},
         "unapplied": {},
     }
