@@ -29,7 +29,7 @@ from typing import Any
 from indexer.indexer import AsyncIndexer, IndexerOptions, ScheduleResult, SyncResult
 from indexer.plan import IndexPlan, PartitionPlan
 from metadata_table.partition_writer import HudiPartitionWriter
-from timeline.config import LOCAL_BUILD_WORKERS
+from timeline.config import HUDI_LOCK_PROVIDER, LOCAL_BUILD_WORKERS
 from timeline.errors import ConfigError, TableError
 from timeline.failpoints import failpoint
 from timeline.instant import Action, Instant
@@ -68,6 +68,15 @@ class HudiFormatIndexer(AsyncIndexer):
         if refusal is not None:
             raise ConfigError("--format", refusal)
         self.table.lock_provider  # noqa: B018 - a misconfigured lock fails here, before anything
+        if not self.table.config.get(HUDI_LOCK_PROVIDER):
+            logger.warning(
+                "%s: %s is not set, so the lock this build takes is not the one Apache Hudi's "
+                "writers take: a Hudi commit may race its changes to the metadata table and "
+                "hoodie.properties (docs/operations.md, Sharing the lock with Apache Hudi's "
+                "writers)",
+                self.table.base_uri,
+                HUDI_LOCK_PROVIDER.key,
+            )
         return types
 
     # --- schedule --------------------------------------------------------------------------------

@@ -355,6 +355,7 @@ def test_a_killed_build_leaves_hudi_working_and_the_next_run_resumes_it(
     resumed = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "1 instants caught up" in resumed.stdout
+    assert "hoodie.write.lock.provider is not set" in resumed.stderr  # no lock shared with Hudi
     assert "hoodie.metadata.record.index.enable=true" in resumed.stdout
     assert set(TYPES) <= set(HudiMetadataTable(Table.open(table.path)).partitions)
     rli = copy_of(table, tmp_path / "after", **{"hoodie.index.type": "RECORD_INDEX"})
