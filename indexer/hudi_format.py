@@ -68,15 +68,6 @@ class HudiFormatIndexer(AsyncIndexer):
         if refusal is not None:
             raise ConfigError("--format", refusal)
         self.table.lock_provider  # noqa: B018 - a misconfigured lock fails here, before anything
-        if not self.table.config.get(HUDI_LOCK_PROVIDER):
-            logger.warning(
-                "%s: %s is not set, so the lock this build takes is not the one Apache Hudi's "
-                "writers take: a Hudi commit may race its changes to the metadata table and "
-                "hoodie.properties (docs/operations.md, Sharing the lock with Apache Hudi's "
-                "writers)",
-                self.table.base_uri,
-                HUDI_LOCK_PROVIDER.key,
-            )
         return types
 
     # --- schedule --------------------------------------------------------------------------------
@@ -143,6 +134,15 @@ class HudiFormatIndexer(AsyncIndexer):
     def _build(self, instant: Instant, plan: IndexPlan) -> None:
         """Every data file up to t read once, the partitions' files at ``<t>004`` (what an
         earlier attempt left deleted first), then ``<t>004.deltacommit`` under the lock."""
+        if not self.table.config.get(HUDI_LOCK_PROVIDER):
+            logger.warning(
+                "%s: %s is not set, so the lock this build takes is not the one Apache Hudi's "
+                "writers take: a Hudi commit may race its changes to the metadata table and "
+                "hoodie.properties (docs/operations.md, Sharing the lock with Apache Hudi's "
+                "writers)",
+                self.table.base_uri,
+                HUDI_LOCK_PROVIDER.key,
+            )
         claim = self.hudi.restart(instant.timestamp)
         self._building = instant.timestamp
         workers = self.table.config.get(LOCAL_BUILD_WORKERS)
