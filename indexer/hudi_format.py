@@ -124,11 +124,22 @@ class HudiFormatIndexer(AsyncIndexer):
         return IndexPlan(tuple(PartitionPlan(p, claim.upto) for p in claim.partitions))
 
     def _resume(self, lock: LockHandle, instant: Instant, plan: IndexPlan) -> Instant | None:
+        """A build whose partitions are all completed in Hudi's metadata table published them
+        and crashed before completing its instant: completed now. One with some completed was
+        overtaken (a Hudi writer built them): it fails, and its abort leaves those alone. The
+        folder of a completed partition is never built again."""
         claim = self.hudi.require(instant.timestamp)
-        if set(claim.partitions) <= set(self.hudi.published()) and all(
-            self.hudi.states().get(p) == "completed" for p in claim.partitions
-        ):
-            return self._complete(lock, instant, plan, claim.upto)  # crashed after publishing
+        states = self.hudi.states()
+        done = [p for p in claim.partitions if states.get(p) == "completed"]
+        if done and len(done) == len(claim.partitions):
+            self.hudi.remember(claim.partitions)
+            return self._complete(lock, instant, plan, claim.upto)
+        if done:
+            raise TableError(
+                f"{', '.join(done)} completed in Apache Hudi's metadata table while build "
+                f"{instant.timestamp} was pending (a Hudi writer with the index enabled and "
+                "hoodie.metadata.index.async=false builds it itself)"
+            )
         return None
 
     def _build(self, instant: Instant, plan: IndexPlan) -> None:

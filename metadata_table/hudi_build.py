@@ -613,7 +613,11 @@ class HudiPartitionWriter:
                 )
             return TableConfig(props)
 
+        self.remember(partitions)  # first: a crash between leaves no published partition unknown
         self.table.update_table_config(lock, published)
+
+    def remember(self, partitions: Iterable[str]) -> None:
+        """Record partitions as built here (what :meth:`deleted_by_writers` looks for)."""
         history = self.published()
         history.update(dict.fromkeys(partitions, True))
         self.table.storage.overwrite(PUBLISHED, json.dumps(sorted(history)).encode())

@@ -474,3 +474,32 @@ def test_the_daemon_builds_hudi_format_and_rebuilds_what_a_writer_deleted(
         assert service.lag_metrics().rstrip().endswith(" 0")
     finally:
         service.store.close()
+
+
+def test_a_build_killed_after_publishing_is_completed_not_built_again(
+    hudi: HudiPeer, source: HudiTable, tmp_path: Path
+) -> None:
+    table = copy_of(source, tmp_path / "published", **FLAGS)
+    command = [sys.executable, "-m", "indexer", "run", table.path, "--format", "hudi"]
+    command += ["--index-types", "column_stats"]
+    env = {**os.environ, "AIX_FAILPOINT": "complete.after_partitions:kill"}
+    killed = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert "column_stats" in HudiMetadataTable(Table.open(table.path)).partitions
+    folder = Path(table.path, ".hoodie/metadata/column_stats")
+    files = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+    pending = [i for i in hudi.instants(table) if i["action"] == "indexing"]
+    assert [i["state"] for i in pending] == ["INFLIGHT"], pending
+    # whatever else the crash lost (here: our record of what we published), a partition Hudi's
+    # readers may read is never deleted or rewritten
+    Path(table.path, ".hoodie/.async-indexer/hudi-published.json").unlink()
+    resumed = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == files  # not built again
+    done = [i for i in hudi.instants(table) if i["action"] == "indexing"]
+    assert [i["state"] for i in done] == ["COMPLETED"], done
+    plain, files_all = hudi.files_read(
+        table, "id >= 12500", {"hoodie.enable.data.skipping": "false"}
+    )
+    skipped, kept = hudi.files_read(table, "id >= 12500", {"hoodie.enable.data.skipping": "true"})
+    assert kept < files_all and ids(skipped) == ids(plain)
