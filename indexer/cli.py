@@ -75,6 +75,7 @@ def _partitions(indexer: AsyncIndexer) -> dict[str, str]:
 
 def _contract(indexer: AsyncIndexer, built: list[str]) -> None:
     """After a --format hudi build: what every Hudi writer of the table must carry."""
+    built = [p for p in built if p in HudiPartitionWriter.BUILDABLE]
     if isinstance(indexer, HudiFormatIndexer) and built:
         print(
             "every Apache Hudi writer of this table must now carry "

@@ -428,9 +428,14 @@ def test_status_warns_of_a_partition_a_hudi_writer_deleted(
     assert "WARNING: record_index" in out and "hoodie.metadata.record.index.enable=true" in out
     code, out = cli(capsys, "status", table.path, "--json")
     assert json.loads(out)["hudi_deleted_by_writers"] == ["record_index"]
-    # built again, the warning goes
-    code, out = cli(capsys, "run", table.path, "--format", "hudi", "--index-types", "record_index")
+    # built again (in two steps), the warning goes
+    code, out = cli(
+        capsys, "schedule", table.path, "--format", "hudi", "--index-types", "record_index"
+    )
+    assert code == 0 and "scheduled" in out, out
+    code, out = cli(capsys, "execute", table.path, "--format", "hudi")
     assert code == 0 and "completed" in out, out
+    assert "hoodie.metadata.record.index.enable=true" in out
     code, out = cli(capsys, "status", table.path)
     assert "WARNING" not in out
 
