@@ -34,19 +34,12 @@ def _table(peer: Any, base: Path, files: int, rows: int) -> Any:
     """The synthetic table with Hudi's metadata table (``files``) made by Hudi's writer."""
     import pyarrow as pa
 
-    from scripts.bench.synthetic import make_table
-    from tests.hudi_peer.peer import HudiTable
+    from scripts.bench.synthetic import hudi_table, make_table
     from timeline.config import Config
 
     config = Config.resolve(explicit={"indexer.lock.url": f"sqlite:///{base}-locks.sqlite"})
     make_table(base, files, rows, partitions=20, config=config)
-    table = HudiTable(
-        str(base),
-        name="synthetic",
-        record_key=("key",),
-        partition_fields=("part",),
-        precombine=None,
-    )
+    table = hudi_table(base)
     absent = pa.table(
         {
             "key": ["no-such-key"],

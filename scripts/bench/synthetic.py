@@ -210,19 +210,23 @@ def _commit(
     timeline.complete(inflight, metadata.to_json())
 
 
-def hudi_index_seconds(peer: Any, base: Path, index_types: Sequence[str]) -> float:
-    """Apache Hudi's HoodieIndexer building ``index_types`` on a table :func:`make_table` made,
-    through the test harness's peer (a JVM of its own): seconds, JVM start included."""
+def hudi_table(base: Path) -> Any:
+    """A table :func:`make_table` made, as the test harness's Hudi peer is told about it."""
     from tests.hudi_peer.peer import HudiTable
 
-    table = HudiTable(
+    return HudiTable(
         str(base),
         name="synthetic",
         record_key=("key",),
         partition_fields=("part",),
         precombine=None,
     )
-    seconds: float = peer.index(table, list(index_types))["wall_seconds"]
+
+
+def hudi_index_seconds(peer: Any, base: Path, index_types: Sequence[str]) -> float:
+    """Apache Hudi's HoodieIndexer building ``index_types`` on a table :func:`make_table` made,
+    through the test harness's peer (a JVM of its own): seconds, JVM start included."""
+    seconds: float = peer.index(hudi_table(base), list(index_types))["wall_seconds"]
     return seconds
 
 
