@@ -270,7 +270,8 @@ class _LocalBackend(_Backend):
         with contextlib.suppress(FileNotFoundError):
             if os.path.isdir(path) and not os.path.islink(path):
                 if recursive:
-                    shutil.rmtree(path)
+                    # a file another process deletes meanwhile is skipped, not the end of it
+                    shutil.rmtree(path, onerror=_unless_gone)
                 else:
                     os.rmdir(path)
             else:
@@ -280,6 +281,12 @@ class _LocalBackend(_Backend):
     def info(self, path: str) -> tuple[int, bool, float]:
         st = os.stat(path)
         return st.st_size, os.path.isdir(path), st.st_mtime
+
+
+def _unless_gone(function: Any, path: str, exc_info: Any) -> None:
+    """rmtree's error handler: what is already gone is what it wanted; anything else raises."""
+    if not issubclass(exc_info[0], FileNotFoundError):
+        raise exc_info[1]
 
 
 class _FsspecBackend(_Backend):

@@ -255,3 +255,31 @@ def test_hadoop_checksums_of_files_we_rewrite_are_dropped(tmp_path: Any) -> None
         act()
         assert not (tmp_path / f".{name}.crc").exists(), name
     assert (tmp_path / "hoodie.properties").read_bytes() == b"new"
+
+
+def test_a_folder_is_deleted_whole_while_another_process_deletes_some_of_its_files(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recursive delete goes on past a file someone else deleted meanwhile (a writer's index
+    upkeep removing a replaced file while a drop deletes the partition): it used to stop there,
+    silently, leaving the rest."""
+    import os
+
+    storage = Storage(str(tmp_path))
+    for name in ("a", "b", "c", "d"):
+        storage.create(f"part/{name}", b"x")
+    real = os.unlink
+    taken: list[str] = []
+
+    def unlink(path: Any, *args: Any, **kwargs: Any) -> None:
+        if not taken:  # the first unlink: another process deletes the rest of the files first
+            for other in ("a", "b", "c", "d"):
+                if other != os.path.basename(str(path)):
+                    taken.append(other)
+                    real(tmp_path / "part" / other)
+        real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    storage.delete("part", recursive=True)
+    monkeypatch.setattr(os, "unlink", real)
+    assert taken and not storage.exists("part")
