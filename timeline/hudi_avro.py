@@ -348,6 +348,12 @@ _INDEX_PARTITION_INFO = {
     ],
 }
 
+_INDEX_PARTITION_INFOS = {
+    "name": "indexPartitionInfos",
+    "type": ["null", {"type": "array", "items": _INDEX_PARTITION_INFO}],
+    "default": None,
+}
+
 #: ``T.indexing.requested`` and ``T.indexing.inflight`` (Hudi 0.15's ``HoodieIndexPlan.avsc``)
 INDEX_PLAN_SCHEMA: dict[str, Any] = {
     "type": "record",
@@ -355,11 +361,7 @@ INDEX_PLAN_SCHEMA: dict[str, Any] = {
     "namespace": "org.apache.hudi.avro.model",
     "fields": [
         {"name": "version", "type": ["int", "null"], "default": 1},
-        {
-            "name": "indexPartitionInfos",
-            "type": ["null", {"type": "array", "items": _INDEX_PARTITION_INFO}],
-            "default": None,
-        },
+        _INDEX_PARTITION_INFOS,
     ],
 }
 
@@ -371,11 +373,7 @@ INDEX_COMMIT_SCHEMA: dict[str, Any] = {
     "fields": [
         {"name": "version", "type": ["int", "null"], "default": 1},
         {"name": "operationType", "type": _STRING_OR_NULL, "default": None},
-        {
-            "name": "indexPartitionInfos",
-            "type": ["null", {"type": "array", "items": _INDEX_PARTITION_INFO}],
-            "default": None,
-        },
+        _INDEX_PARTITION_INFOS,
     ],
 }
 
