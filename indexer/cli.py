@@ -503,9 +503,8 @@ def build_parser() -> argparse.ArgumentParser:
                 default="native",
                 help="native (default): this project's index, in .hoodie/.async-indexer; hudi: "
                 "Apache Hudi's own metadata table (.hoodie/metadata: column_stats, "
-                "bloom_filters, record_index, which Hudi's Spark reader and writers use; the "
-                "table needs its files partition, made by a Hudi writer with "
-                "hoodie.metadata.enable=true)",
+                "bloom_filters, record_index, which Hudi's Spark reader and writers use; "
+                "files too on a table without one, which it creates)",
             )
         if spark:
             add_spark_options(p)

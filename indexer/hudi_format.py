@@ -1,5 +1,6 @@
 """``indexer run --format hudi``: Apache Hudi's own metadata-table indexes (column_stats,
-bloom_filters, record_index in ``.hoodie/metadata``), built by the protocol of RFC-45 as Hudi
+bloom_filters, record_index in ``.hoodie/metadata``; files with the metadata table itself on a
+table that has none), built by the protocol of RFC-45 as Hudi
 0.15's ``HoodieIndexer`` runs it, so that Hudi's readers and writers use them.
 
 ``schedule``, under the lock Hudi's writers take (``hoodie.write.lock.provider``): t = the last
@@ -154,7 +155,8 @@ class HudiFormatIndexer(AsyncIndexer):
                 self.table.base_uri,
                 HUDI_LOCK_PROVIDER.key,
             )
-        claim = self.hudi.restart(instant.timestamp)
+        with self._lock(f"start build {instant.timestamp}"):  # a Hudi writer may be creating
+            claim = self.hudi.restart(instant.timestamp)  # the metadata table, under the lock
         self._building = instant.timestamp
         workers = self.table.config.get(LOCAL_BUILD_WORKERS)
         stamp, stats = self.hudi.build(
@@ -236,7 +238,7 @@ class HudiFormatIndexer(AsyncIndexer):
         ours for them is aborted first). Hudi's writers that carry a partition's flag and
         hoodie.metadata.index.async=false build it again on their next commit."""
         types = list(dict.fromkeys(index_types))
-        buildable = HudiPartitionWriter.BUILDABLE
+        buildable = HudiPartitionWriter.DROPPABLE
         wrong = [t for t in types if t not in buildable]
         if wrong:
             raise ConfigError(

@@ -1,7 +1,9 @@
 """Apache Hudi 0.15's own metadata-table indexes, built from outside: the ``column_stats``,
 ``bloom_filters`` and ``record_index`` partitions of ``.hoodie/metadata``, made and written as
 Hudi's asynchronous indexer (RFC-45, ``HoodieIndexer``) makes them, so that Hudi's Spark reader
-(data skipping), its RECORD_INDEX writers and its bloom index use them. The protocol (schedule,
+(data skipping), its RECORD_INDEX writers and its bloom index use them; and on a table without
+a metadata table (its writers ran with it off), the metadata table itself with ``files``, as
+Hudi's writer initializes it. The protocol (schedule,
 build, catch-up, publication, abort) runs in :mod:`indexer.hudi_format`; this module is what it
 builds through (:class:`HudiPartitionWriter`).
 
@@ -17,7 +19,8 @@ What is written, for a build up to data instant ``t`` (Hudi's ``indexUptoInstant
   then ``I.deltacommit`` on the metadata table's timeline (bulk insert);
 * catch-up: each data instant completed after ``t`` (commits of Hudi's writers and ours,
   cleans, rollbacks) as a metadata deltacommit ``<instant>020`` (a suffix Hudi's readers count,
-  and no Hudi writer uses) of the records Hudi's writer would have written for it;
+  and no Hudi writer uses) of the records Hudi's writer would have written for it (at
+  ``<instant>`` itself, as Hudi's writer would, when the build creates the metadata table);
 * publication, under the lock Hudi's writers take: the partitions added to
   ``hoodie.table.metadata.partitions`` (``hoodie.properties`` is changed there only), then
   ``<Ti>.indexing`` (Hudi's Avro ``HoodieIndexCommitMetadata``).
@@ -57,7 +60,7 @@ from metadata_table.hudi_table import (
     write_deltacommit,
 )
 from metadata_table.records import RECORD_KEY, ROW_DELETED, info_of, read_record_keys, virtual_keys
-from metadata_table.validate import PartitionReport
+from metadata_table.validate import PartitionReport, data_files_by_partition, hudi_files_report
 from metadata_table.workers import chunked, map_chunks, workers_for
 from timeline.commit_metadata import NULL_COMMIT, CommitMetadata, WriteStat
 from timeline.config import (
@@ -79,18 +82,29 @@ from timeline.locks import LockHandle
 from timeline.removals import REMOVAL_ACTIONS, parse_removal
 from timeline.storage import Storage
 from timeline.table import Table
-from timeline.table_config import METADATA_PARTITIONS, METADATA_PARTITIONS_INFLIGHT, TableConfig
+from timeline.table_config import (
+    METADATA_PARTITIONS,
+    METADATA_PARTITIONS_INFLIGHT,
+    PROPERTIES_FILE,
+    TableConfig,
+    metadata_table_config,
+)
 
 logger = logging.getLogger(__name__)
 
-COLUMN_STATS, BLOOM_FILTERS, RECORD_INDEX = "column_stats", "bloom_filters", "record_index"
-#: the partitions this builds in Hudi's metadata table (``files`` is Hudi's writers' to make)
-BUILDABLE = (COLUMN_STATS, BLOOM_FILTERS, RECORD_INDEX)
+FILES, COLUMN_STATS, BLOOM_FILTERS = "files", "column_stats", "bloom_filters"
+RECORD_INDEX = "record_index"
+#: the partitions made from the data files' footers and keys
+FROM_DATA_FILES = (COLUMN_STATS, BLOOM_FILTERS, RECORD_INDEX)
+#: the partitions this builds in Hudi's metadata table (``files`` only with the metadata table:
+#: on a table that has none, which the build creates)
+BUILDABLE = (FILES, *FROM_DATA_FILES)
 #: the suffix of a partition's initialization by Hudi's async indexer (``<t>004``)
 INDEXING_SUFFIX = "004"
 #: the suffix of a catch-up deltacommit (``<data instant>020``)
 CATCH_UP_SUFFIX = "020"
-#: Hudi's writer configs that keep each partition (a writer without them deletes it)
+#: Hudi's writer configs that keep each partition (a writer without them deletes it; ``files``
+#: needs the metadata table on alone)
 WRITER_FLAGS = {
     COLUMN_STATS: "hoodie.metadata.index.column.stats.enable",
     BLOOM_FILTERS: "hoodie.metadata.index.bloom.filter.enable",
@@ -301,8 +315,9 @@ class HudiPartitionWriter:
     named by its indexing instant; what it is (partitions, ``t``, the metadata instants it
     wrote) is its claim, on storage, so a build resumed by another process finds it."""
 
-    #: the partitions this format builds
-    BUILDABLE = BUILDABLE
+    #: the partitions this format builds, and those it drops (``files`` goes with the whole
+    #: metadata table: a Hudi writer with it off deletes it)
+    BUILDABLE, DROPPABLE = BUILDABLE, FROM_DATA_FILES
 
     def __init__(self, table: Table) -> None:
         self.table = table
@@ -352,11 +367,11 @@ class HudiPartitionWriter:
                 f"--format hudi builds {', '.join(BUILDABLE)} in Apache Hudi's metadata table, "
                 f"not {', '.join(unknown)}"
             )
-        if "files" not in self.hudi().partitions:
+        if FILES not in partitions and FILES not in self.hudi().partitions:
             return (
                 f"{self.table.base_uri} has no Apache Hudi metadata table with a completed files "
-                "partition; Hudi's writers make it: run one write with "
-                "hoodie.metadata.enable=true first (or build --format native)"
+                "partition: add files to --index-types to create it with them (or run one Hudi "
+                "write with hoodie.metadata.enable=true first, or build --format native)"
             )
         return None
 
@@ -371,6 +386,8 @@ class HudiPartitionWriter:
         the keys times the growth factor, at most ``max.filegroup.size`` bytes of 48-byte
         entries a group, between the configured fewest and most)."""
         config = self.table.config
+        if partition == FILES:
+            return 1
         if partition == COLUMN_STATS:
             return config.get(COLUMN_STATS_FILE_GROUPS)
         if partition == BLOOM_FILTERS:
@@ -431,10 +448,24 @@ class HudiPartitionWriter:
         """Each partition's files up to ``upto``, from every data file read once (on worker
         processes from :data:`~metadata_table.workers.PROCESS_MIN_FILES` files on): its folder
         (what an earlier attempt left there deleted first) with its first log files and base
-        HFiles at ``<upto>004``. Returns that instant and the write stats of its deltacommit,
-        which :meth:`complete_initialization` writes."""
+        HFiles at ``<upto>004``; ``files`` from the listing of the data files (the metadata
+        table created first, :meth:`create_metadata_table`). Returns that instant and the
+        write stats of its deltacommit, which :meth:`complete_initialization` writes. A
+        partition Hudi's metadata table lists already (a Hudi writer built it since the build
+        was scheduled) fails the build before anything is written."""
         stamp = upto + INDEXING_SUFFIX
-        files = self.source_files(upto)
+        states = self.states()
+        taken = [p for p in partitions if p in states]
+        if taken:
+            raise TableError(
+                f"{', '.join(taken)} became {states[taken[0]]} in Apache Hudi's metadata table "
+                "after this build was scheduled (a Hudi writer with the index enabled and "
+                "hoodie.metadata.index.async=false builds it itself)"
+            )
+        if FILES in partitions:
+            self.create_metadata_table()
+        reads = any(p in FROM_DATA_FILES for p in partitions)
+        files = self.source_files(upto) if reads else []
         keys = 0
         if RECORD_INDEX in partitions:
             keys = sum(
@@ -443,8 +474,11 @@ class HudiPartitionWriter:
                 if f.latest
             )
         groups = {p: self.group_count(p, keys) for p in partitions}
-        work = _Work(self.table.storage, groups, stamp, virtual_keys(self.table))
+        from_files = {p: n for p, n in groups.items() if p in FROM_DATA_FILES}
+        work = _Work(self.table.storage, from_files, stamp, virtual_keys(self.table))
         contents: dict[str, list[Content]] = {p: [[] for _ in range(n)] for p, n in groups.items()}
+        if FILES in partitions:
+            contents[FILES][0] = self._listing_cells(upto)
         count, processes = workers_for(len(files), workers)
         chunks = chunked(files, count, _CHUNK_FILES)
         done = 0
@@ -472,6 +506,29 @@ class HudiPartitionWriter:
             keys,
         )
         return stamp, stats
+
+    def create_metadata_table(self) -> None:
+        """Apache Hudi's metadata table, as Hudi 0.15's writer creates it
+        (``HoodieBackedTableMetadataWriter.initializeMetaClient``): its ``hoodie.properties``.
+        Hudi's readers and writers take it for theirs once ``files`` is published; until then
+        Hudi's writers leave it alone (with the metadata table off) or, with it on, start it
+        again themselves, as they do any folder without a completed ``files`` partition."""
+        storage = self.table.storage
+        if storage.exists(FOLDER):  # a build deletes what was there first (discard)
+            raise TableError(f"{self.table.base_uri}/{FOLDER} appeared while this build ran")
+        config = metadata_table_config(self.table.table_config.name)
+        storage.create(f"{FOLDER}/{PROPERTIES_FILE}", config.to_bytes())
+
+    def _listing_cells(self, upto: str) -> list[Cell]:
+        """The ``files`` partition at ``upto``, as Hudi's initialization lists it: the data
+        partitions, then each one's files and sizes (:func:`data_files_by_partition`)."""
+        completed = {i.timestamp for i in self.table.timeline.load().completed()}
+        listed = data_files_by_partition(self.table, completed, upto)
+        made = [
+            records.partition_list_record(sorted(listed)),
+            *(records.file_list_record(p, names) for p, names in sorted(listed.items())),
+        ]
+        return [(str(r["key"]).encode(), records.encode(r)) for r in made]
 
     def _write_partition(
         self, partition: str, stamp: str, by_group: list[Content], workers: int, many: bool
@@ -513,13 +570,17 @@ class HudiPartitionWriter:
     def catch_up(self, lock: LockHandle, instant_time: str, instant: Instant) -> bool:
         """Make sure a completed data instant reached the partitions of build ``instant_time``
         (built, not published), under the table lock: unless done before, the records Hudi's
-        writer would have written for it, as metadata deltacommit ``<instant>020``. Returns
-        whether it was applied now."""
+        writer would have written for it, as metadata deltacommit ``<instant>020`` (Hudi's
+        writers may write ``<instant>`` for the partitions they keep); at the instant's own
+        time when the build makes ``files`` (no Hudi writer writes to a metadata table without
+        ``files``: it is all this build's), the deltacommit Hudi's writer would have written.
+        Returns whether it was applied now."""
         claim = self.require(instant_time)
-        if instant.timestamp + CATCH_UP_SUFFIX in claim.written:
+        own = FILES in claim.partitions
+        stamp = instant.timestamp if own else instant.timestamp + CATCH_UP_SUFFIX
+        if stamp in claim.written:
             return False
         made, removed = self._records_of(instant, claim.partitions)
-        stamp = instant.timestamp + CATCH_UP_SUFFIX
         updated = Claim(claim.instant, claim.partitions, claim.upto, (*claim.written, stamp))
         self.claim(updated)  # first: an abort deletes what it wrote
         write_deltacommit(self.table, self.hudi(), stamp, claim.partitions, made, removed, lock)
@@ -642,9 +703,21 @@ class HudiPartitionWriter:
 
     def discard(self, claim: Claim) -> None:
         """Delete what a build of the claim wrote and did not publish: its partitions' folders
-        (those not in Hudi's completed list) and its metadata instants."""
+        (those not in Hudi's completed list) and its metadata instants; the whole metadata
+        table when the build made it (``files``, not completed)."""
         storage = self.table.storage
         completed = set(self.hudi().partitions)
+        if FILES in claim.partitions and FILES not in completed:
+            if storage.exists(FOLDER):
+                logger.info(
+                    "deleting %s/%s, a metadata table without a completed files partition (an "
+                    "earlier attempt's, or a Hudi writer's that failed: Hudi's writers delete "
+                    "it too)",
+                    self.table.base_uri,
+                    FOLDER,
+                )
+                storage.delete(FOLDER, recursive=True)
+            return
         for partition in claim.partitions:
             if partition not in completed and storage.exists(f"{FOLDER}/{partition}"):
                 storage.delete(f"{FOLDER}/{partition}", recursive=True)
@@ -705,19 +778,25 @@ class HudiPartitionWriter:
         return targets
 
     def validate(self, progress: Callable[[int, int], None] | None = None) -> list[PartitionReport]:
-        """Each completed partition built here (column_stats, bloom_filters, record_index) against
-        its records made again from the data files: missing, stale and wrong keys. A log
+        """Each completed partition against its records made again from the data files: missing,
+        stale and wrong keys (``files``: the data files on storage, with their sizes). A log
         file's column stats (Hudi's writer makes them from the records it wrote) are not made
         again and not compared; a date or decimal bound Hudi's reader of log blocks unwrapped
         into an int or bytes (and its compaction stored so) compares as the value it holds."""
         hudi = self.hudi()
-        partitions = [p for p in BUILDABLE if p in hudi.partitions]
-        if not partitions:
+        every = [p for p in BUILDABLE if p in hudi.partitions]
+        if not every:
             return []
         behind = self.unapplied()
         if behind:
             stamps = [i.timestamp for i in behind]
-            return [PartitionReport(p, unapplied=stamps) for p in partitions]
+            return [PartitionReport(p, unapplied=stamps) for p in every]
+        reports = []
+        if FILES in every:
+            reports.append(hudi_files_report(self.table, hudi.file_listing(), FILES))
+        partitions = [p for p in every if p in FROM_DATA_FILES]
+        if not partitions:
+            return reports
         timeline = self.table.timeline.load()
         newest = timeline.completed().last()
         upto = newest.timestamp if newest is not None else NULL_COMMIT
@@ -743,7 +822,6 @@ class HudiPartitionWriter:
             done += len(chunk)
             if progress is not None:
                 progress(done, len(files))
-        reports = []
         for partition in partitions:
             stored = {
                 key: _comparable(record)
@@ -810,7 +888,8 @@ def _bound(wrapped: Any) -> Any:
 
 def writer_configs(partitions: Iterable[str]) -> list[str]:
     """The configs every Hudi writer of the table must carry to keep these partitions."""
-    return ["hoodie.metadata.enable=true", *(f"{WRITER_FLAGS[p]}=true" for p in partitions)]
+    flags = [f"{WRITER_FLAGS[p]}=true" for p in partitions if p in WRITER_FLAGS]
+    return ["hoodie.metadata.enable=true", *flags]
 
 
 def _stat(file_id: str, path: str, partition: str, prev: str, writes: int, size: int) -> WriteStat:

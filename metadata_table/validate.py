@@ -11,7 +11,7 @@ memory does not grow with the table."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +34,7 @@ from metadata_table.table import MetadataTable
 from metadata_table.workers import chunked, workers_for
 from timeline.config import LOCAL_BUILD_MEMORY_MB, LOCAL_BUILD_WORKERS
 from timeline.fs_view import BaseFile, FileSystemView
+from timeline.instant import normalize_timestamp
 from timeline.table import Table
 
 logger = logging.getLogger(__name__)
@@ -290,14 +291,7 @@ def validate_hudi(table: Table) -> list[PartitionReport]:
     timeline = table.timeline.load()
     view = FileSystemView(table.timeline, timeline)
     storage = table.storage
-    on_storage = _data_files_by_partition(table, {i.timestamp for i in timeline.completed()})
-    reports = []
-    listed = hudi.file_listing()
-    missing, stale, wrong = _compare_maps(
-        {f"{p}/{n}": s for p, files in on_storage.items() for n, s in files.items()},
-        {f"{p}/{n}": s for p, files in listed.items() for n, s in files.items()},
-    )
-    reports.append(PartitionReport("hudi:files", missing=missing, stale=stale, wrong=wrong))
+    reports = [hudi_files_report(table, hudi.file_listing(), "hudi:files")]
 
     latest = view.latest_base_files()
     footers = {b.path: parquet_file(storage, b.path).metadata for b in latest}
@@ -354,18 +348,43 @@ def validate_hudi(table: Table) -> list[PartitionReport]:
     return reports
 
 
-def _data_files_by_partition(table: Table, completed: set[str]) -> dict[str, dict[str, int]]:
-    """The data files on storage by partition: log files, and base files of completed writes
-    (a write in flight has files Hudi's metadata table does not list yet)."""
+def hudi_files_report(
+    table: Table, listed: Mapping[str, Mapping[str, int]], name: str
+) -> PartitionReport:
+    """Apache Hudi's ``files`` partition (``listed``: the files it lists by partition, with
+    their sizes) against the data files on storage (:func:`data_files_by_partition`)."""
+    timeline = table.timeline.load()
+    on_storage = data_files_by_partition(table, {i.timestamp for i in timeline.completed()})
+    missing, stale, wrong = _compare_maps(
+        {f"{p}/{n}": s for p, files in on_storage.items() for n, s in files.items()},
+        {f"{p}/{n}": s for p, files in listed.items() for n, s in files.items()},
+    )
+    return PartitionReport(name, missing=missing, stale=stale, wrong=wrong)
+
+
+def data_files_by_partition(
+    table: Table, completed: set[str], upto: str | None = None
+) -> dict[str, dict[str, int]]:
+    """The data files on storage by partition, as Hudi's ``files`` partition lists them: log
+    files, and base files of completed writes (a write in flight has files Hudi's metadata
+    table does not list yet); with ``upto``, those a slice at or before it began (Hudi's
+    initialization of the partition up to an instant)."""
     from timeline.fs_view import list_data_files
     from timeline.log_format import LogFileName
 
+    limit = None if upto is None else normalize_timestamp(upto)
     out: dict[str, dict[str, int]] = {}
     for entry in list_data_files(table.storage):
         name = entry.name
-        if LogFileName.parse(name) is None:
+        log = LogFileName.parse(name)
+        if log is not None:
+            if limit is not None and normalize_timestamp(log.base_instant) > limit:
+                continue
+        else:
             base = BaseFile.parse("", name)
             if base is None or base.instant_time not in completed:
+                continue
+            if limit is not None and normalize_timestamp(base.instant_time) > limit:
                 continue
         partition = entry.path.rsplit("/", 1)[0] if "/" in entry.path else ""
         out.setdefault(partition, {})[name] = entry.size

@@ -44,7 +44,7 @@ CHECKSUM = "hoodie.table.checksum"
 TIMEZONE = "hoodie.table.timeline.timezone"
 HIVE_STYLE_PARTITIONING = "hoodie.datasource.write.hive_style_partitioning"
 ARCHIVELOG_FOLDER = "hoodie.archivelog.folder"
-# Hudi's own metadata table's partitions: Hudi's to write; read only to tell its layout apart.
+# Hudi's own metadata table's partitions: its writers' and ``indexer run --format hudi``'s.
 METADATA_PARTITIONS = "hoodie.table.metadata.partitions"
 METADATA_PARTITIONS_INFLIGHT = "hoodie.table.metadata.partitions.inflight"
 
@@ -74,6 +74,30 @@ class TableType(enum.StrEnum):
 def table_checksum(table_name: str, database: str = "") -> int:
     """Hudi's checksum: CRC32 of the UTF-8 ``"<database>.<table name>"``."""
     return zlib.crc32(f"{database}.{table_name}".encode())
+
+
+def metadata_table_config(data_table_name: str) -> TableConfig:
+    """The ``hoodie.properties`` of Apache Hudi 0.15's metadata table of a data table named
+    ``data_table_name``, as Hudi's writer creates it (``HoodieBackedTableMetadataWriter``'s
+    ``initializeMetaClient``; HUDI-MDT.md section 1.1)."""
+    name = f"{data_table_name}_metadata"
+    return TableConfig(
+        {
+            NAME: name,
+            TYPE: "MERGE_ON_READ",
+            VERSION: str(TABLE_VERSION),
+            BASE_FILE_FORMAT: "HFILE",
+            RECORD_KEY_FIELDS: "key",
+            POPULATE_META_FIELDS: "false",
+            KEY_GENERATOR: "org.apache.hudi.metadata.HoodieTableMetadataKeyGenerator",
+            "hoodie.compaction.payload.class": "org.apache.hudi.metadata.HoodieMetadataPayload",
+            "hoodie.compaction.record.merger.strategy": "eeb8d96f-b1e4-49fd-bbf8-28ac514178e5",
+            ARCHIVELOG_FOLDER: "archived",
+            LAYOUT_VERSION: str(TIMELINE_LAYOUT_VERSION),
+            "hoodie.datasource.write.drop.partition.columns": "false",
+            CHECKSUM: str(table_checksum(name)),
+        }
+    )
 
 
 def _split_list(value: str | None) -> tuple[str, ...]:

@@ -128,23 +128,31 @@ def mdt_records(hudi: HudiPeer, table: HudiTable) -> dict[str, dict[str, Any]]:
 def hudis_own_build(hudi: HudiPeer, table: HudiTable, to: Path) -> HudiTable:
     """Hudi's correct build of the partitions (from scratch: the metadata table removed, then a
     writer with the flags on, whose write adds no file: a delete of a key that is not there)."""
-    copy = copy_of(table, to, **{**FLAGS, "hoodie.metadata.index.async": "false"})
-    shutil.rmtree(to / ".hoodie/metadata")
-    properties = to / ".hoodie/hoodie.properties"
+    own = {**FLAGS, "hoodie.metadata.index.async": "false", "hoodie.metadata.enable": "true"}
+    copy = copy_of(table, to, **own)
+    without_metadata_table(to)
+    hudi.write(copy, "delete", rows(range(99_000, 99_001)))
+    return copy
+
+
+def without_metadata_table(path: Path) -> None:
+    """Hudi's metadata table taken out of a table, as a writer with it off leaves it."""
+    shutil.rmtree(path / ".hoodie/metadata")
+    properties = path / ".hoodie/hoodie.properties"
     text = properties.read_text()
     lines = [
         ln for ln in text.splitlines() if not ln.startswith("hoodie.table.metadata.partitions")
     ]
     properties.write_text("\n".join(lines) + "\n")
-    (to / ".hoodie/.hoodie.properties.crc").unlink(missing_ok=True)
-    hudi.write(copy, "delete", rows(range(99_000, 99_001)))
-    return copy
+    (path / ".hoodie/.hoodie.properties.crc").unlink(missing_ok=True)
 
 
 def comparable(record: dict[str, Any]) -> dict[str, Any]:
     """A metadata record as both builds must agree on it: a bloom filter's stamp is its
-    build's instant."""
+    build's instant; a file list is a map (Spark reads it as pairs, in the order stored)."""
     out = {k: v for k, v in record.items() if not k.startswith("_hoodie")}
+    if out.get("filesystemMetadata"):
+        out["filesystemMetadata"] = dict(out["filesystemMetadata"])
     if out.get("BloomFilterMetadata"):
         out["BloomFilterMetadata"] = {**out["BloomFilterMetadata"], "timestamp": None}
     return out
@@ -172,6 +180,53 @@ def test_our_build_equals_hudis_own_build_record_for_record(
         assert sorted(a) == sorted(b), (name, len(a), len(b))
         different = [k for k in a if a[k] != b[k]]
         assert not different, (name, len(different), a[different[0]], b[different[0]])
+
+
+def test_on_a_table_without_a_metadata_table_we_create_it_with_files_as_hudi_does(
+    hudi: HudiPeer, source: HudiTable, tmp_path: Path
+) -> None:
+    """``files`` with the metadata table itself, on a table whose writers ran with it off (one
+    commits during our build: it leaves our unpublished metadata table alone, and our catch-up
+    lists its files): every record equals Hudi's own build from scratch of the final table, read
+    through Hudi's reader of its metadata table; then Hudi's readers list files from it and
+    skip with our column stats, and its writers with the metadata table on keep it."""
+    off = {"hoodie.metadata.enable": "false"}
+    table = copy_of(source, tmp_path / "bare", **off)
+    without_metadata_table(Path(table.path))
+
+    class Busy(HudiFormatIndexer):
+        def _catch_up(self, instant: Any, plan: Any, deadline: float) -> str:
+            hudi.write(table, "upsert", _changed([6, 4006]))
+            return super()._catch_up(instant, plan, deadline)
+
+    indexer = Busy(Table.open(table.path, Config.resolve(explicit={})), IndexerOptions())
+    done = indexer.run(["files", *TYPES])
+    assert done is not None and indexer.stats["catch_up_instants"] == 1
+    made = Path(table.path, ".hoodie/metadata/.hoodie/hoodie.properties").read_text()
+    props = dict(ln.split("=", 1) for ln in made.splitlines() if not ln.startswith("#"))
+    assert props["hoodie.table.name"] == "hudi_peer_table_metadata"
+    assert props["hoodie.table.base.file.format"] == "HFILE"
+    assert set(HudiMetadataTable(Table.open(table.path)).partitions) == {"files", *TYPES}
+    theirs = hudis_own_build(hudi, table, tmp_path / "theirs")
+    mine, hudis = mdt_records(hudi, table), mdt_records(hudi, theirs)
+    for kind in (1, 2):  # the partition list, the file lists, through Hudi's reader
+        a, b = by_type(mine, kind), by_type(hudis, kind)
+        assert a and a == b, (kind, len(a), len(b))
+    for partition in TYPES:  # as stored (see the test above: Hudi's reader of log blocks)
+        found, wanted = stored(table, partition), stored(theirs, partition)
+        assert found and found == wanted, partition
+    # Hudi lists files through it and skips with our stats
+    plain, files = hudi.files_read(table, "id >= 12500", {"hoodie.enable.data.skipping": "false"})
+    skipped, kept = hudi.files_read(table, "id >= 12500", {"hoodie.enable.data.skipping": "true"})
+    assert kept < files and ids(skipped) == ids(plain) and len(ids(plain)) == 500
+    # Hudi's writers with it on (and the flags) keep it: upserts tagged by our record index
+    writer = {**FLAGS, "hoodie.metadata.enable": "true", "hoodie.index.type": "RECORD_INDEX"}
+    on = copy_of(table, tmp_path / "on", **writer)
+    hudi.write(on, "upsert", _changed([8, 12008]))
+    hudi.write(on, "insert", rows(range(13000, 13010)))
+    assert hudi.read(on, columns=["id"]).num_rows == 13010
+    reports = HudiFormatIndexer(Table.open(on.path), IndexerOptions()).hudi.validate()
+    assert [r.partition for r in reports if r.ok] == ["files", *TYPES], reports
 
 
 def ids(found: pa.Table) -> list[int]:
@@ -392,7 +447,7 @@ def test_validate_sync_drop_and_status_on_hudis_metadata_table(
 ) -> None:
     table = copy_of(built, tmp_path / "kept")
     code, out = cli(capsys, "validate", table.path, "--format", "hudi")
-    assert code == 0 and out.count(": ok") == 3, out
+    assert code == 0 and out.count(": ok") == 4, out  # files, made by Hudi's writer, too
     # a lost metadata deltacommit (its writer died before completing it): sync writes it again
     mdt = Path(table.path, ".hoodie/metadata/.hoodie")
     newest = max(p.name.split(".")[0] for p in mdt.glob("*.deltacommit") if len(p.name) == 29)
