@@ -1,13 +1,14 @@
 """``indexer run --format hudi``: Apache Hudi's own metadata-table indexes (column_stats,
 bloom_filters, record_index in ``.hoodie/metadata``; files with the metadata table itself on a
-table that has none), built by the protocol of RFC-45 as Hudi
-0.15's ``HoodieIndexer`` runs it, so that Hudi's readers and writers use them.
+table that has none), built by the protocol of RFC-45 as Hudi 0.15's ``HoodieIndexer`` runs
+it, so that Hudi's readers and writers use them.
 
 ``schedule``, under the lock Hudi's writers take (``hoodie.write.lock.provider``): t = the last
 settled write; a claim of the build (so this project tells it from HoodieIndexer's), then
 ``Ti.indexing.requested`` with Hudi's Avro plan. ``execute``: ``Ti.indexing.inflight``; every
 data file up to t read once for all the partitions, their base files at ``<t>004`` written
-(no lock), ``<t>004.deltacommit`` completed on the metadata table (lock); catch-up: every data
+(no lock; on the native build's engine, :meth:`~indexer.indexer.AsyncIndexer.engine`),
+``<t>004.deltacommit`` completed on the metadata table (lock); catch-up: every data
 instant completed after t, Hudi's and ours, applied per partition (each under the lock), a write
 still running waited for (with the deadline of ``--timeout``); then, under the lock, what
 completed since applied too, the partitions added to ``hoodie.table.metadata.partitions``, and
@@ -160,7 +161,11 @@ class HudiFormatIndexer(AsyncIndexer):
         self._building = instant.timestamp
         workers = self.table.config.get(LOCAL_BUILD_WORKERS)
         stamp, stats = self.hudi.build(
-            claim.partitions, claim.upto, workers, self._reporter("build")
+            claim.partitions,
+            claim.upto,
+            workers,
+            self._reporter("build"),
+            lambda files: None if self.engine(files) == "local" else self.spark,
         )
         failpoint("build.mid")
         with self._lock(f"initialize {','.join(claim.partitions)}") as lock:

@@ -444,12 +444,16 @@ class HudiPartitionWriter:
         upto: str,
         workers: int = 0,
         progress: Callable[[int, int], None] | None = None,
+        spark_for: Callable[[int], Any] | None = None,
     ) -> tuple[str, list[WriteStat]]:
-        """Each partition's files up to ``upto``, from every data file read once (on worker
-        processes from :data:`~metadata_table.workers.PROCESS_MIN_FILES` files on): its folder
+        """Each partition's files up to ``upto``, from every data file read once: its folder
         (what an earlier attempt left there deleted first) with its first log files and base
         HFiles at ``<upto>004``; ``files`` from the listing of the data files (the metadata
-        table created first, :meth:`create_metadata_table`). Returns that instant and the
+        table created first, :meth:`create_metadata_table`). Read and written in this process
+        and its workers (from :data:`~metadata_table.workers.PROCESS_MIN_FILES` files on), or
+        as a Spark job when ``spark_for`` (given the number of data files) returns a session
+        (:func:`metadata_table.spark_build.run_grouped`: the same functions on the executors,
+        so both engines write the same bytes). Returns that instant and the
         write stats of its deltacommit, which :meth:`complete_initialization` writes. A
         partition Hudi's metadata table lists already (a Hudi writer built it since the build
         was scheduled) fails the build before anything is written."""
@@ -479,6 +483,37 @@ class HudiPartitionWriter:
         contents: dict[str, list[Content]] = {p: [[] for _ in range(n)] for p, n in groups.items()}
         if FILES in partitions:
             contents[FILES][0] = self._listing_cells(upto)
+        for partition in partitions:
+            self._start_partition(partition, stamp)
+        spark = spark_for(len(files)) if spark_for is not None else None
+        if spark is not None:
+            stats = self._build_on_spark(spark, work, files, contents, progress)
+        else:
+            stats = self._build_here(work, files, contents, workers, keys, progress)
+        logger.info(
+            "built %s of %s up to %s from %d data files (%d keys)%s",
+            ",".join(partitions),
+            self.table.base_uri,
+            upto,
+            len(files),
+            keys,
+            " on Spark" if spark is not None else "",
+        )
+        return stamp, stats
+
+    def _build_here(
+        self,
+        work: _Work,
+        files: list[SourceFile],
+        contents: dict[str, list[Content]],
+        workers: int,
+        keys: int,
+        progress: Callable[[int, int], None] | None,
+    ) -> list[WriteStat]:
+        """The build in this process: the files' records by worker processes, gathered here,
+        then each partition's groups written, a record index of millions of keys on worker
+        processes (sorting, encoding and writing a group's cells is Python's work, one group
+        per core)."""
         count, processes = workers_for(len(files), workers)
         chunks = chunked(files, count, _CHUNK_FILES)
         done = 0
@@ -492,20 +527,44 @@ class HudiPartitionWriter:
             if progress is not None:
                 progress(done, len(files))
         stats: list[WriteStat] = []
-        for partition in partitions:
+        for partition in list(contents):
+            items = list(enumerate(contents.pop(partition)))  # the items hold the contents now
             many = partition == RECORD_INDEX and keys >= _PROCESS_MIN_KEYS
-            stats.extend(
-                self._write_partition(partition, stamp, contents.pop(partition), workers, many)
-            )
-        logger.info(
-            "built %s of %s up to %s from %d data files (%d keys)",
-            ",".join(partitions),
-            self.table.base_uri,
-            upto,
-            len(files),
-            keys,
-        )
-        return stamp, stats
+            count = workers_for(len(items), workers)[0] if many else 1
+            write = self._group_write(partition, work.stamp)
+            for written in map_chunks(_write_group, write, items, count, many and count > 1):
+                stats.extend(written)
+        return stats
+
+    def _build_on_spark(
+        self,
+        spark: Any,
+        work: _Work,
+        files: list[SourceFile],
+        contents: dict[str, list[Content]],
+        progress: Callable[[int, int], None] | None,
+    ) -> list[WriteStat]:
+        """The build as one Spark job: tasks read the files' records (:func:`_cells_of`), a
+        shuffle gives each task one file group (with what the driver made: ``files``), which
+        it writes (:func:`_write_group`)."""
+        from metadata_table.spark_build import run_grouped  # imports pyspark
+
+        slots = [(p, g) for p, by_group in contents.items() for g in range(len(by_group))]
+        seeded = {
+            (p, g): c for p, by_group in contents.items() for g, c in enumerate(by_group) if c
+        }
+        writes = {p: self._group_write(p, work.stamp) for p in contents}
+
+        def write(slot: tuple[str, int], content: Content) -> list[WriteStat]:
+            return _write_group(writes[slot[0]], (slot[1], content))
+
+        def read(chunk: list[SourceFile]) -> dict[str, list[Content]]:
+            return _cells_of(work, chunk)
+
+        return run_grouped(spark, files, read, slots, seeded, write, progress)
+
+    def _group_write(self, partition: str, stamp: str) -> _GroupWrite:
+        return _GroupWrite(self.table.storage, partition, stamp, self.table.base_uri)
 
     def create_metadata_table(self) -> None:
         """Apache Hudi's metadata table, as Hudi 0.15's writer creates it
@@ -530,26 +589,14 @@ class HudiPartitionWriter:
         ]
         return [(str(r["key"]).encode(), records.encode(r)) for r in made]
 
-    def _write_partition(
-        self, partition: str, stamp: str, by_group: list[Content], workers: int, many: bool
-    ) -> list[WriteStat]:
-        """A new partition's folder (what an earlier attempt left deleted first): its partition
-        metadata, then every file group (:func:`_write_group`), on worker processes when
-        ``many`` (a record index of millions of keys: sorting, encoding and writing a group's
-        cells is Python's work, one group per core)."""
+    def _start_partition(self, partition: str, stamp: str) -> None:
+        """A new partition's folder (what an earlier attempt left deleted first) with its
+        partition metadata; its file groups are written next (:func:`_write_group`)."""
         storage, folder = self.table.storage, f"{FOLDER}/{partition}"
         if storage.exists(folder):
             storage.delete(folder, recursive=True)
         body = f"#partition metadata\ncommitTime={stamp}\npartitionDepth=1\n"
         storage.create(f"{folder}/{PARTITION_METADATA_FILE}", body.encode())
-        work = _GroupWrite(storage, partition, stamp, self.table.base_uri)
-        items = list(enumerate(by_group))
-        by_group.clear()  # the items hold the contents now
-        count = workers_for(len(items), workers)[0] if many else 1
-        stats = []
-        for written in map_chunks(_write_group, work, items, count, many and count > 1):
-            stats.extend(written)
-        return stats
 
     def complete_initialization(self, lock: LockHandle, stamp: str, stats: list[WriteStat]) -> None:
         """``<stamp>.deltacommit`` on the metadata table (requested, inflight, completed: Hudi's

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from metadata_table.group_records import PartitionBuild, file_records, in_key_order
@@ -158,6 +158,56 @@ def run_build(
     return sizes
 
 
+def run_grouped(
+    spark: Any,
+    items: Sequence[Any],
+    read: Callable[[list[Any]], Mapping[str, Sequence[Sequence[Any]]]],
+    slots: Sequence[tuple[str, int]],
+    seeded: Mapping[tuple[str, int], Sequence[Any]],
+    write: Callable[[tuple[str, int], list[Any]], list[Any]],
+    progress: Progress | None = None,
+) -> list[Any]:
+    """A build of another format as one Spark job (Apache Hudi's metadata table,
+    :mod:`metadata_table.hudi_build`): tasks over ``items`` (data files) each ``read`` their
+    items into what each file group receives, by (partition, file group); a shuffle gives every
+    slot of ``slots`` one task, which gets that content (and ``seeded``'s, made by the driver)
+    concatenated and ``write``s the group (every slot is written, with or without content).
+    Returns what the writes returned, concatenated."""
+    sc = spark.sparkContext
+    index = {slot: i for i, slot in enumerate(slots)}
+    slices = max(1, min(len(items), sc.defaultParallelism * 2))
+
+    def read_task(it: Iterator[Any]) -> Iterator[tuple[int, Sequence[Any]]]:
+        for partition, by_group in read(list(it)).items():
+            for group, content in enumerate(by_group):
+                if content:
+                    yield index[(partition, group)], content
+
+    def write_task(slot: int, it: Iterator[tuple[int, Sequence[Any]]]) -> list[Any]:
+        return write(slots[slot], [x for _, content in it for x in content])
+
+    found = sc.parallelize(list(items), slices).mapPartitions(read_task)
+    if seeded:
+        given = [(index[slot], content) for slot, content in seeded.items()]
+        found = found.union(sc.parallelize(given, 1))
+    stop = threading.Event()
+    tasks = slices + len(slots)
+    watcher = _watch(sc, progress, stop, tasks) if progress else None
+    try:
+        written = (
+            found.partitionBy(len(slots), lambda slot: slot)
+            .mapPartitionsWithIndex(write_task)
+            .collect()
+        )
+    finally:
+        stop.set()
+        if watcher is not None:
+            watcher.join()
+    if progress is not None:
+        progress(tasks, tasks)
+    return list(written)
+
+
 def _watch(sc: Any, progress: Progress, stop: threading.Event, total: int) -> threading.Thread:
     """Report the build job's finished tasks out of ``total`` (both stages) every half second:
     a stage seen active and then gone counts as finished."""
@@ -180,4 +230,4 @@ def _watch(sc: Any, progress: Progress, stop: threading.Event, total: int) -> th
     return thread
 
 
-__all__ = ["run_build"]
+__all__ = ["run_build", "run_grouped"]

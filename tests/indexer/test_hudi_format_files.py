@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -116,3 +117,19 @@ def test_a_partition_completed_after_scheduling_fails_the_build_before_writing(
     with pytest.raises(IndexBuildAbortedError, match="files completed in Apache Hudi"):
         indexer.execute(scheduled.instant.timestamp)  # (found on resuming, under the lock)
     assert sorted(theirs.glob("files/*.hfile")) == marker
+
+
+def test_the_spark_engine_builds_through_the_same_protocol(tmp_path: Path, spark: Any) -> None:
+    table = _table(tmp_path)
+    indexer = HudiFormatIndexer(
+        Table.open(table.base_uri, table.config), IndexerOptions(engine="spark"), spark
+    )
+    jobs = set(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
+    assert indexer.run([*PARTITIONS, "bloom_filters"]) is not None
+    assert set(spark.sparkContext.statusTracker().getJobIdsForGroup(None)) - jobs
+    reports = _indexer(table).hudi.validate()
+    assert [r.partition for r in reports if r.ok] == [
+        *PARTITIONS[:2],
+        "bloom_filters",
+        PARTITIONS[2],
+    ]

@@ -1,11 +1,14 @@
 """The files of a ``--format hudi`` build (metadata_table/hudi_build.py), without Apache Hudi
 (tests/indexer/test_hudi_format_build.py checks them against Hudi's own build): a record index
 written by worker processes is the same bytes as one written here, Hudi's file-group counts, and
-a key in two files fails the build naming it."""
+a key in two files fails the build naming it; the Spark engine writes the same bytes as this
+process."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,3 +71,23 @@ def test_hudis_file_group_counts(tmp_path: Path) -> None:
     # 2x growth, 48 bytes a key, 1 GiB a group: 22,369,621 keys a group
     assert writer.group_count("record_index", 200_000_000) == 17
     assert writer.group_count("record_index", 10**13) == 10000  # the most
+
+
+def test_the_spark_engine_writes_the_same_files(tmp_path: Path, spark: Any) -> None:
+    table = _written(tmp_path)
+    partitions = ["files", "column_stats", "bloom_filters", "record_index"]
+    writer = HudiPartitionWriter(table)
+    upto = table.timeline.load().completed().last()
+    assert upto is not None
+    mdt = Path(table.storage.uri(".hoodie/metadata").removeprefix("file://"))
+    here_stamp, here_stats = writer.build(partitions, upto.timestamp)
+    here = {p: _files(table, p) for p in partitions}
+    shutil.rmtree(mdt)
+    jobs = set(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
+    stamp, stats = writer.build(partitions, upto.timestamp, spark_for=lambda files: spark)
+    assert set(spark.sparkContext.statusTracker().getJobIdsForGroup(None)) - jobs  # it ran there
+    assert {p: _files(table, p) for p in partitions} == here
+    assert stamp == here_stamp
+    key = lambda s: s.path  # noqa: E731
+    assert sorted(stats, key=key) == sorted(here_stats, key=key)
+    assert len([n for n in here["record_index"] if ".log." in n]) == 10  # every group written
