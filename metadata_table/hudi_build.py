@@ -202,28 +202,26 @@ class _Work:
     keygen: KeyGenerator | None
 
 
-def _add(cells: dict[str, list[list[Cell]]], partition: str, record: Mapping[str, Any]) -> None:
-    key = str(record["key"])
-    group = records.file_group_index(key, len(cells[partition]))
-    cells[partition][group].append((key.encode(), records.encode(record)))
-
-
 def _cells_of(work: _Work, chunk: list[SourceFile]) -> dict[str, list[Content]]:
     """The records of a chunk of data files, by partition and file group: each file's footer
-    read once for every partition; encoded cells, but for the record index each file's keys
-    of a group with their one value (Arrow arrays: cheap to hand between processes)."""
+    read once for every partition; encoded cells (routed to their groups together, with
+    numpy), but for the record index each file's keys of a group with their one value (Arrow
+    arrays: cheap to hand between processes)."""
     out: dict[str, list[Content]] = {p: [[] for _ in range(n)] for p, n in work.groups.items()}
-    cells = {p: cast("list[list[Cell]]", out[p]) for p in (BLOOM_FILTERS, COLUMN_STATS) if p in out}
+    found: dict[str, list[Mapping[str, Any]]] = {
+        p: [] for p in (BLOOM_FILTERS, COLUMN_STATS) if p in out
+    }
     located = cast("list[list[Located]]", out.get(RECORD_INDEX, []))
     for source in chunk:
         footer = parquet_file(work.storage, source.path).metadata
-        if BLOOM_FILTERS in cells:
+        if BLOOM_FILTERS in found:
             bloom = bloom_record(footer, source.partition_path, source.name, work.stamp)
             if bloom is not None:
-                _add(cells, BLOOM_FILTERS, bloom)
-        if COLUMN_STATS in cells:
-            for record in hudi_column_stats(footer, source.partition_path, source.name):
-                _add(cells, COLUMN_STATS, record)
+                found[BLOOM_FILTERS].append(bloom)
+        if COLUMN_STATS in found:
+            found[COLUMN_STATS].extend(
+                hudi_column_stats(footer, source.partition_path, source.name)
+            )
         if located and source.latest:
             keys = read_record_keys(work.storage, source.path, work.keygen).column(RECORD_KEY)
             keys = keys.combine_chunks()
@@ -231,6 +229,12 @@ def _cells_of(work: _Work, chunk: list[SourceFile]) -> dict[str, list[Content]]:
             value = records.encode(_location(source.partition_path, source.name, source.instant))
             for group in np.unique(groups):
                 located[group].append((keys.filter(pa.array(groups == group)), value))
+    for partition, made in found.items():
+        by_group = cast("list[list[Cell]]", out[partition])
+        keys = [str(r["key"]) for r in made]
+        routed = records.file_group_indexes(pa.array(keys, pa.string()), len(by_group))
+        for key, record, group in zip(keys, made, routed.tolist(), strict=True):
+            by_group[group].append((key.encode(), records.encode(record)))
     return out
 
 

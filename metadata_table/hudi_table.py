@@ -462,27 +462,27 @@ def hudi_column_stats(footer: Any, partition_path: str, name: str) -> Iterator[d
     not made here (unsigned or INT96 values, fixed-length binary, other logical types), or
     whose statistics a writer left out, has no record: Hudi's reader keeps the file for every
     filter on it. A column of nulls only has null bounds and its null count, as Hudi writes."""
-    schema = footer.schema
-    for at in range(len(schema)):
-        column = schema.column(at)
-        if "." in column.path:
-            continue  # nested: Hudi leaves them out
-        chunks = [footer.row_group(i).column(at) for i in range(footer.num_row_groups)]
-        if not chunks:
-            continue
-        values = sum(c.num_values for c in chunks)
+    row_groups = [footer.row_group(i) for i in range(footer.num_row_groups)]
+    if not row_groups:
+        return
+    file_id = records.file_id(name)
+    for at, path, wrapper in _indexed_columns(footer.schema):
+        chunks = [r.column(at) for r in row_groups]
         stats = [c.statistics for c in chunks]
         if any(s is None or not s.has_null_count for s in stats):
             continue
-        nulls = sum(s.null_count for s in stats)
-        bounded = [s for s in stats if s.has_min_max]
-        if sum(s.null_count for s in stats if not s.has_min_max) != sum(
-            c.num_values for c, s in zip(chunks, stats, strict=True) if not s.has_min_max
-        ):
+        values = nulls = unbounded_nulls = unbounded_values = 0
+        bounded = []
+        for chunk, found in zip(chunks, stats, strict=True):
+            values += chunk.num_values
+            nulls += found.null_count
+            if found.has_min_max:
+                bounded.append(found)
+            else:
+                unbounded_nulls += found.null_count
+                unbounded_values += chunk.num_values
+        if unbounded_nulls != unbounded_values:
             continue  # a chunk with values and no bounds: unknown
-        wrapper = _wrapper_of(column)
-        if wrapper is None:
-            continue
         low: Any = None
         high: Any = None
         if bounded:
@@ -491,11 +491,11 @@ def hudi_column_stats(footer: Any, partition_path: str, name: str) -> Iterator[d
                 continue
             low, high = found
         yield {
-            "key": records.column_stats_key(column.path, partition_path, name),
+            "key": records.column_stats_prefix(path, partition_path) + file_id,
             "type": records.RecordType.COLUMN_STATS,
             "ColumnStatsMetadata": {
                 "fileName": name,
-                "columnName": column.path,
+                "columnName": path,
                 "minValue": low,
                 "maxValue": high,
                 "valueCount": values,
@@ -505,6 +505,27 @@ def hudi_column_stats(footer: Any, partition_path: str, name: str) -> Iterator[d
                 "isDeleted": False,
             },
         }
+
+
+#: the last footer schema's columns Hudi indexes (files of a table share one schema)
+_LAST_COLUMNS: list[tuple[Any, list[tuple[int, str, str]]]] = []
+
+
+def _indexed_columns(schema: Any) -> list[tuple[int, str, str]]:
+    """(index, name, wrapper) of a footer schema's columns Hudi's column stats take: top-level
+    (Hudi leaves nested ones out), of a type whose bounds are made exactly here
+    (:func:`_wrapper_of`). The last schema's answer is kept."""
+    last = _LAST_COLUMNS[:1]
+    if last and last[0][0].equals(schema):
+        return last[0][1]
+    found = []
+    for at in range(len(schema)):
+        column = schema.column(at)
+        wrapper = _wrapper_of(column)
+        if "." not in column.path and wrapper is not None:
+            found.append((at, column.path, wrapper))
+    _LAST_COLUMNS[:] = [(schema, found)]
+    return found
 
 
 #: (Parquet physical type, logical type) -> Hudi's wrapper of the footer's raw statistic (a

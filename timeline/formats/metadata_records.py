@@ -26,12 +26,14 @@ import base64
 import hashlib
 import io
 import json
+import struct
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from enum import IntEnum
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
 
@@ -87,17 +89,20 @@ def partition_identifier(partition_path: str) -> str:
     return partition_path or NON_PARTITIONED
 
 
+@lru_cache(maxsize=65_536)
 def _hash_id(text: str) -> str:
+    """A column's or partition's id in keys (the same few names over and over: cached)."""
     digest = xxhash.xxh64_intdigest(text.encode(), seed=_HASH_SEED)
     return base64.b64encode(digest.to_bytes(8, "big")).decode()
 
 
-def _file_id(file_name: str) -> str:
+def file_id(file_name: str) -> str:
+    """A data file's id in column-stats and bloom-filter keys."""
     return base64.b64encode(hashlib.md5(file_name.encode()).digest()).decode()
 
 
 def column_stats_key(column: str, partition_path: str, file_name: str) -> str:
-    return column_stats_prefix(column, partition_path) + _file_id(file_name)
+    return column_stats_prefix(column, partition_path) + file_id(file_name)
 
 
 def column_stats_prefix(column: str, partition_path: str | None = None) -> str:
@@ -109,7 +114,7 @@ def column_stats_prefix(column: str, partition_path: str | None = None) -> str:
 
 
 def bloom_filter_key(partition_path: str, file_name: str) -> str:
-    return _hash_id(partition_identifier(partition_path)) + _file_id(file_name)
+    return _hash_id(partition_identifier(partition_path)) + file_id(file_name)
 
 
 def file_group_index(key: str, count: int) -> int:
@@ -173,10 +178,135 @@ def file_group_id(partition: str, index: int) -> str:
 def encode(record: Mapping[str, Any]) -> bytes:
     """The Avro bytes of one record as Hudi stores it in a cell: its key left empty (the cell's
     row holds it), the ``_hoodie_*`` fields null. Column-stats values are ``(wrapper, value)``
-    pairs (:func:`wrap`)."""
+    pairs (:func:`wrap`). A column-stats record (a build makes one per column of every file)
+    is encoded by :func:`_encode_column_stats`, byte for byte what fastavro writes, in a tenth
+    of its time."""
+    if record.get("type") == RecordType.COLUMN_STATS and record.keys() <= _COLUMN_STATS_FIELDS:
+        stats = record.get("ColumnStatsMetadata")
+        if stats is not None and stats.keys() == _STATS_FIELDS:
+            return _encode_column_stats(stats)
+    return encode_avro(record)
+
+
+def encode_avro(record: Mapping[str, Any]) -> bytes:
+    """:func:`encode` by fastavro, for every record type."""
     out = io.BytesIO()
     fastavro.schemaless_writer(out, schema(), {**record, "key": ""})
     return out.getvalue()
+
+
+_COLUMN_STATS_FIELDS = frozenset({"key", "type", "ColumnStatsMetadata"})
+_STATS_FIELDS = frozenset(
+    {
+        "fileName",
+        "columnName",
+        "minValue",
+        "maxValue",
+        "valueCount",
+        "nullCount",
+        "totalSize",
+        "totalUncompressedSize",
+        "isDeleted",
+    }
+)
+#: a column-stats record's bytes before its ColumnStatsMetadata: five null meta fields, key "",
+#: type 3, no file list and no bloom filter, then the union's second branch
+_STATS_HEAD = b"\x00\x00\x00\x00\x00\x00\x06\x00\x00\x02"
+#: ... and after it: no record-index entry
+_STATS_TAIL = b"\x00"
+
+
+def _zigzag(n: int) -> bytes:
+    """An Avro int or long: zig-zag, then base-128 varint."""
+    n = (n << 1) ^ (n >> 63)
+    if n < 0x80:
+        return bytes((n,))
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _text_bytes(value: str) -> bytes:
+    data = value.encode()
+    return _zigzag(len(data)) + data
+
+
+def _decimal_bytes(value: Decimal) -> bytes:
+    """A decimal at the wrapper's scale as fastavro writes it: the unscaled value's shortest
+    two's-complement big-endian bytes, with room for the sign bit."""
+    sign, digits, exponent = value.as_tuple()
+    if not isinstance(exponent, int):
+        raise ValueError(f"{value} is not a finite decimal")
+    if len(digits) > DECIMAL_PRECISION or exponent + DECIMAL_SCALE < 0:
+        raise ValueError(f"{value} does not fit decimal({DECIMAL_PRECISION}, {DECIMAL_SCALE})")
+    unscaled = int("".join(map(str, digits)) or "0") * 10 ** (exponent + DECIMAL_SCALE)
+    size = (unscaled.bit_length() + 8) // 8
+    data: bytes = (-unscaled if sign else unscaled).to_bytes(size, "big", signed=True)
+    return _zigzag(len(data)) + data
+
+
+_VALUE_ENCODERS: dict[str, Callable[[Any], bytes]] = {
+    "BooleanWrapper": lambda v: b"\x01" if v else b"\x00",
+    "IntWrapper": _zigzag,
+    "LongWrapper": _zigzag,
+    "DateWrapper": _zigzag,
+    "TimeMicrosWrapper": _zigzag,
+    "TimestampMicrosWrapper": _zigzag,
+    "FloatWrapper": struct.Struct("<f").pack,
+    "DoubleWrapper": struct.Struct("<d").pack,
+    "BytesWrapper": lambda v: _zigzag(len(v)) + bytes(v),
+    "StringWrapper": _text_bytes,
+    "DecimalWrapper": _decimal_bytes,
+}
+
+
+@cache
+def _bound_branches() -> dict[str, bytes]:
+    """A min or max's union branch bytes by wrapper's full name, in the schema's order."""
+    fields = json.loads(SCHEMA_JSON)["fields"]
+    stats = next(f for f in fields if f["name"] == "ColumnStatsMetadata")["type"][1]
+    bound = next(f for f in stats["fields"] if f["name"] == "minValue")["type"]
+    return {
+        f"{_NAMESPACE}.{branch['name']}": _zigzag(index)
+        for index, branch in enumerate(bound)
+        if branch != "null"
+    }
+
+
+def _bound(wrapped: Any) -> bytes:
+    if wrapped is None:
+        return b"\x00"
+    name, record = wrapped
+    return _bound_branches()[name] + _VALUE_ENCODERS[name.rsplit(".", 1)[1]](record["value"])
+
+
+def _optional_long(value: int | None) -> bytes:
+    return b"\x00" if value is None else b"\x02" + _zigzag(value)
+
+
+def _optional_text(value: str | None) -> bytes:
+    return b"\x00" if value is None else b"\x02" + _text_bytes(value)
+
+
+def _encode_column_stats(stats: Mapping[str, Any]) -> bytes:
+    return b"".join(
+        (
+            _STATS_HEAD,
+            _optional_text(stats["fileName"]),
+            _optional_text(stats["columnName"]),
+            _bound(stats["minValue"]),
+            _bound(stats["maxValue"]),
+            _optional_long(stats["valueCount"]),
+            _optional_long(stats["nullCount"]),
+            _optional_long(stats["totalSize"]),
+            _optional_long(stats["totalUncompressedSize"]),
+            b"\x01" if stats["isDeleted"] else b"\x00",
+            _STATS_TAIL,
+        )
+    )
 
 
 def decode(key: str, value: bytes) -> dict[str, Any]:
