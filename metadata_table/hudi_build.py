@@ -3,9 +3,9 @@
 Hudi's asynchronous indexer (RFC-45, ``HoodieIndexer``) makes them, so that Hudi's Spark reader
 (data skipping), its RECORD_INDEX writers and its bloom index use them; and on a table without
 a metadata table (its writers ran with it off), the metadata table itself with ``files``, as
-Hudi's writer initializes it. The protocol (schedule,
-build, catch-up, publication, abort) runs in :mod:`indexer.hudi_format`; this module is what it
-builds through (:class:`HudiPartitionWriter`).
+Hudi's writer initializes it. The protocol (schedule, build, catch-up, publication, abort) runs
+in :mod:`indexer.hudi_format`; this module is what it builds through
+(:class:`HudiPartitionWriter`).
 
 What is written, for a build up to data instant ``t`` (Hudi's ``indexUptoInstant``):
 
@@ -256,31 +256,34 @@ def _write_group(work: _GroupWrite, item: tuple[int, Content]) -> list[WriteStat
     empty = records.delete_block([], partition, stamp)
     storage.create(f"{folder}/{log}", empty)
     stats = [_stat(file_id, f"{partition}/{log}", partition, stamp, 0, len(empty))]
-    if partition == RECORD_INDEX:
-        cells = _sorted_cells(cast("list[Located]", content), work.table)
+    if partition == RECORD_INDEX:  # millions of cells: laid out by Arrow
+        rows, values = _sorted_arrays(cast("list[Located]", content), work.table)
+        count = len(rows)
+        data = records.base_file_of_arrays(rows, values) if count else b""
     else:
         cells = sorted(cast("list[Cell]", content), key=lambda c: c[0])
         for (a, _), (b, _) in pairwise(cells):
             if a == b:
                 raise TableError(f"{partition} of {work.table}: two records of key {a.decode()!r}")
-    if cells:
-        data = records.base_file_of_cells(cells, dense=partition == DENSE)
+        count = len(cells)
+        data = records.base_file_of_cells(cells, dense=partition == DENSE) if count else b""
+    if count:
         name = f"{file_id}_{LOG_WRITE_TOKEN}_{stamp}.hfile"
         storage.create(f"{folder}/{name}", data)
         stats.append(
-            _stat(file_id, f"{partition}/{name}", partition, NULL_COMMIT, len(cells), len(data))
+            _stat(file_id, f"{partition}/{name}", partition, NULL_COMMIT, count, len(data))
         )
     return stats
 
 
-def _sorted_cells(found: list[Located], table: str) -> list[Cell]:
+def _sorted_arrays(found: list[Located], table: str) -> tuple[pa.Array, pa.Array]:
     """Record-index cells of several files' keys (each file's keys with its one value), in key
-    order (Arrow sorts strings by their UTF-8 bytes, as HBase compares cells); a key in two
-    files fails the build."""
+    order (Arrow sorts strings by their UTF-8 bytes, as HBase compares cells), as two binary
+    arrays (rows, values); a key in two files fails the build."""
     if not found:
-        return []
+        return pa.array([], pa.large_binary()), pa.array([], pa.binary())
     keys = pa.concat_arrays([k.cast(pa.large_string()) for k, _ in found])
-    values = [v for _, v in found]
+    values = pa.array([v for _, v in found], pa.binary())
     owner = np.repeat(np.arange(len(found)), [len(k) for k, _ in found])
     order = pc.sort_indices(keys).to_numpy()
     ordered = keys.take(pa.array(order))
@@ -292,10 +295,13 @@ def _sorted_cells(found: list[Located], table: str) -> list[Cell]:
                 f"record key {ordered[where].as_py()!r} is in two files of {table}: its "
                 "record_index cannot be built (`indexer validate` names them)"
             )
-    return [
-        (k.encode(), values[i])
-        for k, i in zip(ordered.to_pylist(), owner[order].tolist(), strict=True)
-    ]
+    return ordered.cast(pa.large_binary()), values.take(pa.array(owner[order]))
+
+
+def _sorted_cells(found: list[Located], table: str) -> list[Cell]:
+    """:func:`_sorted_arrays` as (row, value) pairs."""
+    rows, values = _sorted_arrays(found, table)
+    return list(zip(rows.to_pylist(), values.to_pylist(), strict=True))
 
 
 def _location(partition_path: str, name: str, instant: str) -> dict[str, Any]:
@@ -457,10 +463,10 @@ class HudiPartitionWriter:
         and its workers (from :data:`~metadata_table.workers.PROCESS_MIN_FILES` files on), or
         as a Spark job when ``spark_for`` (given the number of data files) returns a session
         (:func:`metadata_table.spark_build.run_grouped`: the same functions on the executors,
-        so both engines write the same bytes). Returns that instant and the
-        write stats of its deltacommit, which :meth:`complete_initialization` writes. A
-        partition Hudi's metadata table lists already (a Hudi writer built it since the build
-        was scheduled) fails the build before anything is written."""
+        so both engines write the same bytes). Returns that instant and the write stats of its
+        deltacommit, which :meth:`complete_initialization` writes. A partition Hudi's metadata
+        table lists already (a Hudi writer built it since the build was scheduled) fails the
+        build before anything is written."""
         stamp = upto + INDEXING_SUFFIX
         states = self.states()
         taken = [p for p in partitions if p in states]

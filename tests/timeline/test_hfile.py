@@ -8,6 +8,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,6 +23,7 @@ from timeline.formats.hfile import (
     cell_key,
     key_row,
     write_hfile,
+    write_hfile_arrays,
 )
 
 DATA = Path(__file__).parent / "data" / "hfile"
@@ -242,3 +244,33 @@ def test_round_trip(
         assert list(reader.with_prefix(probe)) == [c for c in cells if c[0].startswith(probe)]
     asked = {*probes, *rows[::3]}
     assert list(reader.get_many(asked)) == [c for c in cells if c[0] in asked]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cells=st.dictionaries(
+        st.binary(min_size=0, max_size=40), st.binary(min_size=0, max_size=80), max_size=400
+    ),
+    block_size=st.sampled_from([1, 50, 1024, 1 << 20]),
+    compression=st.sampled_from([Compression.GZ, Compression.NONE]),
+)
+def test_cells_given_as_arrow_arrays_are_written_byte_for_byte_as_the_loop_writes_them(
+    cells: dict[bytes, bytes], block_size: int, compression: Compression
+) -> None:
+    ordered = sorted(cells.items())
+    rows = pa.array([r for r, _ in ordered], pa.binary())
+    values = pa.array([v for _, v in ordered], pa.binary())
+    info = {b"schema": b"{}"}
+    written = write_hfile_arrays(rows, values, info, block_size, compression)
+    assert written == write_hfile(ordered, info, None, block_size, compression)
+
+
+def test_cells_given_as_arrays_are_refused_as_the_loop_refuses_them() -> None:
+    with pytest.raises(ValueError, match="strictly ascending"):
+        write_hfile_arrays(pa.array([b"b", b"a"]), pa.array([b"1", b"2"]))
+    with pytest.raises(ValueError, match="strictly ascending"):
+        write_hfile_arrays(pa.array([b"a", b"a"]), pa.array([b"1", b"2"]))
+    with pytest.raises(ValueError, match="at most 32767 bytes"):
+        write_hfile_arrays(pa.array([b"k" * 40_000]), pa.array([b"1"]))
+    with pytest.raises(ValueError, match="2 rows and 1 values"):
+        write_hfile_arrays(pa.array([b"a", b"b"]), pa.array([b"1"]))

@@ -41,6 +41,9 @@ from enum import IntEnum
 from functools import cached_property
 
 import google_crc32c
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from timeline.errors import HFileFormatError
 
@@ -175,6 +178,7 @@ def cell_key(row: bytes) -> bytes:
 _KEY_TAIL = b"\x00" + struct.pack(">qb", LATEST_TIMESTAMP, PUT)
 _KEY_OVERHEAD = 2 + len(_KEY_TAIL)
 _CELL_HEAD = struct.Struct(">iih")
+_CELL_HEAD_DTYPE = np.dtype([("key", ">i4"), ("value", ">i4"), ("row", ">i2")])
 
 
 def key_row(key: bytes | memoryview) -> bytes:
@@ -655,7 +659,99 @@ def write_hfile(
     flush()
     if previous_row is not None:
         last_key = cell_key(previous_row)
+    totals = (total_uncompressed, entries, key_bytes, value_bytes)
+    return _finish(out, index, totals, last_key, file_info, meta_blocks, compression, gzip_os)
 
+
+def write_hfile_arrays(
+    rows: pa.Array,
+    values: pa.Array,
+    file_info: Mapping[bytes, bytes] | None = None,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    compression: Compression = Compression.GZ,
+    gzip_os: int = GZIP_OS_UNKNOWN,
+) -> bytes:
+    """:func:`write_hfile` of cells given as two Arrow binary arrays, ``rows`` in strictly
+    ascending order (millions of them: a record index's file group), the same bytes: every cell
+    laid out by Arrow (``binary_join_element_wise``) into one buffer, cut into blocks where the
+    loop would cut it (before the first cell at or past ``block_size`` bytes of its block)."""
+    count = len(rows)
+    if count != len(values):
+        raise ValueError(f"{count} rows and {len(values)} values")
+    if count == 0:
+        return write_hfile([], file_info, None, block_size, compression, True, gzip_os)
+    rows = rows.cast(pa.large_binary())
+    values = values.cast(pa.large_binary())
+    row_lengths = pc.binary_length(rows).to_numpy(zero_copy_only=False).astype(np.int64)
+    value_lengths = pc.binary_length(values).to_numpy(zero_copy_only=False).astype(np.int64)
+    longest = int(row_lengths.max())
+    if longest > MAX_ROW_LENGTH:
+        raise ValueError(f"an HFile row key is at most {MAX_ROW_LENGTH} bytes, not {longest}")
+    if count > 1:
+        ascending = pc.greater(rows.slice(1), rows.slice(0, count - 1))
+        if not pc.all(ascending).as_py():
+            at = int(np.flatnonzero(~ascending.to_numpy(zero_copy_only=False))[0])
+            raise ValueError(
+                f"HFile rows must be in strictly ascending order: {rows[at + 1].as_py()!r} "
+                f"after {rows[at].as_py()!r}"
+            )
+    heads = np.empty(count, _CELL_HEAD_DTYPE)
+    heads["key"] = row_lengths + _KEY_OVERHEAD
+    heads["value"] = value_lengths
+    heads["row"] = row_lengths
+    head = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(_CELL_HEAD.size), count, [None, pa.py_buffer(heads.tobytes())]
+    ).cast(pa.large_binary())
+    cells = pc.binary_join_element_wise(
+        head,
+        rows,
+        pa.scalar(_KEY_TAIL, pa.large_binary()),
+        values,
+        pa.scalar(b"\x00", pa.large_binary()),
+        pa.scalar(b"", pa.large_binary()),
+    )
+    starts = np.frombuffer(cells.buffers()[1], np.int64, count + 1, cells.offset)
+    data = cells.buffers()[2]  # (the offsets index it)
+    out = bytearray()
+    index: list[tuple[int, int, bytes]] = []
+    total_uncompressed = 0
+    previous_data = -1
+    first = 0
+    while first < count:
+        # the first cell that starts at or past block_size bytes into the block ends it
+        last = int(np.searchsorted(starts, starts[first] + block_size, "left"))
+        last = min(max(last, first + 1), count)
+        payload = data[int(starts[first]) : int(starts[last])].to_pybytes()
+        block, uncompressed = encode_block(DATA, payload, compression, previous_data, gzip_os)
+        index.append((len(out), len(block), cell_key(rows[first].as_py())))
+        previous_data = len(out)
+        total_uncompressed += uncompressed
+        out.extend(block)
+        first = last
+    totals = (
+        total_uncompressed,
+        count,
+        int(row_lengths.sum()) + count * _KEY_OVERHEAD,
+        int(value_lengths.sum()),
+    )
+    last_key = cell_key(rows[count - 1].as_py())
+    return _finish(out, index, totals, last_key, file_info, None, compression, gzip_os)
+
+
+def _finish(
+    out: bytearray,
+    index: list[tuple[int, int, bytes]],
+    totals: tuple[int, int, int, int],
+    last_key: bytes,
+    file_info: Mapping[bytes, bytes] | None,
+    meta_blocks: Mapping[str, bytes] | None,
+    compression: Compression,
+    gzip_os: int,
+) -> bytes:
+    """An HFile's end after its data blocks (``out``, their ``index``): meta blocks, the root
+    indexes, file info and the trailer. ``totals``: the data blocks' bytes before compression,
+    and the cells', their keys' and their values' counts."""
+    total_uncompressed, entries, key_bytes, value_bytes = totals
     metas: list[tuple[int, int, bytes]] = []
     previous_meta = -1
     for name in sorted(meta_blocks or {}):

@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from timeline.formats.hfile import write_hfile
+from timeline.formats.hfile import write_hfile, write_hfile_arrays
 from timeline.log_format import BlockType, DeleteRecord, HeaderKey, delete_content, encode_block
 
 #: the writer schema Hudi 0.15 puts in its metadata table's HFiles and log block headers
@@ -452,6 +452,15 @@ def base_file_of_cells(cells: list[tuple[bytes, bytes]], dense: bool = False) ->
     if cells:
         info[b"minRecordKey"], info[b"maxRecordKey"] = cells[0][0], cells[-1][0]
     return write_hfile(cells, info, dense=dense)
+
+
+def base_file_of_arrays(rows: pa.Array, values: pa.Array) -> bytes:
+    """:func:`base_file_of_cells` of cells given as Arrow binary arrays (rows in key order):
+    the same bytes, for millions of cells (:func:`~timeline.formats.hfile.write_hfile_arrays`)."""
+    info = {b"schema": SCHEMA_JSON.encode()}
+    if len(rows):
+        info[b"minRecordKey"], info[b"maxRecordKey"] = rows[0].as_py(), rows[-1].as_py()
+    return write_hfile_arrays(rows, values, info)
 
 
 def log_block(metadata: Iterable[Mapping[str, Any]], instant: str, dense: bool = False) -> bytes:
