@@ -37,6 +37,8 @@ pytestmark = pytest.mark.hudi
 ROOT = Path(__file__).resolve().parents[2]
 
 TYPES = ["column_stats", "bloom_filters", "record_index"]
+#: the files partition's record types: its partition list and its file lists
+FILE_KINDS = ((1, "files: partitions"), (2, "files: file lists"))
 FLAGS = {
     "hoodie.metadata.index.column.stats.enable": "true",
     "hoodie.metadata.index.bloom.filter.enable": "true",
@@ -173,13 +175,19 @@ def test_our_build_equals_hudis_own_build_record_for_record(
     build(ours.path)
     theirs = hudis_own_build(hudi, original, tmp_path / "theirs")
     assert set(TYPES) <= set(HudiMetadataTable(Table.open(theirs.path)).partitions)
-    mine, hudis = mdt_records(hudi, ours), mdt_records(hudi, theirs)
-    for kind, name in ((3, "column_stats"), (4, "bloom_filters"), (5, "record_index")):
-        a, b = by_type(mine, kind), by_type(hudis, kind)
-        assert a, name
-        assert sorted(a) == sorted(b), (name, len(a), len(b))
-        different = [k for k in a if a[k] != b[k]]
-        assert not different, (name, len(different), a[different[0]], b[different[0]])
+    # and with the metadata table itself, on a copy without one: files too (log files listed)
+    bare = copy_of(original, tmp_path / "bare")
+    without_metadata_table(Path(bare.path))
+    build(bare.path, ["files", *TYPES])
+    hudis = mdt_records(hudi, theirs)
+    kinds = ((3, "column_stats"), (4, "bloom_filters"), (5, "record_index"))
+    for mine, also in ((mdt_records(hudi, ours), ()), (mdt_records(hudi, bare), FILE_KINDS)):
+        for kind, name in (*kinds, *also):
+            a, b = by_type(mine, kind), by_type(hudis, kind)
+            assert a, name
+            assert sorted(a) == sorted(b), (name, len(a), len(b))
+            different = [k for k in a if a[k] != b[k]]
+            assert not different, (name, len(different), a[different[0]], b[different[0]])
 
 
 def test_on_a_table_without_a_metadata_table_we_create_it_with_files_as_hudi_does(
