@@ -135,23 +135,10 @@ def run_build(
         len(files),
         slices,
     )
-    stop = threading.Event()
-    tasks = slices + len(slot_builds)
-    watcher = _watch(sc, progress, stop, tasks) if progress else None
-    try:
-        written = (
-            records.partitionBy(len(slot_builds), lambda slot: slot)
-            .mapPartitionsWithIndex(
-                lambda i, it: _write_task(i, it, storage, slot_builds, marker_instant)
-            )
-            .collect()
-        )
-    finally:
-        stop.set()
-        if watcher is not None:
-            watcher.join()
-    if progress is not None:
-        progress(tasks, tasks)
+    writes = records.partitionBy(len(slot_builds), lambda slot: slot).mapPartitionsWithIndex(
+        lambda i, it: _write_task(i, it, storage, slot_builds, marker_instant)
+    )
+    written = _collect(sc, writes, slices + len(slot_builds), progress)
     sizes: dict[str, dict[str, int]] = {b.partition: {} for b in builds}
     for partition, fg, size in written:
         sizes[partition][fg] = size
@@ -190,22 +177,23 @@ def run_grouped(
     if seeded:
         given = [(index[slot], content) for slot, content in seeded.items()]
         found = found.union(sc.parallelize(given, 1))
+    writes = found.partitionBy(len(slots), lambda slot: slot).mapPartitionsWithIndex(write_task)
+    return _collect(sc, writes, slices + len(slots), progress)
+
+
+def _collect(sc: Any, rdd: Any, tasks: int, progress: Progress | None) -> list[Any]:
+    """``rdd.collect()`` of a build's job, its ``tasks`` (both stages) reported as they finish."""
     stop = threading.Event()
-    tasks = slices + len(slots)
     watcher = _watch(sc, progress, stop, tasks) if progress else None
     try:
-        written = (
-            found.partitionBy(len(slots), lambda slot: slot)
-            .mapPartitionsWithIndex(write_task)
-            .collect()
-        )
+        found: list[Any] = rdd.collect()
     finally:
         stop.set()
         if watcher is not None:
             watcher.join()
     if progress is not None:
         progress(tasks, tasks)
-    return list(written)
+    return found
 
 
 def _watch(sc: Any, progress: Progress, stop: threading.Event, total: int) -> threading.Thread:

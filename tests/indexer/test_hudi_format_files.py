@@ -19,17 +19,10 @@ from timeline.errors import ConfigError, IndexBuildAbortedError, TableError
 from timeline.formats import metadata_records as records
 from writer.client import WriteClient
 
+from ..metadata_table.test_hudi_build import written_table
 from ..metadata_table.test_metadata_table import keys, make_table, rows
 
 PARTITIONS = ["files", "column_stats", "record_index"]
-
-
-def _table(tmp_path: Path) -> Table:
-    table = make_table(tmp_path / "t")
-    with WriteClient(table) as client:
-        for batch in range(3):
-            client.insert(rows(keys(batch * 100, batch * 100 + 100)))
-    return table
 
 
 def _indexer(table: Table) -> HudiFormatIndexer:
@@ -37,14 +30,14 @@ def _indexer(table: Table) -> HudiFormatIndexer:
 
 
 def test_files_creates_the_metadata_table_and_our_writers_keep_it(tmp_path: Path) -> None:
-    table = _table(tmp_path)
+    table = written_table(tmp_path)
     done = _indexer(table).run(PARTITIONS)
     assert done is not None and done.is_completed
     hudi = HudiMetadataTable(Table.open(table.base_uri, table.config))
     assert sorted(hudi.partitions) == sorted(PARTITIONS)
     listed = hudi.records("files")
     assert sorted(listed[records.ALL_PARTITIONS_KEY]["filesystemMetadata"]) == ["la", "ny", "sf"]
-    assert sum(len(listed[p]["filesystemMetadata"]) for p in ("la", "ny", "sf")) == 9
+    assert sum(len(listed[p]["filesystemMetadata"]) for p in ("la", "ny", "sf")) == 12
     with WriteClient(Table.open(table.base_uri, table.config)) as client:
         client.upsert(rows(keys(0, 10), ts=2))
     reports = _indexer(table).hudi.validate()
@@ -55,7 +48,7 @@ def test_files_creates_the_metadata_table_and_our_writers_keep_it(tmp_path: Path
 def test_an_aborted_files_build_leaves_no_metadata_table(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str
 ) -> None:
-    table = _table(tmp_path)
+    table = written_table(tmp_path)
     properties = Path(table.base_uri.removeprefix("file://"), ".hoodie/hoodie.properties")
     before = properties.read_bytes()
     monkeypatch.setenv("AIX_FAILPOINT", point)
@@ -72,7 +65,7 @@ def test_a_leftover_metadata_folder_without_files_is_replaced(
 ) -> None:
     """A Hudi writer's initialization that failed leaves a folder Hudi's writers start again:
     so does the build, saying so."""
-    table = _table(tmp_path)
+    table = written_table(tmp_path)
     leftover = Path(table.base_uri.removeprefix("file://"), ".hoodie/metadata/files/stale.hfile")
     leftover.parent.mkdir(parents=True)
     leftover.write_bytes(b"half")
@@ -84,7 +77,7 @@ def test_a_leftover_metadata_folder_without_files_is_replaced(
 
 def test_without_files_a_table_without_a_metadata_table_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="add files to --index-types"):
-        _indexer(_table(tmp_path)).run(["column_stats"])
+        _indexer(written_table(tmp_path)).run(["column_stats"])
 
 
 def test_a_partition_completed_after_scheduling_fails_the_build_before_writing(
@@ -92,7 +85,7 @@ def test_a_partition_completed_after_scheduling_fails_the_build_before_writing(
 ) -> None:
     """A Hudi writer that made the metadata table between our schedule and our build: the build
     fails and leaves the metadata table it made alone."""
-    table = _table(tmp_path)
+    table = written_table(tmp_path)
     indexer = _indexer(table)
     scheduled = indexer.schedule(PARTITIONS)
     assert scheduled.instant is not None
@@ -120,7 +113,7 @@ def test_a_partition_completed_after_scheduling_fails_the_build_before_writing(
 
 
 def test_the_spark_engine_builds_through_the_same_protocol(tmp_path: Path, spark: Any) -> None:
-    table = _table(tmp_path)
+    table = written_table(tmp_path)
     indexer = HudiFormatIndexer(
         Table.open(table.base_uri, table.config), IndexerOptions(engine="spark"), spark
     )

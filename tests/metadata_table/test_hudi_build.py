@@ -22,7 +22,8 @@ from writer.client import WriteClient
 from .test_metadata_table import keys, make_table, rows
 
 
-def _written(tmp_path: Path) -> Table:
+def written_table(tmp_path: Path) -> Table:
+    """A table of 2,000 rows our writer wrote: four inserts into three partitions."""
     table = make_table(tmp_path / "t")
     with WriteClient(table) as client:
         for batch in range(4):
@@ -38,7 +39,7 @@ def _files(table: Table, partition: str) -> dict[str, bytes]:
 def test_worker_processes_write_the_same_record_index(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    table = _written(tmp_path)
+    table = written_table(tmp_path)
     writer = HudiPartitionWriter(table)
     upto = table.timeline.load().completed().last()
     assert upto is not None
@@ -54,7 +55,7 @@ def test_worker_processes_write_the_same_record_index(
 
 
 def test_a_key_in_two_files_fails_the_record_index_naming_it(tmp_path: Path) -> None:
-    table = _written(tmp_path)
+    table = written_table(tmp_path)
     with WriteClient(table) as client:  # the same key in another partition: two files hold it
         client.insert(rows(["k0007"], city="zz"))
     upto = table.timeline.load().completed().last()
@@ -74,7 +75,7 @@ def test_hudis_file_group_counts(tmp_path: Path) -> None:
 
 
 def test_the_spark_engine_writes_the_same_files(tmp_path: Path, spark: Any) -> None:
-    table = _written(tmp_path)
+    table = written_table(tmp_path)
     partitions = ["files", "column_stats", "bloom_filters", "record_index"]
     writer = HudiPartitionWriter(table)
     upto = table.timeline.load().completed().last()
