@@ -122,8 +122,14 @@ Cell = tuple[bytes, bytes]
 Located = tuple[pa.Array, bytes]
 #: what a file group of a new partition holds: cells, or (the record index) located keys
 Content = list[Cell] | list[Located]
-#: record-index entries from which its file groups are written by worker processes
+#: record-index entries from which the data files are read, and the record index's file groups
+#: written, by worker processes
 _PROCESS_MIN_KEYS = 1_000_000
+#: data files from which they are read by worker processes: a file's footer costs about 250 us
+#: here, so the fork server's half second of start pays back from about 5,000 files (measured:
+#: at 2,000 files threads took 1.3 s against 1.7, at 5,000 both 2.3); the native build reads
+#: less a file and forks from 2,000 (:data:`~metadata_table.workers.PROCESS_MIN_FILES`)
+_PROCESS_MIN_FILES = 5_000
 
 
 @dataclass(frozen=True)
@@ -520,11 +526,14 @@ class HudiPartitionWriter:
         keys: int,
         progress: Callable[[int, int], None] | None,
     ) -> list[WriteStat]:
-        """The build in this process: the files' records by worker processes, gathered here,
-        then each partition's groups written, a record index of millions of keys on worker
-        processes (sorting, encoding and writing a group's cells is Python's work, one group
-        per core)."""
-        count, processes = workers_for(len(files), workers)
+        """The build in this process: the files' records read on worker threads, or processes
+        when there is enough to read to pay for the fork server's start (from
+        :data:`_PROCESS_MIN_FILES` files, or a record index of :data:`_PROCESS_MIN_KEYS` keys),
+        gathered here; then each partition's groups written, a record index of millions of
+        keys on worker processes (sorting, encoding and writing a group's cells is Python's
+        work, one group per core)."""
+        count = workers_for(len(files), workers)[0]
+        processes = count > 1 and (len(files) >= _PROCESS_MIN_FILES or keys >= _PROCESS_MIN_KEYS)
         chunks = chunked(files, count, _CHUNK_FILES)
         done = 0
         for part, chunk in zip(
