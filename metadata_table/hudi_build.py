@@ -40,7 +40,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Any, cast
 
@@ -57,6 +57,7 @@ from metadata_table.hudi_table import (
     commit_records,
     hudi_column_stats,
     removal_records,
+    undo_deltacommit,
     write_deltacommit,
 )
 from metadata_table.records import RECORD_KEY, ROW_DELETED, info_of, read_record_keys, virtual_keys
@@ -73,13 +74,19 @@ from timeline.config import (
 )
 from timeline.errors import StorageFileNotFoundError, TableError
 from timeline.formats import metadata_records as records
-from timeline.fs_view import PARTITION_METADATA_FILE, FileSystemView, file_id_of, parquet_file
+from timeline.fs_view import (
+    PARTITION_METADATA_FILE,
+    BaseFile,
+    FileSystemView,
+    file_id_of,
+    parquet_file,
+)
 from timeline.hudi_avro import avro_file
 from timeline.index_state import INDEX_FOLDER
 from timeline.instant import Instant
 from timeline.keys import KeyGenerator
 from timeline.locks import LockHandle
-from timeline.removals import REMOVAL_ACTIONS, parse_removal
+from timeline.removals import REMOVAL_ACTIONS, Removal, parse_removal
 from timeline.storage import Storage
 from timeline.table import Table
 from timeline.table_config import (
@@ -640,27 +647,75 @@ class HudiPartitionWriter:
         writers may write ``<instant>`` for the partitions they keep); at the instant's own
         time when the build makes ``files`` (no Hudi writer writes to a metadata table without
         ``files``: it is all this build's), the deltacommit Hudi's writer would have written.
-        Returns whether it was applied now."""
+        A rollback or restore first takes out the catch-up of what it undid. Returns whether it
+        was applied now."""
         claim = self.require(instant_time)
-        own = FILES in claim.partitions
-        stamp = instant.timestamp if own else instant.timestamp + CATCH_UP_SUFFIX
+        stamp = self._stamp(claim, instant.timestamp)
         if stamp in claim.written:
             return False
-        made, removed = self._records_of(instant, claim.partitions)
+        undone: frozenset[str] = frozenset()
+        if instant.action in REMOVAL_ACTIONS:
+            claim, undone = self._undo_rolled_back(lock, claim, instant)
+        made, removed = self._records_of(instant, claim.partitions, undone)
         updated = Claim(claim.instant, claim.partitions, claim.upto, (*claim.written, stamp))
         self.claim(updated)  # first: an abort deletes what it wrote
         write_deltacommit(self.table, self.hudi(), stamp, claim.partitions, made, removed, lock)
         return True
 
-    def _records_of(
-        self, instant: Instant, partitions: Sequence[str]
-    ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[str]]]:
+    @staticmethod
+    def _stamp(claim: Claim, data_instant: str) -> str:
+        """The metadata instant a build's catch-up of ``data_instant`` is written at."""
+        return data_instant if FILES in claim.partitions else data_instant + CATCH_UP_SUFFIX
+
+    def _undo_rolled_back(
+        self, lock: LockHandle, claim: Claim, instant: Instant
+    ) -> tuple[Claim, frozenset[str]]:
+        """A rollback or restore of data instants this build caught up: their catch-up
+        deltacommits taken out of its partitions, as Hudi's writer rolls back the metadata
+        deltacommit of the instant it rolls back (else the record index would keep the keys of
+        a rolled-back commit, located in files that are gone). Returns the claim without them,
+        and the data instants undone."""
+        undone = frozenset(
+            i for i in self._removal(instant).rolled_back if self._stamp(claim, i) in claim.written
+        )
+        if not undone:
+            return claim, undone
+        stamps = {self._stamp(claim, i) for i in undone}
+        for stamp in sorted(stamps):
+            undo_deltacommit(self.table, stamp, lock, claim.partitions)
+        kept = tuple(w for w in claim.written if w not in stamps)
+        updated = Claim(claim.instant, claim.partitions, claim.upto, kept)
+        self.claim(updated)
+        return updated, undone
+
+    def _removal(self, instant: Instant) -> Removal:
         timeline, storage = self.table.timeline, self.table.storage
         content = timeline.read_content(instant)
+        return parse_removal(instant, content, storage.uri(timeline.path(instant)))
+
+    def _records_of(
+        self, instant: Instant, partitions: Sequence[str], undone: frozenset[str] = frozenset()
+    ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[str]]]:
+        """The records Hudi's writer would have written for a data instant, by partition, and
+        the record-index keys it deletes. A removal's base files written by ``undone`` instants
+        (whose records a build took out again) get no bloom-filter or column-stats tombstone:
+        the records they would delete are not there."""
         removed: dict[str, list[str]] = {}
         if instant.action in REMOVAL_ACTIONS:
-            removal = parse_removal(instant, content, storage.uri(timeline.path(instant)))
-            return removal_records(self.table, removal, partitions), removed
+            removal = self._removal(instant)
+            made = removal_records(self.table, removal, [p for p in partitions if p == FILES])
+            if undone:
+                removal = replace(
+                    removal,
+                    deleted={
+                        p: frozenset(n for n in names if _written_at(n) not in undone)
+                        for p, names in removal.deleted.items()
+                    },
+                )
+            others = [p for p in partitions if p != FILES]
+            return made | removal_records(self.table, removal, others), removed
+        timeline = self.table.timeline
+        content = timeline.read_content(instant)
         metadata = CommitMetadata.from_bytes(content, timeline.path(instant))
         made = commit_records(self.table, instant.timestamp, metadata, partitions)
         if RECORD_INDEX in partitions:
@@ -904,6 +959,12 @@ class HudiPartitionWriter:
                 )
             )
         return reports
+
+
+def _written_at(name: str) -> str | None:
+    """The instant that wrote a base file (None for a log file)."""
+    base = BaseFile.parse("", name)
+    return base.instant_time if base is not None else None
 
 
 def _deleted(record: Mapping[str, Any]) -> bool:

@@ -833,12 +833,15 @@ def apply_removal(table: Table, lock: LockHandle, removal: Removal) -> list[str]
     return write_deltacommit(table, hudi, removal.instant.timestamp, targets, made, {}, lock)
 
 
-def undo_deltacommit(table: Table, instant: str, lock: LockHandle) -> bool:
+def undo_deltacommit(
+    table: Table, instant: str, lock: LockHandle, partitions: Iterable[str] | None = None
+) -> bool:
     """Take out of Hudi's metadata table the deltacommit a failed write at ``instant`` wrote or
     began (Hudi's writer rolls it back with the data instant): its completed file first (from
     then on no reader counts its blocks), then every log file of a latest slice whose blocks
-    are all at ``instant`` (our writes put each in a new log file), then its pending files.
-    Returns whether there was anything to undo."""
+    are all at ``instant`` (our writes put each in a new log file) in ``partitions`` (default:
+    the completed and inflight ones), then its pending files. Returns whether there was
+    anything to undo."""
     hudi = HudiMetadataTable(table)
     mine = [(t, a, s) for t, a, s in hudi.instants if t == instant and a == "deltacommit"]
     if not mine:
@@ -846,7 +849,7 @@ def undo_deltacommit(table: Table, instant: str, lock: LockHandle) -> bool:
     timeline = f"{FOLDER}/.hoodie/{instant}.deltacommit"
     lock.ensure_valid()
     table.storage.delete(timeline)
-    for partition in _targets(hudi):
+    for partition in _targets(hudi) if partitions is None else partitions:
         for piece in hudi.slices(partition):
             for name in piece.logs:
                 path = f"{FOLDER}/{partition}/{name}"

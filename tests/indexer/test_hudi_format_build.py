@@ -351,6 +351,31 @@ def test_hudis_writers_commit_during_our_build_and_its_services_run_over_our_fil
     assert hudi.read(rli, columns=["id"]).num_rows == 13100
 
 
+def test_a_commit_caught_up_then_rolled_back_by_hudi_leaves_no_trace(
+    hudi: HudiPeer, source: HudiTable, tmp_path: Path
+) -> None:
+    """A Hudi commit lands after t and is caught up; then Hudi rolls it back (a completed
+    commit): its keys must not stay in our record index, located in files that are gone (Hudi's
+    writer rolls back the metadata deltacommit of what it rolls back; ours is ours to undo)."""
+    table = copy_of(source, tmp_path / "undone")
+
+    class Undone(HudiFormatIndexer):
+        def _catch_up(self, instant: Any, plan: Any, deadline: float) -> str:
+            hudi.write(table, "insert", rows(range(13000, 13020)))
+            caught = super()._catch_up(instant, plan, deadline)
+            hudi.service(table, "rollback")  # the latest completed commit: that insert
+            return caught
+
+    indexer = Undone(Table.open(table.path, Config.resolve(explicit={})), IndexerOptions())
+    assert indexer.run(TYPES) is not None and indexer.stats["catch_up_instants"] == 1
+    found = stored(table, "record_index")
+    assert not {str(k) for k in range(13000, 13020)} & set(found)
+    theirs = hudis_own_build(hudi, table, tmp_path / "theirs")
+    for partition in TYPES:
+        assert stored(table, partition) == stored(theirs, partition), partition
+    assert hudi.read(table, columns=["id"]).num_rows == 13000
+
+
 def stored(table: HudiTable, partition: str) -> dict[str, dict[str, Any]]:
     """A partition's records as stored (base files and log blocks merged as Hudi merges them),
     without what two correct builds differ in: a bloom filter's stamp (its build's instant) and
