@@ -78,8 +78,10 @@ def _hudis_item(provider: HudiDynamoDBLockProvider, version: str, lease_ms: int)
 def test_the_lock_is_one_item_in_hudis_table_shape_and_gone_after_release(
     s3_endpoint: str, lock_table: str
 ) -> None:
-    first = _provider(s3_endpoint, lock_table, lease=2)
-    second = _provider(s3_endpoint, lock_table, lease=2)
+    # a lease of 5 s: with 2 s, a renewal delayed by a loaded machine (CI, both cores busy with
+    # another test's Spark cluster) let it expire once, though the lock itself was fine
+    first = _provider(s3_endpoint, lock_table, lease=5)
+    second = _provider(s3_endpoint, lock_table, lease=5)
     with first.acquire("table:a", "ours-1", timeout=2) as handle:
         table = first.client.describe_table(TableName=lock_table)["Table"]
         assert table["KeySchema"] == [{"AttributeName": "key", "KeyType": "HASH"}]
@@ -87,17 +89,17 @@ def test_the_lock_is_one_item_in_hudis_table_shape_and_gone_after_release(
         item = _item(first)
         assert item is not None
         assert item["ownerName"] == {"S": "ours-1"}
-        assert item["leaseDuration"] == {"S": "2000"}  # our lease, in ms, as a string
+        assert item["leaseDuration"] == {"S": "5000"}  # our lease, in ms, as a string
         version = item["recordVersionNumber"]["S"]
         with pytest.raises(LockTimeoutError) as err:
             second.acquire("table:b", "ours-2", timeout=0.4)  # one lock per table, any name
         assert "ours-1" in str(err.value.holder)
-        time.sleep(2.5)  # renewed past its lease: a new record version number each time
+        time.sleep(5.5)  # renewed past its lease: a new record version number each time
         handle.ensure_valid()
         renewed = _item(first)
         assert renewed is not None and renewed["recordVersionNumber"]["S"] != version
         with pytest.raises(LockTimeoutError):
-            second.acquire("table:b", "ours-2", timeout=2.5)  # alive: never taken over
+            second.acquire("table:b", "ours-2", timeout=5.5)  # alive: never taken over
     assert _item(first) is None  # Hudi's client deletes the item on release
     with second.acquire("table:b", "ours-2", timeout=1):
         pass
