@@ -55,7 +55,7 @@ from metadata_table.hudi_table import (
     HudiMetadataTable,
     bloom_record,
     commit_records,
-    hudi_column_stats,
+    hudi_column_stats_cells,
     removal_records,
     undo_deltacommit,
     write_deltacommit,
@@ -79,7 +79,7 @@ from timeline.fs_view import (
     BaseFile,
     FileSystemView,
     file_id_of,
-    parquet_file,
+    parquet_metadata,
 )
 from timeline.hudi_avro import avro_file
 from timeline.index_state import INDEX_FOLDER
@@ -221,19 +221,19 @@ def _cells_of(work: _Work, chunk: list[SourceFile]) -> dict[str, list[Content]]:
     numpy), but for the record index each file's keys of a group with their one value (Arrow
     arrays: cheap to hand between processes)."""
     out: dict[str, list[Content]] = {p: [[] for _ in range(n)] for p, n in work.groups.items()}
-    found: dict[str, list[Mapping[str, Any]]] = {
+    found: dict[str, list[tuple[str, bytes]]] = {
         p: [] for p in (BLOOM_FILTERS, COLUMN_STATS) if p in out
     }
     located = cast("list[list[Located]]", out.get(RECORD_INDEX, []))
     for source in chunk:
-        footer = parquet_file(work.storage, source.path).metadata
+        footer = parquet_metadata(work.storage, source.path)
         if BLOOM_FILTERS in found:
             bloom = bloom_record(footer, source.partition_path, source.name, work.stamp)
             if bloom is not None:
-                found[BLOOM_FILTERS].append(bloom)
+                found[BLOOM_FILTERS].append((bloom["key"], records.encode(bloom)))
         if COLUMN_STATS in found:
             found[COLUMN_STATS].extend(
-                hudi_column_stats(footer, source.partition_path, source.name)
+                hudi_column_stats_cells(footer, source.partition_path, source.name)
             )
         if located and source.latest:
             keys = read_record_keys(work.storage, source.path, work.keygen).column(RECORD_KEY)
@@ -244,10 +244,10 @@ def _cells_of(work: _Work, chunk: list[SourceFile]) -> dict[str, list[Content]]:
                 located[group].append((keys.filter(pa.array(groups == group)), value))
     for partition, made in found.items():
         by_group = cast("list[list[Cell]]", out[partition])
-        keys = [str(r["key"]) for r in made]
-        routed = records.file_group_indexes(pa.array(keys, pa.string()), len(by_group))
-        for key, record, group in zip(keys, made, routed.tolist(), strict=True):
-            by_group[group].append((key.encode(), records.encode(record)))
+        keys = pa.array([key for key, _ in made], pa.string())
+        routed = records.file_group_indexes(keys, len(by_group))
+        for (key, value), group in zip(made, routed.tolist(), strict=True):
+            by_group[group].append((key.encode(), value))
     return out
 
 
@@ -496,9 +496,7 @@ class HudiPartitionWriter:
         keys = 0
         if RECORD_INDEX in partitions:
             keys = sum(
-                parquet_file(self.table.storage, f.path).metadata.num_rows
-                for f in files
-                if f.latest
+                parquet_metadata(self.table.storage, f.path).num_rows for f in files if f.latest
             )
         groups = {p: self.group_count(p, keys) for p in partitions}
         from_files = {p: n for p, n in groups.items() if p in FROM_DATA_FILES}

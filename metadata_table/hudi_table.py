@@ -52,7 +52,7 @@ from timeline.errors import RebuildRequiredError, StorageFileNotFoundError
 from timeline.formats import metadata_records as records
 from timeline.formats.hfile import HFileReader
 from timeline.formats.hudi_bloom import FOOTER_KEY, TYPE_CODE_KEY
-from timeline.fs_view import file_id_of, parquet_file
+from timeline.fs_view import file_id_of, parquet_metadata
 from timeline.hudi_avro import avro_file
 from timeline.hudi_metadata import HUDI_METADATA_FOLDER, keeps_hudi_metadata_table
 from timeline.instant import Action, State, format_instant_time
@@ -427,7 +427,7 @@ def commit_records(
             if not name.endswith(".parquet"):
                 continue  # a log file: its stats come from the writer, not a footer
             path = f"{partition_path}/{name}" if partition_path else name
-            footer = parquet_file(table.storage, path).metadata
+            footer = parquet_metadata(table.storage, path)
             if "bloom_filters" in wanted:
                 bloom = bloom_record(footer, partition_path, name, instant)
                 if bloom is not None:
@@ -462,10 +462,45 @@ def hudi_column_stats(footer: Any, partition_path: str, name: str) -> Iterator[d
     not made here (unsigned or INT96 values, fixed-length binary, other logical types), or
     whose statistics a writer left out, has no record: Hudi's reader keeps the file for every
     filter on it. A column of nulls only has null bounds and its null count, as Hudi writes."""
+    file_id = records.file_id(name)
+    for column, low, high, values, nulls, size, uncompressed in _column_stats(footer):
+        yield {
+            "key": records.column_stats_prefix(column, partition_path) + file_id,
+            "type": records.RecordType.COLUMN_STATS,
+            "ColumnStatsMetadata": {
+                "fileName": name,
+                "columnName": column,
+                "minValue": low,
+                "maxValue": high,
+                "valueCount": values,
+                "nullCount": nulls,
+                "totalSize": size,
+                "totalUncompressedSize": uncompressed,
+                "isDeleted": False,
+            },
+        }
+
+
+def hudi_column_stats_cells(
+    footer: Any, partition_path: str, name: str
+) -> Iterator[tuple[str, bytes]]:
+    """(key, encoded record) of each of :func:`hudi_column_stats`'s records, made without the
+    records (a build makes one for every column of every data file)."""
+    file_id = records.file_id(name)
+    for column, low, high, values, nulls, size, uncompressed in _column_stats(footer):
+        key = records.column_stats_prefix(column, partition_path) + file_id
+        value = records.column_stats_value(
+            name, column, low, high, values, nulls, size, uncompressed
+        )
+        yield key, value
+
+
+def _column_stats(footer: Any) -> Iterator[tuple[str, Any, Any, int, int, int, int]]:
+    """(column, min, max, values, nulls, size, uncompressed size) of the columns
+    :func:`hudi_column_stats` keeps."""
     row_groups = [footer.row_group(i) for i in range(footer.num_row_groups)]
     if not row_groups:
         return
-    file_id = records.file_id(name)
     for at, path, wrapper in _indexed_columns(footer.schema):
         chunks = [r.column(at) for r in row_groups]
         stats = [c.statistics for c in chunks]
@@ -490,21 +525,8 @@ def hudi_column_stats(footer: Any, partition_path: str, name: str) -> Iterator[d
             if found is None:
                 continue
             low, high = found
-        yield {
-            "key": records.column_stats_prefix(path, partition_path) + file_id,
-            "type": records.RecordType.COLUMN_STATS,
-            "ColumnStatsMetadata": {
-                "fileName": name,
-                "columnName": path,
-                "minValue": low,
-                "maxValue": high,
-                "valueCount": values,
-                "nullCount": nulls,
-                "totalSize": sum(c.total_compressed_size for c in chunks),
-                "totalUncompressedSize": sum(c.total_uncompressed_size for c in chunks),
-                "isDeleted": False,
-            },
-        }
+        size = sum(c.total_compressed_size for c in chunks)
+        yield path, low, high, values, nulls, size, sum(c.total_uncompressed_size for c in chunks)
 
 
 #: the last footer schema's columns Hudi indexes (files of a table share one schema)

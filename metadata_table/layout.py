@@ -56,7 +56,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from timeline.errors import ConfigError, UnknownPartitionError
-from timeline.fs_view import parquet_file, read_parquet_file
+from timeline.fs_view import parquet_file, parquet_metadata, read_parquet_file
 from timeline.hashing import key_hash64, stable_hash
 from timeline.index_state import INDEX_FOLDER
 from timeline.storage import Storage
@@ -642,7 +642,7 @@ def column_values(storage: Storage, path: str, column: str, prefix: str) -> set[
     ``prefix``, from the groups' statistics alone: None when a group has no statistics for it
     or holds more than one value (or nulls only). A group of no rows (an empty file's) holds
     none."""
-    metadata = parquet_file(storage, path).metadata
+    metadata = parquet_metadata(storage, path)
     names = [metadata.schema.column(i).path for i in range(metadata.num_columns)]
     if column not in names:
         return None

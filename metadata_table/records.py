@@ -64,7 +64,7 @@ from metadata_table.layout import (
 )
 from timeline.arrow_types import ScalarKind, scalar_kind
 from timeline.errors import DuplicateRecordKeyError, NotParquetError, TableConfigError
-from timeline.fs_view import file_id_of, read_columns
+from timeline.fs_view import file_id_of, footer_metadata, read_columns
 from timeline.instant import is_after, normalize_timestamp
 from timeline.keys import KeyGenerator
 from timeline.log_format import (
@@ -174,10 +174,7 @@ def info_from_storage(
         if footer_len + 8 > size:
             raise NotParquetError(path, f"footer length {footer_len} exceeds the file")
         tail = storage.read_range(path, -(footer_len + 8))
-    try:
-        metadata = pq.read_metadata(pa.BufferReader(b"PAR1" + tail[-(footer_len + 8) :]))
-    except (pa.ArrowException, OSError) as e:
-        raise NotParquetError(path, str(e)) from e
+    metadata = footer_metadata(b"PAR1" + tail[-(footer_len + 8) :], path)
     row_table = None
     if rows is not None:
         row_table = base_rows(storage, path, instant, rows, metadata, keygen)
@@ -522,7 +519,9 @@ class FooterLayout:
     arrow_schema: bytes | None
     names: frozenset[str]
     leaves: dict[str, int]
-    indexed: tuple[tuple[str, str, int], ...]
+    #: (name, kind, leaf index, whether its statistics' raw min and max are the value: strings
+    #: (their UTF-8 decoded), signed integers, floats, booleans, binaries)
+    indexed: tuple[tuple[str, str, int, bool], ...]
 
 
 #: the layout of the last schema seen (a table's data files mostly share one): one entry,
@@ -541,13 +540,43 @@ def footer_layout(metadata: pq.FileMetaData) -> FooterLayout:
     leaves = {schema.column(i).path: i for i in range(metadata.num_columns)}
     fields = schema.to_arrow_schema()
     indexed = tuple(
-        (field.name, kind, leaves[field.name])
+        (field.name, kind, leaf, _raw_is_value(kind, field.type, schema.column(leaf)))
         for field in fields
-        if (kind := value_kind(field.type)) is not None and field.name in leaves
+        if (kind := value_kind(field.type)) is not None
+        and (leaf := leaves.get(field.name)) is not None
     )
     layout = FooterLayout(schema, stored, frozenset(fields.names), leaves, indexed)
     _LAST_LAYOUT[:] = [layout]
     return layout
+
+
+#: the Parquet physical types whose statistics' raw min and max are a column's value, by kind
+_RAW_PHYSICAL = {
+    "string": {"BYTE_ARRAY"},
+    "binary": {"BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY"},
+    "float": {"FLOAT", "DOUBLE"},
+    "bool": {"BOOLEAN"},
+    "int": {"INT32", "INT64"},
+}
+
+
+def _raw_is_value(kind: str, arrow_type: pa.DataType, column: pq.ColumnSchema) -> bool:
+    """Whether a column's statistics' raw min and max (``min_raw``: the physical value, about a
+    fifth of the cost of ``min``, which goes through an Arrow scalar) are its value as ``min``
+    gives it: not for unsigned integers (stored as signed), dates, timestamps and decimals."""
+    if column.physical_type not in _RAW_PHYSICAL.get(kind, ()):
+        return False
+    return kind != "int" or pa.types.is_signed_integer(arrow_type)
+
+
+def _raw_bounds(kind: str, stats: pq.Statistics) -> tuple[Any, Any]:
+    lo, hi = stats.min_raw, stats.max_raw
+    if kind == "string":
+        try:
+            return lo.decode(), hi.decode()
+        except UnicodeDecodeError:  # not UTF-8: as pyarrow's own conversion takes it
+            return stats.min, stats.max
+    return lo, hi
 
 
 def column_aggregates(
@@ -556,7 +585,7 @@ def column_aggregates(
     wanted = set(columns) if columns else None
     row_groups = [metadata.row_group(rg) for rg in range(metadata.num_row_groups)]
     out: dict[str, _ColumnAggregate] = {}
-    for name, kind, leaf in footer_layout(metadata).indexed:
+    for name, kind, leaf, raw in footer_layout(metadata).indexed:
         if wanted is not None and name not in wanted:
             continue
         agg = _ColumnAggregate(kind)
@@ -577,7 +606,10 @@ def column_aggregates(
             if not stats.has_min_max:
                 agg.min_known = False
                 continue
-            lo, hi = _normalize(kind, stats.min), _normalize(kind, stats.max)
+            if raw:
+                lo, hi = _raw_bounds(kind, stats)
+            else:
+                lo, hi = _normalize(kind, stats.min), _normalize(kind, stats.max)
             if agg.minimum is None or _decimal_key(kind, lo) < _decimal_key(kind, agg.minimum):
                 agg.minimum = lo
             if agg.maximum is None or _decimal_key(kind, hi) > _decimal_key(kind, agg.maximum):

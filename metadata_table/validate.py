@@ -282,7 +282,7 @@ def validate_hudi(table: Table) -> list[PartitionReport]:
     from metadata_table.hudi_table import HudiMetadataTable, hudi_column_stats
     from timeline.formats import metadata_records as mdt_records
     from timeline.formats.hudi_bloom import FOOTER_KEY
-    from timeline.fs_view import parquet_file, read_parquet
+    from timeline.fs_view import parquet_metadata, read_parquet
     from timeline.table_config import TableType
 
     hudi = HudiMetadataTable(table)
@@ -294,7 +294,7 @@ def validate_hudi(table: Table) -> list[PartitionReport]:
     reports = [hudi_files_report(table, hudi.file_listing(), "hudi:files")]
 
     latest = view.latest_base_files()
-    footers = {b.path: parquet_file(storage, b.path).metadata for b in latest}
+    footers = {b.path: parquet_metadata(storage, b.path) for b in latest}
     if "bloom_filters" in hudi.partitions:
         expected = {}
         for base in latest:

@@ -17,6 +17,7 @@ Hudi's view merges them. Which blocks of the log files count is decided when the
 
 from __future__ import annotations
 
+import importlib
 import operator
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -803,10 +804,47 @@ def _kept(rows: pa.Table) -> pa.Table:
 
 def parquet_file_rows(storage: Storage, path: str) -> int:
     """The rows a Parquet file holds, from its footer."""
-    footer = parquet_footer(storage, path)
+    return int(footer_metadata(parquet_footer(storage, path), path).num_rows)
+
+
+#: pyarrow's file reader, opened on a footer alone: three quarters of the time of
+#: ``pq.read_metadata`` (75 against 100 us a 2,520-byte footer of 11 columns here), which wraps
+#: the same reader in ``pq.ParquetFile`` (its nested column paths worked out in Python).
+#: (``FileMetaData``'s unpickling parses the Thrift bytes alone in 45 us, but aborts the
+#: process on a malformed footer.) None on a pyarrow without it
+_FOOTER_READER: Callable[[], Any] | None = getattr(
+    importlib.import_module("pyarrow._parquet"), "ParquetReader", None
+)
+
+
+def footer_metadata(footer: bytes, path: str) -> pq.FileMetaData:
+    """The ``FileMetaData`` of a footer as :func:`parquet_footer` returns it (``PAR1``, the
+    footer, its length, ``PAR1``); :class:`NotParquetError` names a file whose footer does not
+    parse. A build reads every data file's footer: this is the largest part of its cost a
+    file."""
     try:
-        return int(pq.read_metadata(pa.BufferReader(footer)).num_rows)
-    except (pa.ArrowInvalid, OSError) as e:
+        if _FOOTER_READER is None:
+            return pq.read_metadata(pa.BufferReader(footer))
+        reader = _FOOTER_READER()
+        reader.open(pa.BufferReader(footer))
+        return reader.metadata
+    except (pa.ArrowException, OSError) as e:
+        raise NotParquetError(path, str(e).splitlines()[0]) from e
+
+
+def parquet_metadata(storage: Storage, path: str) -> pq.FileMetaData:
+    """A Parquet file's footer (:class:`NotParquetError` if not one): a local file's read by
+    pyarrow's reader from the path, others' in one ranged read of the file's end (two for a
+    footer over 64 KB)."""
+    if not storage.is_local or _FOOTER_READER is None:
+        return footer_metadata(parquet_footer(storage, path), path)
+    try:
+        reader = _FOOTER_READER()
+        reader.open(storage.uri(path))
+        return reader.metadata
+    except FileNotFoundError as e:
+        raise StorageFileNotFoundError(path) from e
+    except (pa.ArrowException, OSError) as e:
         raise NotParquetError(path, str(e).splitlines()[0]) from e
 
 

@@ -12,7 +12,7 @@ import io
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from metadata_table.hudi_table import hudi_column_stats
+from metadata_table.hudi_table import hudi_column_stats, hudi_column_stats_cells
 from timeline.formats import metadata_records as records
 
 UTC = dt.UTC
@@ -22,7 +22,11 @@ def _stats(table: pa.Table, **options: object) -> dict[str, dict[str, object]]:
     sink = io.BytesIO()
     pq.write_table(table, sink, **options)  # type: ignore[arg-type]
     footer = pq.ParquetFile(pa.BufferReader(sink.getvalue())).metadata
-    made = hudi_column_stats(footer, "p1", "f1_0-0-0_20240101000000000.parquet")
+    made = list(hudi_column_stats(footer, "p1", "f1_0-0-0_20240101000000000.parquet"))
+    # a build's cells, made without the records: fastavro's bytes of each record
+    assert list(hudi_column_stats_cells(footer, "p1", "f1_0-0-0_20240101000000000.parquet")) == [
+        (r["key"], records.encode_avro(r)) for r in made
+    ]
     out = {}
     for record in made:
         value = record["ColumnStatsMetadata"]

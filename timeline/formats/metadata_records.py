@@ -216,11 +216,15 @@ _STATS_HEAD = b"\x00\x00\x00\x00\x00\x00\x06\x00\x00\x02"
 _STATS_TAIL = b"\x00"
 
 
+#: the one-byte varints
+_BYTES = [bytes((n,)) for n in range(0x80)]
+
+
 def _zigzag(n: int) -> bytes:
     """An Avro int or long: zig-zag, then base-128 varint."""
     n = (n << 1) ^ (n >> 63)
     if n < 0x80:
-        return bytes((n,))
+        return _BYTES[n]
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
@@ -264,13 +268,14 @@ _VALUE_ENCODERS: dict[str, Callable[[Any], bytes]] = {
 
 
 @cache
-def _bound_branches() -> dict[str, bytes]:
-    """A min or max's union branch bytes by wrapper's full name, in the schema's order."""
+def _bound_branches() -> dict[str, tuple[bytes, Callable[[Any], bytes]]]:
+    """A min or max's union branch bytes and value encoder by wrapper's full name, the branches
+    in the schema's order."""
     fields = json.loads(SCHEMA_JSON)["fields"]
     stats = next(f for f in fields if f["name"] == "ColumnStatsMetadata")["type"][1]
     bound = next(f for f in stats["fields"] if f["name"] == "minValue")["type"]
     return {
-        f"{_NAMESPACE}.{branch['name']}": _zigzag(index)
+        f"{_NAMESPACE}.{branch['name']}": (_zigzag(index), _VALUE_ENCODERS[branch["name"]])
         for index, branch in enumerate(bound)
         if branch != "null"
     }
@@ -280,7 +285,8 @@ def _bound(wrapped: Any) -> bytes:
     if wrapped is None:
         return b"\x00"
     name, record = wrapped
-    return _bound_branches()[name] + _VALUE_ENCODERS[name.rsplit(".", 1)[1]](record["value"])
+    branch, encoder = _bound_branches()[name]
+    return branch + encoder(record["value"])
 
 
 def _optional_long(value: int | None) -> bytes:
@@ -292,18 +298,44 @@ def _optional_text(value: str | None) -> bytes:
 
 
 def _encode_column_stats(stats: Mapping[str, Any]) -> bytes:
+    return column_stats_value(
+        stats["fileName"],
+        stats["columnName"],
+        stats["minValue"],
+        stats["maxValue"],
+        stats["valueCount"],
+        stats["nullCount"],
+        stats["totalSize"],
+        stats["totalUncompressedSize"],
+        stats["isDeleted"],
+    )
+
+
+def column_stats_value(
+    file_name: str | None,
+    column: str | None,
+    low: Any,
+    high: Any,
+    values: int | None,
+    nulls: int | None,
+    size: int | None,
+    uncompressed: int | None,
+    deleted: bool = False,
+) -> bytes:
+    """:func:`encode` of a column-stats record of these fields (bounds wrapped by
+    :func:`wrap`), without the record."""
     return b"".join(
         (
             _STATS_HEAD,
-            _optional_text(stats["fileName"]),
-            _optional_text(stats["columnName"]),
-            _bound(stats["minValue"]),
-            _bound(stats["maxValue"]),
-            _optional_long(stats["valueCount"]),
-            _optional_long(stats["nullCount"]),
-            _optional_long(stats["totalSize"]),
-            _optional_long(stats["totalUncompressedSize"]),
-            b"\x01" if stats["isDeleted"] else b"\x00",
+            _optional_text(file_name),
+            _optional_text(column),
+            _bound(low),
+            _bound(high),
+            _optional_long(values),
+            _optional_long(nulls),
+            _optional_long(size),
+            _optional_long(uncompressed),
+            b"\x01" if deleted else b"\x00",
             _STATS_TAIL,
         )
     )
