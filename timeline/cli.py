@@ -14,8 +14,6 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from tqdm import tqdm  # type: ignore[import-untyped]
-
 from timeline import spark
 from timeline.config import STORAGE_PREFIX, Config, describe, parse_assignments
 from timeline.config_file import ConfigFile
@@ -56,6 +54,10 @@ class Progress:
         if step != self._step:
             self.close()
             self._step = step
+            # imported when a bar is first drawn: tqdm's import takes 0.1 s (its version
+            # lookup), which every command would pay, terminal or not
+            from tqdm import tqdm  # type: ignore[import-untyped]
+
             self._bar = tqdm(
                 total=total, desc=step, unit=self.UNITS.get(step, "it"), file=sys.stderr
             )
