@@ -294,9 +294,12 @@ class MetadataTable:
         they never see part of it; a pending one that an interrupted attempt left is resumed."""
         existing = self.timeline.load().get(data_instant, Action.DELTA_COMMIT)
         if existing is not None and existing.is_completed:
-            # our own writer's deltacommit, which missed these partitions: add their logs
+            # our own writer's deltacommit, which missed these partitions (a build's, scheduled
+            # after it): add their logs, an empty one where there is nothing to write (a clean
+            # the partition's base files never listed), as the deltacommit cannot name them now
             for partition, rows in records.items():
-                self.write_logs(partition, state.layout(partition), data_instant, rows, lock)
+                layout = state.layout(partition)
+                self.write_logs(partition, layout, data_instant, rows, lock, empty_too=True)
             return
         if existing is None:
             self.ensure_properties()
@@ -311,15 +314,23 @@ class MetadataTable:
         self.timeline.complete(existing, {"logFiles": written})
 
     def write_logs(
-        self, partition: str, layout: int, data_instant: str, rows: pa.Table, lock: LockHandle
+        self,
+        partition: str,
+        layout: int,
+        data_instant: str,
+        rows: pa.Table,
+        lock: LockHandle,
+        empty_too: bool = False,
     ) -> list[str]:
         """Log files of one data instant for one partition (of ``layout``), without markers (used
         under the lock for instants that are already completed); a log file that exists is kept
-        (its records are the same: they come from the same data files). Returns the partition's
-        log names."""
+        (its records are the same: they come from the same data files). With ``empty_too``, no
+        records still write one empty log file (in the first file group): the only sign that
+        the partition applied the instant when no deltacommit can name it. Returns the
+        partition's log names."""
         groups = len(self.file_groups(partition))
         return self._write_group_logs(
-            partition, groups, layout, data_instant, rows, lock, keep=True
+            partition, groups, layout, data_instant, rows, lock, keep=True, empty_too=empty_too
         )
 
     def _write_group_logs(
@@ -332,13 +343,18 @@ class MetadataTable:
         lock: LockHandle | None,
         before: Callable[[str], None] | None = None,
         keep: bool = False,
+        empty_too: bool = False,
     ) -> list[str]:
         """The one loop that splits a data instant's records by file group and writes one log
         file per group: ``before(name)`` runs first (a marker), the lease is checked right
         before each write, and with ``keep`` a log that exists is kept (an interrupted attempt
-        wrote it, from the same data files). Returns the log files' names."""
+        wrote it, from the same data files). With ``empty_too``, no records write an empty log
+        in the first group. Returns the log files' names."""
         names = []
-        for index, part in sorted(split_by_group(rows, groups, partition, layout).items()):
+        parts = split_by_group(rows, groups, partition, layout)
+        if not parts and empty_too:
+            parts = {0: rows}
+        for index, part in sorted(parts.items()):
             name = log_file_name(file_group_id(partition, index), data_instant)
             if before is not None:
                 before(name)

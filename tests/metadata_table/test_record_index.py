@@ -18,6 +18,7 @@ import pytest
 
 from indexer.indexer import AsyncIndexer, IndexerOptions
 from metadata_table.layout import (
+    BLOOM_FILTERS,
     FILES,
     RECORD_INDEX,
     ROW_GROUP_ROWS,
@@ -25,7 +26,7 @@ from metadata_table.layout import (
     hash_order,
     secondary_index_partition,
 )
-from metadata_table.maintenance import build_records, initialize
+from metadata_table.maintenance import build_records, compact, initialize
 from metadata_table.partition_writer import PartitionWriter
 from metadata_table.read.snapshot import IndexedSnapshot
 from metadata_table.records import RECORD_KEY, value_texts, with_record_keys
@@ -275,6 +276,33 @@ def test_a_commit_whose_file_was_cleaned_since_is_applied_from_what_followed(
     _clean_by_another_writer(table)  # the first two versions of those groups are gone
     result = AsyncIndexer(table, IndexerOptions(engine="local")).sync()
     assert not result.resynced
+    assert_exact(table)
+
+
+def test_a_clean_our_writer_made_before_the_build_is_reflected(tmp_path: Path) -> None:
+    """A clean completed between the build's t (the last write) and its scheduling, by a writer
+    of ours with another partition completed: its deltacommit named that partition only. A clean
+    changes no key's file group, so the keyed partitions reflect it: never shown as lagging,
+    compacted as due (before, they lagged on it for good: nothing to write left no trace, sync
+    applied it again and again, and compaction waited on it forever)."""
+    table = make_table(
+        tmp_path / "t",
+        **{"hoodie.cleaner.commits.retained": "1", "indexer.clean.grace.seconds": "0"},
+    )
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 30)))
+    initialize(table, [BLOOM_FILTERS])
+    client.upsert(rows(keys(0, 30), ts=2))
+    client.upsert(rows(keys(0, 30), ts=3))  # a third version: the first is cleaned
+    timeline = table.timeline.load()
+    assert timeline.last().action is Action.CLEAN  # after the last write: between t and the build
+    AsyncIndexer(table, IndexerOptions(engine="local")).run(list(KEYED))
+    assert not PartitionWriter(table).unapplied(list(KEYED))
+    assert not IndexedSnapshot(table).unapplied(RECORD_INDEX)
+    assert not AsyncIndexer(table, IndexerOptions(engine="local")).sync().applied
+    assert_exact(table)
+    client.upsert(rows(keys(0, 5), ts=4))
+    assert compact(table, RECORD_INDEX) is not None, "compaction does not wait on the clean"
     assert_exact(table)
 
 
