@@ -172,10 +172,12 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]
 
 def _run(script: str, folder: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     assert shutil.which("indexer", path=env["PATH"]) is None, "the shell starts without the venv"
+    # as a user who comes back a minute after the demo: a write's clean deletes the versions
+    # the cleaner no longer keeps at once, as it would once its grace period is over
     return subprocess.run(
         ["bash", "-c", "set -euo pipefail\n" + script],
         cwd=folder,
-        env=env,
+        env={**env, "INDEXER_CLEAN_GRACE_SECONDS": "0"},
         capture_output=True,
         text=True,
         timeout=900,
