@@ -822,14 +822,7 @@ def footer_metadata(footer: bytes, path: str) -> pq.FileMetaData:
     footer, its length, ``PAR1``); :class:`NotParquetError` names a file whose footer does not
     parse. A build reads every data file's footer: this is the largest part of its cost a
     file."""
-    try:
-        if _FOOTER_READER is None:
-            return pq.read_metadata(pa.BufferReader(footer))
-        reader = _FOOTER_READER()
-        reader.open(pa.BufferReader(footer))
-        return reader.metadata
-    except (pa.ArrowException, OSError) as e:
-        raise NotParquetError(path, str(e).splitlines()[0]) from e
+    return _read_footer(pa.BufferReader(footer), path)
 
 
 def parquet_metadata(storage: Storage, path: str) -> pq.FileMetaData:
@@ -838,9 +831,17 @@ def parquet_metadata(storage: Storage, path: str) -> pq.FileMetaData:
     footer over 64 KB)."""
     if not storage.is_local or _FOOTER_READER is None:
         return footer_metadata(parquet_footer(storage, path), path)
+    return _read_footer(storage.uri(path), path)
+
+
+def _read_footer(source: Any, path: str) -> pq.FileMetaData:
+    """The footer of ``source`` (a buffer, or a local file's path) by :data:`_FOOTER_READER`,
+    else ``pq.read_metadata``; errors name ``path``."""
     try:
+        if _FOOTER_READER is None:
+            return pq.read_metadata(source)
         reader = _FOOTER_READER()
-        reader.open(storage.uri(path))
+        reader.open(source)
         return reader.metadata
     except FileNotFoundError as e:
         raise StorageFileNotFoundError(path) from e

@@ -281,9 +281,10 @@ def test_a_commit_whose_file_was_cleaned_since_is_applied_from_what_followed(
 
 def test_a_clean_our_writer_made_before_the_build_is_reflected(tmp_path: Path) -> None:
     """A clean completed between the build's t (the last write) and its scheduling, by a writer
-    of ours with another partition completed: its deltacommit named that partition only. A clean
-    changes no key's file group, so the keyed partitions reflect it: never shown as lagging,
-    compacted as due (before, they lagged on it for good: nothing to write left no trace, sync
+    of ours with another partition completed: its deltacommit named that partition only. The
+    build's catch-up has nothing to write for it in the new partitions (no key moves; their base
+    files never listed what it deleted), and still they reflect it: never shown as lagging,
+    compacted as due (before, they lagged on it for good: nothing written left no trace, sync
     applied it again and again, and compaction waited on it forever)."""
     table = make_table(
         tmp_path / "t",
