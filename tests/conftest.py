@@ -49,17 +49,19 @@ def free_port() -> int:
         return port
 
 
-_CONDITIONAL_WRITE_LOCK = threading.Lock()
+_CONDITIONAL_WRITE_LOCK = threading.RLock()  # a DynamoDB transaction calls put_item itself
 
 
 def atomic_conditional_writes() -> None:
-    """Make moto's conditional writes atomic, as S3's are.
+    """Make moto's conditional writes atomic, as S3's and DynamoDB's are.
 
-    moto's server answers each request on its own thread, and its PUT (and multipart completion)
-    with ``If-None-Match: *`` or ``If-Match`` checks the key and then writes it with no lock
-    between: two racing creates of one key could both succeed, which S3 never allows (CI saw
-    two winners of eight processes). One lock around each conditional write closes that window;
-    unconditional writes are left as they are."""
+    moto's server answers each request on its own thread, and checks a write's condition and then
+    writes with no lock between: S3's PUT (and multipart completion) with ``If-None-Match: *`` or
+    ``If-Match``, and DynamoDB's conditional PutItem, UpdateItem and DeleteItem. Two racing
+    creates of one key could both succeed, which neither service allows (CI saw two winners of
+    eight processes on S3, and two holders of one DynamoDB lock). One lock around each such write
+    closes that window; S3's unconditional writes are left as they are."""
+    from moto.dynamodb.models import DynamoDBBackend
     from moto.s3.responses import S3Response
 
     for name in ("put_object", "_key_response_post"):
@@ -75,6 +77,18 @@ def atomic_conditional_writes() -> None:
 
         locked._atomic_conditional = True  # type: ignore[attr-defined]
         setattr(S3Response, name, locked)
+
+    for name in ("put_item", "update_item", "delete_item", "transact_write_items"):
+        original = getattr(DynamoDBBackend, name)
+        if getattr(original, "_atomic_conditional", False):
+            continue
+
+        def serial(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            with _CONDITIONAL_WRITE_LOCK:
+                return _original(self, *args, **kwargs)
+
+        serial._atomic_conditional = True  # type: ignore[attr-defined]
+        setattr(DynamoDBBackend, name, serial)
 
 
 @pytest.fixture(scope="session")

@@ -154,6 +154,40 @@ def test_a_lease_taken_over_is_lost_and_not_released_by_its_old_holder(
     assert item is not None and item["recordVersionNumber"] == {"S": "hudi-took-it"}
 
 
+def test_the_emulated_dynamodb_checks_and_writes_at_once(
+    s3_endpoint: str, lock_table: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """moto reads the current item, checks the condition and writes with no lock between; the
+    test server makes that atomic, as DynamoDB is, or the lock tests here could see two holders
+    (CI did). The gap is widened here so that a race would show on every run."""
+    from moto.dynamodb.models.table import Table as MotoTable
+
+    read = MotoTable.get_item
+
+    def slow_read(self: Any, *args: Any, **kwargs: Any) -> Any:
+        found = read(self, *args, **kwargs)
+        time.sleep(0.05)
+        return found
+
+    monkeypatch.setattr(MotoTable, "get_item", slow_read)
+    provider = _provider(s3_endpoint, lock_table)
+    provider.holder("t")  # creates the table
+    start = threading.Barrier(4)
+    winners: list[str] = []
+
+    def create(owner: str) -> None:
+        start.wait()
+        if provider._put(owner, uuid.uuid4().hex, "attribute_not_exists(#pk)", {}):
+            winners.append(owner)
+
+    threads = [threading.Thread(target=create, args=(f"w{i}",)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(winners) == 1, winners
+
+
 def test_threads_of_several_providers_never_overlap(s3_endpoint: str, lock_table: str) -> None:
     _provider(s3_endpoint, lock_table).acquire("t", timeout=5).release()
     inside = threading.Semaphore(1)
