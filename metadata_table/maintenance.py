@@ -261,12 +261,17 @@ def initialize(
 
 
 def compact(
-    table: Table, partition: str, progress: Callable[[int, int], None] | None = None
+    table: Table,
+    partition: str,
+    progress: Callable[[int, int], None] | None = None,
+    min_deltas: int = 1,
 ) -> Instant | None:
     """Merge each file group's base file and applicable logs into a new base file covering the
     last settled write W (no write, clean or rollback before W is pending). Readers
-    see the same records before and after. Returns the compaction instant, or None if no file
-    group had logs to merge or the partition does not reflect every completed instant yet (the
+    see the same records before and after. Returns the compaction instant, or None if fewer
+    than ``min_deltas`` data instants were applied since the base files (counted on this
+    call's own reading of the index: another process's upkeep may have compacted since its
+    caller counted) or the partition does not reflect every completed instant yet (the
     daemon's sync applies them first)."""
     mdt = MetadataTable(table)
     mdt.discard_pending_base_files([partition], only_dead=True)  # a compaction that crashed
@@ -286,7 +291,7 @@ def compact(
             behind[0].timestamp,
         )
         return None
-    if not reader.delta_count(partition, upto):
+    if reader.delta_count(partition, upto) < max(min_deltas, 1):
         return None
     # every record visible up to W, merged, becomes the new base
     visible = _restricted_reader(mdt, timeline, upto).read(partition)
@@ -330,7 +335,8 @@ def upkeep(table: Table, force: bool = False, now: float | None = None) -> Upkee
     compacted = {}
     for partition in state.completed:
         if force or reader.delta_count(partition) >= limit:
-            instant = compact(table, partition)
+            # counted again in compact(): a writer's upkeep and the daemon's may race
+            instant = compact(table, partition, min_deltas=1 if force else limit)
             if instant is not None:
                 compacted[partition] = instant.timestamp
     cleaned = clean_index(table, now)

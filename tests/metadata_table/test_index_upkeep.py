@@ -10,6 +10,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+from pytest import MonkeyPatch
 
 from metadata_table.layout import PARTITIONS, RECORD_INDEX, MetadataFile
 from metadata_table.maintenance import clean_index, compact, initialize, upkeep
@@ -70,6 +73,39 @@ def test_writers_compact_by_count_and_delete_what_compaction_replaced(tmp_path: 
     assert index_instants(table) <= len(PARTITIONS) + 4, index_instants(table)
     assert_exact(table)
     assert all(r.ok for r in validate(table))
+
+
+def test_two_upkeeps_that_race_compact_once(tmp_path: Path, monkeypatch: MonkeyPatch) -> None:
+    """A writer's upkeep and the daemon's count the deltas at once; one compacts (and a commit
+    lands) before the other starts: the other finds one delta, not the threshold, and leaves the
+    partition alone (CI saw a second base file 32 ms after the first, past the bound a long
+    life keeps)."""
+    from metadata_table import maintenance
+
+    table = indexed(
+        tmp_path,
+        **{
+            "hoodie.metadata.compact.max.delta.commits": "3",
+            "indexer.metadata.upkeep.automatic": "false",
+        },
+    )
+    upsert(table, 3)
+    real = maintenance.compact
+    raced: list[str] = []
+
+    def after_the_other(table: Table, partition: str, **kwargs: Any) -> Any:
+        if not raced:
+            raced.append(partition)
+            assert real(table, partition) is not None  # the other process's upkeep
+            upsert(table, 1, start=10)
+        return real(table, partition, **kwargs)
+
+    monkeypatch.setattr(maintenance, "compact", after_the_other)
+    done = upkeep(table)
+    assert raced[0] not in done.compacted
+    bases = [f for f in index_files(table)[raced[0]] if not f.is_log]
+    assert len(bases) == 2, bases  # the first build's and one compaction's
+    assert_exact(table)
 
 
 def test_off_the_index_grows_with_every_commit(tmp_path: Path) -> None:
