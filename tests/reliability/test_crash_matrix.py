@@ -7,8 +7,11 @@ Points are found, not hand-picked: a first run with ``AIX_FAILPOINT=storage.writ
 every storage mutation a run makes (creates, overwrites, deletes: instant files, plan, table
 config and its backup, metadata base files, markers, data files); then each point kills a fresh
 copy of the table right before its N-th mutation (``storage.write@N:kill``). Abort points are the
-mutations after an injected failure in the catch-up. Without ``AIX_SOAK=1`` the indexer points
-after the build starts are sampled (every fourth), which keeps the suite within CI's budget.
+mutations after an injected failure in the catch-up. Without ``AIX_SOAK=1`` each matrix runs
+every point of its first steps (and the indexer's scheduling) and its last four, and a sample
+between (the indexer's every eighth point and every fourth of its abort, the others every fifth to
+ninth): about 115 points, which keeps the suite within CI's budget; ``make soak`` runs them all
+(over twice as many).
 
 The killed indexer builds in its own process (``--engine local``), so its build's base files and
 markers are crash points too (a Spark task's writes are not: the task is another process, and
@@ -186,16 +189,19 @@ def indexer_points(
     plain, err = _trace(indexer_template, tmp, "storage.write:trace")
     assert plain, err[-3000:]
     build_from = next(i for i, m in enumerate(plain) if ".indexing.inflight" in m) + 1
+    scheduled = next(i for i, m in enumerate(plain) if ".indexing.requested" in m) + 1
+    # each partition's first base file is the same eight steps: the first partition's densely
+    first_done = next(i for i, m in enumerate(plain) if m.endswith(".commit")) + 2
     points = []
     for n, what in enumerate(plain, start=1):
-        if sampled(n, len(plain), dense_until=build_from, every=4):
+        if scheduled <= n <= build_from or sampled(n, len(plain), first_done, every=8):
             points.append((f"storage.write@{n}:kill", f"run #{n} before {what}"))
     failing, err = _trace(indexer_template, tmp, "catchup.mid;storage.write:trace")
     start = err.index("failpoint catchup.mid#1")
     before_abort = len(mutations(err[:start]))
     for j, what in enumerate(failing[before_abort:], start=1):
         n = before_abort + j
-        if not (SOAK or j % 2 == 1):
+        if not (SOAK or j % 4 == 1):
             continue
         points.append((f"catchup.mid;storage.write@{n}:kill", f"abort #{j} before {what}"))
     named = ["build.mid", "execute.after_build", "catchup.mid", "complete.before"]
@@ -275,7 +281,7 @@ def sync_points(
     points = [
         (f"storage.write@{n}:kill", f"#{n} before {what}")
         for n, what in enumerate(traced, start=1)
-        if sampled(n, len(traced), dense_until=6, every=6)
+        if sampled(n, len(traced), dense_until=6, every=9)
     ]
     points += [("archive.read:kill", "reading Hudi's archive"), ("resync.mid:kill", "resync.mid")]
     assert len(points) <= SYNC_SLOTS, f"{len(points)} points: raise SYNC_SLOTS"
@@ -368,7 +374,7 @@ def test_writer_crash_point(
     n = slot + 1
     if n > len(writer_points):
         pytest.skip(f"a write makes {len(writer_points)} crash points")
-    if not sampled(n, len(writer_points), dense_until=12):
+    if not sampled(n, len(writer_points), dense_until=12, every=5):
         pytest.skip("sampled out (AIX_SOAK=1 runs every point)")
     pq.write_table(WRITE, tmp_path / "in.parquet")
     folder, table = fresh(writer_template, tmp_path)
@@ -463,7 +469,7 @@ def services_points(
         points += [
             (step, f"storage.write@{n}:kill", f"{' '.join(command)} #{n} before {what}")
             for n, what in enumerate(traced, start=1)
-            if sampled(n, len(traced), dense_until=4, every=5)
+            if sampled(n, len(traced), dense_until=4, every=9)
         ]
         shutil.rmtree(folder)
     assert len(points) <= SERVICES_SLOTS, f"{len(points)} points: raise SERVICES_SLOTS"
