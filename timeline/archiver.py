@@ -15,13 +15,14 @@ blocks written since name data instants its readers look for on the active timel
 nothing at all unless this process keeps that table (``indexer.write.hudi_metadata_table``;
 otherwise Hudi's archiver does it).
 
-An archival writes one new file ``.hoodie/archived/.commits_.archive.<N>_1-0-1``: a Hudi log
-file of one Avro data block of ``HoodieArchivedMetaEntry`` records (one per instant file:
-requested, inflight and completed), in Hudi 0.15's schema
-(``hudi_schemas/HoodieArchivedMetaEntry.avsc``, as compiled into Hudi's bundle), so Hudi's
-archived timeline, its incremental queries and its own archiver (which appends after ours) read
-it; then it deletes the instants' files from ``.hoodie/``, pending states first and the
-completed file last (never a completed instant without its earlier states showing as pending).
+An archival, under the table lock as Hudi's, writes one new file
+``.hoodie/archived/.commits_.archive.<N>_1-0-1``: a Hudi log file of one Avro data block of
+``HoodieArchivedMetaEntry`` records (one per instant file: requested, inflight and completed), in
+Hudi 0.15's schema (``hudi_schemas/HoodieArchivedMetaEntry.avsc``, as compiled into Hudi's
+bundle), so Hudi's archived timeline, its incremental queries and its own archiver (which
+appends after ours) read it; then it deletes the instants' files from ``.hoodie/``, pending
+states first and the completed file last (never a completed instant without its earlier states
+showing as pending).
 A crash between the two leaves instants both archived and active: the next archival archives
 them again, and readers take each instant once.
 """
@@ -394,7 +395,9 @@ def archive(
     now: float | None = None,
 ) -> ArchiveResult | None:
     """Archive what the rules allow now (None when nothing is due). ``unapplied`` names the
-    oldest instant the table's index has not applied (that and everything after stays)."""
+    oldest instant the table's index has not applied (that and everything after stays).
+    ``timeline`` (the caller's own) only saves a listing when nothing is due: what is archived
+    is chosen on a timeline loaded under the table lock."""
     compacted = None
     if hudi_metadata_table_present(table):
         compacted = latest_metadata_compaction(table) if keeps_hudi_metadata_table(table) else None
@@ -406,38 +409,52 @@ def archive(
             )
             return None
     policy = policy or ArchivalPolicy.from_config(table.config)
-    timeline = timeline or table.timeline.load()
-    if (
-        len(timeline.write_timeline().completed()) <= policy.max_commits
-        and len(timeline.with_actions(Action.CLEAN).completed()) <= policy.max_commits
-        and len(timeline.with_actions(Action.ROLLBACK).completed()) <= policy.max_commits
-    ):
-        return None  # the usual case after a commit: nothing read
-    bounds = [unapplied(timeline)] if unapplied is not None else []
-    chosen = instants_to_archive(table, timeline, policy, min_bound([*bounds, compacted]), now)
-    if not chosen:
-        return None
-    present = set(table.storage.file_names(".hoodie"))
-    folder = table.archive().folder
-    path = write_archive_file(table.storage, folder, _entries(table, chosen, present))
-    for instant in chosen:
-        table.timeline.remove(instant, present)
-    table.timeline.generator.prune(CLAIM_RETENTION)
-    logger.info(
-        "archived %d instants (%s .. %s) into %s",
-        len(chosen),
-        chosen[0].timestamp,
-        chosen[-1].timestamp,
-        path,
-    )
-    merged = None
-    merging = MergePolicy.from_config(table.config)
-    if merge_candidates(table.storage, folder, merging) or table.storage.exists(
-        f"{folder}/{MERGE_PLAN}"
-    ):
-        with table.lock("merge archive files") as lock:
+    if not _due(timeline or table.timeline.load(), policy):
+        return None  # the usual case after a commit: nothing read, no lock taken
+    # under the table lock, as Hudi's archiver: two archivers (a writer's services and the
+    # daemon's) would otherwise both archive the same instants
+    with table.lock("archive") as lock:
+        timeline = table.timeline.load()
+        if not _due(timeline, policy):
+            return None
+        bounds = [unapplied(timeline)] if unapplied is not None else []
+        chosen = instants_to_archive(table, timeline, policy, min_bound([*bounds, compacted]), now)
+        if not chosen:
+            return None
+        present = set(table.storage.file_names(".hoodie"))
+        folder = table.archive().folder
+        entries = _entries(table, chosen, present)
+        lock.ensure_valid()
+        path = write_archive_file(table.storage, folder, entries)
+        for instant in chosen:
+            table.timeline.remove(instant, present)
+        table.timeline.generator.prune(CLAIM_RETENTION)
+        logger.info(
+            "archived %d instants (%s .. %s) into %s",
+            len(chosen),
+            chosen[0].timestamp,
+            chosen[-1].timestamp,
+            path,
+        )
+        merged = None
+        merging = MergePolicy.from_config(table.config)
+        if merge_candidates(table.storage, folder, merging) or table.storage.exists(
+            f"{folder}/{MERGE_PLAN}"
+        ):
             merged = merge_archive_files(table.storage, folder, merging, lock)
     return ArchiveResult(tuple(chosen), path, merged)
+
+
+def _due(timeline: Timeline, policy: ArchivalPolicy) -> bool:
+    """Whether any action's completed instants exceed ``hoodie.keep.max.commits``."""
+    return any(
+        len(completed) > policy.max_commits
+        for completed in (
+            timeline.write_timeline().completed(),
+            timeline.with_actions(Action.CLEAN).completed(),
+            timeline.with_actions(Action.ROLLBACK).completed(),
+        )
+    )
 
 
 __all__ = [

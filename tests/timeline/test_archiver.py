@@ -399,3 +399,45 @@ def test_an_interrupted_merge_is_finished_or_undone(tmp_path: Path) -> None:
     with table.lock("test") as lock:
         finish_interrupted_merge(table.storage, ".hoodie/archived", lock)
     assert not plan.exists() and merged.exists()
+
+
+def test_two_archivers_at_once_archive_each_instant_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer's services and the daemon's archive at once: the second waits for the first
+    under the table lock, as Hudi's archiver does, and finds nothing left to archive (CI saw the
+    two choose the same instants and collide on one archive file's name)."""
+    import threading
+
+    from timeline import archiver
+
+    table = make_table(tmp_path)
+    times = write(table, 6)
+    first_writing, go_on = threading.Event(), threading.Event()
+    real = archiver.write_archive_file
+
+    def slow_first(*args: Any, **kwargs: Any) -> str:
+        if not first_writing.is_set():
+            first_writing.set()
+            go_on.wait(10)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(archiver, "write_archive_file", slow_first)
+    results: dict[str, Any] = {}
+
+    def run(name: str) -> None:
+        results[name] = archive(Table.open(table.base_uri, table.config), POLICY)
+
+    first = threading.Thread(target=run, args=("first",))
+    first.start()
+    assert first_writing.wait(10)
+    second = threading.Thread(target=run, args=("second",))
+    second.start()
+    second.join(1.0)  # without the lock, it archives the same instants meanwhile
+    go_on.set()
+    first.join()
+    second.join()
+    assert results["first"] is not None and results["second"] is None
+    archived = read_archived(table.storage, ".hoodie/archived")
+    assert [a.instant.timestamp for a in archived] == times[:3]
+    assert len(table.archive().files) == 1
