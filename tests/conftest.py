@@ -22,7 +22,7 @@ import subprocess
 import tempfile
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,31 +64,29 @@ def atomic_conditional_writes() -> None:
     from moto.dynamodb.models import DynamoDBBackend
     from moto.s3.responses import S3Response
 
+    def conditional(response: Any) -> bool:
+        return bool(response.headers.get("If-None-Match") or response.headers.get("If-Match"))
+
     for name in ("put_object", "_key_response_post"):
-        original = getattr(S3Response, name)
-        if getattr(original, "_atomic_conditional", False):
-            continue
-
-        def locked(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
-            if self.headers.get("If-None-Match") or self.headers.get("If-Match"):
-                with _CONDITIONAL_WRITE_LOCK:
-                    return _original(self, *args, **kwargs)
-            return _original(self, *args, **kwargs)
-
-        locked._atomic_conditional = True  # type: ignore[attr-defined]
-        setattr(S3Response, name, locked)
-
+        _serialize(S3Response, name, conditional)
     for name in ("put_item", "update_item", "delete_item", "transact_write_items"):
-        original = getattr(DynamoDBBackend, name)
-        if getattr(original, "_atomic_conditional", False):
-            continue
+        _serialize(DynamoDBBackend, name, lambda backend: True)
 
-        def serial(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+
+def _serialize(cls: type, name: str, when: Callable[[Any], bool]) -> None:
+    """Run ``cls.name`` under :data:`_CONDITIONAL_WRITE_LOCK` when ``when(self)`` holds (once)."""
+    original = getattr(cls, name)
+    if getattr(original, "_atomic_conditional", False):
+        return
+
+    def locked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if when(self):
             with _CONDITIONAL_WRITE_LOCK:
-                return _original(self, *args, **kwargs)
+                return original(self, *args, **kwargs)
+        return original(self, *args, **kwargs)
 
-        serial._atomic_conditional = True  # type: ignore[attr-defined]
-        setattr(DynamoDBBackend, name, serial)
+    locked._atomic_conditional = True  # type: ignore[attr-defined]
+    setattr(cls, name, locked)
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ config and its backup, metadata base files, markers, data files); then each poin
 copy of the table right before its N-th mutation (``storage.write@N:kill``). Abort points are the
 mutations after an injected failure in the catch-up. Without ``AIX_SOAK=1`` each matrix runs
 every point of its first steps (and the indexer's scheduling) and its last four, and a sample
-between (the indexer's every eighth point and every fourth of its abort, the others every fifth to
+between (the indexer's every eighth point and every fourth of its abort, the others every third to
 ninth): about 115 points, which keeps the suite within CI's budget; ``make soak`` runs them all
 (over twice as many).
 
@@ -190,7 +190,8 @@ def indexer_points(
     assert plain, err[-3000:]
     build_from = next(i for i, m in enumerate(plain) if ".indexing.inflight" in m) + 1
     scheduled = next(i for i, m in enumerate(plain) if ".indexing.requested" in m) + 1
-    # each partition's first base file is the same eight steps: the first partition's densely
+    # before the schedule, each partition's base file takes the same eight steps: every point of
+    # the first partition's, a sample of the others'
     first_done = next(i for i, m in enumerate(plain) if m.endswith(".commit")) + 2
     points = []
     for n, what in enumerate(plain, start=1):
