@@ -561,13 +561,16 @@ class IndexedSnapshot:
         top = sorted({f.partition(".")[0] for f in fields})
         if any(c not in self.table_schema.names for c in top):
             return False, f"the key fields {', '.join(fields)} are not columns of the files"
-        rows = read_parquet_head(self.table.storage, newest.path, [*top, RECORD_KEY], 64)
-        try:
-            made = key_filter.key_generator(fields).record_keys(rows)
-        except TableError:
-            made = []
-        stored = rows.column(RECORD_KEY).to_pylist()
-        if made != stored:
+
+        def made_as_stored() -> bool:
+            rows = read_parquet_head(self.table.storage, newest.path, [*top, RECORD_KEY], 64)
+            try:
+                made = key_filter.key_generator(fields).record_keys(rows)
+            except TableError:
+                made = []
+            return bool(made == rows.column(RECORD_KEY).to_pylist())
+
+        if not self.reader.data_file_fact(newest, ("keys made from", *fields), made_as_stored):
             return False, (
                 f"the record keys in {newest.path} are not made from "
                 f"{', '.join(fields)} as this release makes them; filter on {RECORD_KEY}"
@@ -621,15 +624,9 @@ class IndexedSnapshot:
         for instant in reversed(list(writes)):
             if not self.view.is_committed(instant.timestamp):
                 continue
-            metadata = self.reader.commit_metadata(instant)
-            written = [
-                BaseFile.parse(s.partition_path, s.path.rpartition("/")[2], s.file_size_in_bytes)
-                for s in metadata.write_stats
-            ]
-            bases = [b for b in written if b is not None and b.instant_time == instant.timestamp]
-            if not bases:
+            newest = self.reader.newest_written(instant)
+            if newest is None:
                 continue
-            newest = max(bases, key=lambda b: b.path)
             replaced_since = writes.with_actions(Action.REPLACE_COMMIT).after(instant.timestamp)
             if not list(replaced_since) and self.table.storage.exists(newest.path):
                 return newest
@@ -644,7 +641,9 @@ class IndexedSnapshot:
         newest = self.newest_base_file
         if newest is None:
             return pa.schema([])
-        return read_parquet_schema(self.table.storage, newest.path)
+        return self.reader.data_file_fact(
+            newest, "schema", lambda: read_parquet_schema(self.table.storage, newest.path)
+        )
 
     def _secondary_stages(
         self,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from metadata_table.read import snapshot as snapshot_module
 from metadata_table.read.snapshot import IndexedSnapshot
 from timeline import Action, Table
 from timeline.commit_metadata import CommitMetadata
@@ -57,3 +58,42 @@ def test_the_newest_base_file_without_a_listing_and_after_a_replace(
     after = IndexedSnapshot(table).newest_base_file
     assert after == by_listing(table)
     assert after is not None and after.file_id != want.file_id
+
+
+def test_a_new_snapshot_reads_no_file_a_snapshot_before_it_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The newest write's commit metadata, the newest file's schema and whether its keys are made
+    from the key fields are kept in the process: a new snapshot of an unchanged table (a query
+    service's next query) reads none of them again; after a write it reads the new ones."""
+    table = make_table(tmp_path / "t")
+    with WriteClient(table) as client:
+        client.insert(rows(keys(0, 30)))
+    first = IndexedSnapshot(table)
+    key_filter = "uuid = 'k0007'"
+    assert first.asked_keys(first.bind(key_filter))[0] == ["k0007"]
+    reads: list[str] = []
+    for name in ("read_parquet_schema", "read_parquet_head"):
+        real = getattr(snapshot_module, name)
+        monkeypatch.setattr(
+            snapshot_module,
+            name,
+            lambda *a, _real=real, _name=name, **k: reads.append(_name) or _real(*a, **k),
+        )
+    real_parse = CommitMetadata.from_bytes
+    monkeypatch.setattr(
+        CommitMetadata,
+        "from_bytes",
+        staticmethod(lambda *a, **k: reads.append("commit metadata") or real_parse(*a, **k)),
+    )
+    again = IndexedSnapshot(table)
+    assert again.newest_base_file == first.newest_base_file
+    assert again.table_schema == first.table_schema
+    assert again.asked_keys(again.bind(key_filter))[0] == ["k0007"]
+    assert reads == []
+    with WriteClient(table) as client:
+        client.insert(rows(keys(30, 40)))
+    after = IndexedSnapshot(table)
+    assert after.newest_base_file == by_listing(table) != first.newest_base_file
+    after.asked_keys(after.bind(key_filter))
+    assert sorted(set(reads)) == ["commit metadata", "read_parquet_head", "read_parquet_schema"]
