@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import free_port
+from ..conftest import TEST_JVM_OPTIONS, free_port
 
 WORKER_HOSTS = ("127.0.0.1", "127.0.0.2")
 
@@ -37,6 +37,7 @@ class SparkCluster:
     def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         env = dict(os.environ, SPARK_HOME=str(self.home), SPARK_LOG_DIR=str(self.folder))
         env["SPARK_WORKER_DIR"] = str(self.folder / f"{name}-work")
+        env["SPARK_DAEMON_JAVA_OPTS"] = TEST_JVM_OPTIONS
         log = open(self.folder / f"{name}.log", "ab")  # noqa: SIM115 (the child owns it)
         return subprocess.Popen(
             [str(self.home / "bin" / "spark-class"), *args],

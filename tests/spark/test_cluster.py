@@ -23,6 +23,7 @@ from timeline.config import Config
 from timeline.instant import Action, State
 from writer.client import WriteClient
 
+from ..conftest import TEST_JVM_OPTIONS
 from ..indexer.test_indexer import ALL, assert_exact
 from ..writer.test_failed_writes import hudi_rs, ours
 from .conftest import WORKER_HOSTS, SparkCluster
@@ -34,6 +35,8 @@ DRIVER = [
     "spark.driver.bindAddress=127.0.0.1",
     "--spark-conf",
     "spark.executor.memory=512m",
+    "--spark-conf",
+    f"spark.executor.extraJavaOptions={TEST_JVM_OPTIONS}",
 ]
 SPECULATION = [
     "--spark-conf",
