@@ -64,6 +64,11 @@ def settings(folder: Path) -> dict[str, str]:
     }
 
 
+def sleep_until(moment: float) -> None:
+    """Sleep until ``time.monotonic()`` reaches ``moment`` (not at all when it has)."""
+    time.sleep(max(0.0, moment - time.monotonic()))
+
+
 def config(folder: Path) -> Config:
     return Config.resolve(explicit=settings(folder))
 
@@ -304,9 +309,10 @@ def test_sync_crash_point(
     folder, table = fresh(sync_template, tmp_path)
     killed = run("indexer", sync_args(folder), spec)
     assert killed.returncode == -9, f"{spec} never fired: {killed.stderr[-2000:]}"
+    died = time.monotonic()
     after = rows(keys(30, 35), ts=4)
     WriteClient(table).upsert(after)
-    time.sleep(3 * HEARTBEAT_MS / 1000)  # a killed resync's heartbeat expires
+    sleep_until(died + 3 * HEARTBEAT_MS / 1000)  # a killed resync's heartbeat expires
     again = run("indexer", sync_args(folder), None)
     assert again.returncode == 0, again.stderr[-2000:]
     want = expected_rows(
@@ -497,13 +503,14 @@ def test_table_services_crash_point(
     assert services_run(folder, None, steps=step) == [0] * step
     killed = service_step(folder, step, spec)
     assert killed.returncode == -9, f"{spec} never fired: {killed.stderr[-2000:]}"
+    died = time.monotonic()
     after = rows(keys(5, 15), ts=20)
     quiet = Config.resolve(
         explicit={**settings(folder), **SERVICES, "indexer.metadata.upkeep.automatic": "false"}
     )
-    time.sleep(LEASE_MS / 1000)  # the killed holder's lease lapses
+    sleep_until(died + LEASE_MS / 1000)  # the killed holder's lease lapses
     WriteClient(Table.open(str(folder / "t"), quiet)).upsert(after)
-    time.sleep(3 * HEARTBEAT_MS / 1000)
+    sleep_until(died + 3 * HEARTBEAT_MS / 1000)  # and its heartbeat expires
     assert services_run(folder, None) == [0, 0]
     table = Table.open(str(folder / "t"), config(folder))
     want = expected_rows(rows(keys(0, 30)), *(rows(keys(0, 10), ts=t) for t in range(2, 10)), after)
