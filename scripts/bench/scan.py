@@ -193,9 +193,10 @@ def section(
     lines = [
         f"## Scans through the index ({files} files x {rows} rows)\n",
         "`load_table(...).scan(filter).to_arrow()`, on one table object (a plan per call on the "
-        "index it keeps while the table is unchanged) and on a new one per call (the index read "
-        "and decoded again: timeline, listing from the files partition, column_stats, "
-        "bloom_filters), against readers of every file with the same filter, and against the "
+        "index it keeps while the table is unchanged) and on a new one per call (a new "
+        "snapshot: the timeline and the index's files listed, the listing, column_stats and "
+        "bloom_filters worked out again from the files the process has decoded), against "
+        "readers of every file with the same filter, and against the "
         "faster of DuckDB and pyarrow reading only the files the scan keeps (planning free). "
         "Best of 5 (of 3 for the full scans, hudi-rs once), every reader warm.\n",
         "| query | files | ours | ours, new table object | kept files only | pyarrow, all files "
