@@ -12,6 +12,12 @@ An entry is keyed by the file's URI, size and modification time as the metadata 
 listing reports them (nothing is kept when it reports no modification time), so a file deleted
 by a rollback and written again under the same name (a retried log file) is not answered from
 its old content. Arrow tables are immutable: readers share an entry without copying it.
+
+A few facts of other files that never change once written are kept beside them, so that a new
+snapshot of an unchanged table reads nothing again
+(:meth:`~metadata_table.reader.MetadataReader.kept`): the newest base file a completed write's
+commit metadata names, keyed by the instant file's URI, and the schema of a data file and whether
+its keys are made from the key fields, keyed by its URI and size.
 """
 
 from __future__ import annotations
