@@ -113,7 +113,7 @@ def _query(
         ).to_arrow_table()
         return result
 
-    def fresh() -> pa.Table:  # a new table object: the index decoded again
+    def fresh() -> pa.Table:  # a new table object: a new snapshot, its plan worked out again
         return load_table(table.base_uri, config=table.config).scan(text).to_arrow()
 
     # best of 5, every reader warm (each runs once before: the page cache holds the files)
