@@ -222,14 +222,62 @@ def hash_order(top: np.ndarray, keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
 
 def _stable_argsort32(top: np.ndarray) -> np.ndarray:
     """``np.argsort(top, kind="stable")`` of values in [0, 2**32). Rows in a few sorted runs
-    (merged task outputs) take numpy's timsort, which merges runs; rows in no order take two
-    stable passes over 16-bit halves, which numpy sorts by radix: 1.07 against 1.40 s for 10M
-    hashes here."""
-    if len(top) < 2 or np.count_nonzero(top[1:] < top[:-1]) < len(top) // 64:
+    (merged task outputs) take numpy's timsort, which merges runs; rows in no order are sorted
+    as one 64-bit word a row, the value above its position, by numpy's unstable sort (equal
+    values then keep their order, as the positions break the ties): 190 against 630 ms for 5M
+    hashes here, where numpy's stable sort of the values and two radix passes over their 16-bit
+    halves take 810 and 630."""
+    n = len(top)
+    if n < 2 or n >= 2**32 or np.count_nonzero(top[1:] < top[:-1]) < n // 64:
         return np.argsort(top, kind="stable")
-    halves = top.astype(np.uint32)
-    low = np.argsort((halves & np.uint32(0xFFFF)).astype(np.uint16), kind="stable")
-    return low[np.argsort((halves[low] >> np.uint32(16)).astype(np.uint16), kind="stable")]
+    packed = top.astype(np.uint64) << np.uint64(32)
+    packed |= np.arange(n, dtype=np.uint64)
+    packed.sort()
+    return (packed & np.uint64(0xFFFFFFFF)).astype(np.int64)
+
+
+def gather(records: pa.Table, order: np.ndarray) -> pa.Table:
+    """``records.take(order)``, the string and binary columns without nulls whose values all
+    have one length (the usual record keys: zero-padded ids, hashes, UUIDs) moved by numpy's
+    take as rows of that width, one random read a row, where Arrow's take reads the offsets and
+    the bytes apart (190 against 560 ms for 5M keys of 12 bytes in hash order here)."""
+    indices: pa.Array | None = None
+    columns = []
+    for column in records.columns:
+        moved = _fixed_width_take(column, order)
+        if moved is None:
+            if indices is None:
+                indices = pa.array(order, pa.int64())
+            moved = column.take(indices)
+        columns.append(moved)
+    return pa.Table.from_arrays(columns, schema=records.schema)
+
+
+def _fixed_width_take(column: pa.ChunkedArray, order: np.ndarray) -> pa.Array | None:
+    """``column.take(order)`` for a string or binary column without nulls whose values all
+    have one length; None for any other column."""
+    kind = column.type
+    large = pa.types.is_large_string(kind) or pa.types.is_large_binary(kind)
+    if not (large or pa.types.is_string(kind) or pa.types.is_binary(kind)):
+        return None
+    if column.null_count or len(column) == 0:
+        return None
+    array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    n = len(array)
+    _, offset_buffer, data_buffer = array.buffers()
+    offsets = np.frombuffer(offset_buffer, np.int64 if large else np.int32)
+    offsets = offsets[array.offset : array.offset + n + 1]
+    lengths = np.diff(offsets)
+    width = int(lengths[0])
+    if width == 0 or lengths.min() != width or lengths.max() != width:
+        return None
+    if not large and width * len(order) >= 2**31:
+        return None
+    start = int(offsets[0])
+    rows = np.frombuffer(data_buffer, np.uint8)[start : start + n * width].view(f"V{width}")
+    data = np.take(rows, order).view(np.uint8)
+    out = np.arange(0, (len(order) + 1) * width, width, dtype=np.int64 if large else np.int32)
+    return pa.Array.from_buffers(kind, len(order), [None, pa.py_buffer(out), pa.py_buffer(data)])
 
 
 def stored_hashes(hashes: np.ndarray) -> pa.Array:
@@ -488,7 +536,7 @@ def in_file_order(partition: str, records: pa.Table) -> pa.Table:
     """Records in the order a file of ``partition`` keeps them (:func:`file_order`); records
     already in that order are returned as they are."""
     order = file_order(partition, records)
-    return records if order is None else records.take(order)
+    return records if order is None else gather(records, order.to_numpy())
 
 
 #: a table cut into more pieces than its rows over this (and more than 64) is not runs of a

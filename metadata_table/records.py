@@ -55,6 +55,7 @@ from metadata_table.layout import (
     column_stats_keys,
     enc,
     file_key,
+    gather,
     hash_order,
     key_hashes,
     memory_schema,
@@ -1248,7 +1249,7 @@ def _live_per_group(records: pa.Table, by: str) -> tuple[pa.Table, pa.Table | No
         top = records.column("key_hash").to_numpy()
     else:
         top = (key_hashes(identity) >> np.uint64(32)).astype(np.int64)
-    records = records.take(pa.array(hash_order(top, identity), pa.int64()))
+    records = gather(records, hash_order(top, identity))
     keys = records.column(by)
     deleted = records.column("is_deleted").to_numpy(zero_copy_only=False)
     n = records.num_rows

@@ -769,6 +769,13 @@ def split_by_group(
     index = index_type(partition).groups_of(records, groups, layout)
     if groups == 1:
         return {0: records}
+    if bool(np.all(index[1:] >= index[:-1])):  # each group's records together: slices
+        cuts = np.flatnonzero(index[1:] != index[:-1]) + 1
+        starts, ends = np.concatenate([[0], cuts]), np.append(cuts, len(index))
+        return {
+            int(index[a]): records.slice(a, b - a)
+            for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
+        }
     return {
         int(g): records.take(pa.array(np.flatnonzero(index == g), pa.int64()))
         for g in np.unique(index).tolist()

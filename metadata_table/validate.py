@@ -20,10 +20,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from metadata_table.group_records import (
-    RECORDS_CHUNK,
     GroupRecords,
     PartitionBuild,
     hold_group_records,
+    read_chunks,
 )
 from metadata_table.index_types import index_type
 from metadata_table.layout import file_group_id, key_columns, keyed_by_column
@@ -31,7 +31,7 @@ from metadata_table.maintenance import build_records, per_file, rebuilt_files
 from metadata_table.reader import MetadataReader
 from metadata_table.records import virtual_keys
 from metadata_table.table import MetadataTable
-from metadata_table.workers import chunked, workers_for
+from metadata_table.workers import workers_for
 from timeline.config import LOCAL_BUILD_MEMORY_MB, LOCAL_BUILD_WORKERS
 from timeline.fs_view import BaseFile, FileSystemView
 from timeline.instant import normalize_timestamp
@@ -104,7 +104,7 @@ def validate(
     ]
     files = rebuilt_files(view) if builds else []
     workers, processes = workers_for(len(files), table.config.get(LOCAL_BUILD_WORKERS))
-    chunks = chunked(files, workers, RECORDS_CHUNK)
+    chunks = read_chunks(files, workers, builds)
     total = len(chunks) + sum(b.groups for b in builds) + len(others)
     done = 0
 

