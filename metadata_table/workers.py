@@ -24,6 +24,7 @@ import sys
 import types
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from itertools import pairwise
 from multiprocessing import forkserver
 from typing import Any, TypeVar
 
@@ -52,9 +53,17 @@ def workers_for(files: int, configured: int = 0) -> tuple[int, bool]:
 
 
 def chunked(items: list[Item], workers: int, most: int) -> list[list[Item]]:
-    """``items`` in chunks of at most ``most``, at least one per worker when there are enough."""
-    size = max(1, min(most, -(-len(items) // workers)))
-    return [items[i : i + size] for i in range(0, len(items), size)]
+    """``items`` in chunks of at most ``most`` whose sizes differ by one at most, in a multiple of
+    ``workers`` chunks when there are enough items, so that every worker reads about as many
+    (1,000 files in chunks of at most 136: eight of 125, not seven of 136 and one of 48)."""
+    if not items:
+        return []
+    workers = max(1, workers)
+    count = -(-len(items) // max(1, min(most, len(items))))
+    count = min(len(items), -(-count // workers) * workers)
+    size, larger = divmod(len(items), count)
+    bounds = [i * size + min(i, larger) for i in range(count + 1)]
+    return [items[a:b] for a, b in pairwise(bounds)]
 
 
 def map_chunks(

@@ -20,6 +20,7 @@ from metadata_table.group_records import (
 )
 from metadata_table.layout import RECORD_INDEX, gather, in_file_order, key_hashes, stored_hashes
 from metadata_table.table import split_by_group
+from metadata_table.workers import chunked
 from timeline import hashing
 from timeline.hashing import key_hash64, key_hash64_of
 from timeline.index_state import LAYOUT
@@ -125,11 +126,28 @@ def test_a_build_reading_rows_reads_chunks_of_about_rows_chunk_bytes() -> None:
     size = 4 * 2**20
     files = [("p", f"f{i}.parquet", size, "1") for i in range(100)]
     rows = read_chunks(files, 2, [_build(RECORD_INDEX)])
-    assert {len(c) for c in rows[:-1]} == {ROWS_CHUNK_BYTES // size}
+    assert max(len(c) for c in rows) <= ROWS_CHUNK_BYTES // size
+    assert len(rows) % 2 == 0 and max(len(c) for c in rows) - min(len(c) for c in rows) <= 1
     assert [f for c in rows for f in c] == files
     footers = read_chunks(files, 2, [_build(layout.COLUMN_STATS)])
     assert [len(c) for c in footers] == [50, 50]  # one per worker: at most RECORDS_CHUNK
     many = [("p", f"f{i}.parquet", 100, "1") for i in range(2 * RECORDS_CHUNK + 1)]
-    assert max(len(c) for c in read_chunks(many, 2, [_build(RECORD_INDEX)])) == RECORDS_CHUNK
+    assert max(len(c) for c in read_chunks(many, 2, [_build(RECORD_INDEX)])) <= RECORDS_CHUNK
     huge = [("p", "big.parquet", 10 * ROWS_CHUNK_BYTES, "1")] * 3
     assert [len(c) for c in read_chunks(huge, 1, [_build(RECORD_INDEX)])] == [1, 1, 1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 3_000), st.integers(1, 4), st.integers(1, 600))
+def test_chunks_are_at_most_most_and_as_many_for_each_worker(
+    count: int, workers: int, most: int
+) -> None:
+    items = list(range(count))
+    chunks = chunked(items, workers, most)
+    assert [i for c in chunks for i in c] == items
+    assert all(0 < len(c) <= most for c in chunks)
+    assert max(map(len, chunks), default=0) - min(map(len, chunks), default=0) <= 1
+    if count >= workers:
+        assert len(chunks) >= workers
+    if count >= 2 * most * workers and most > 1:  # enough: each worker as many chunks
+        assert len(chunks) % workers == 0
