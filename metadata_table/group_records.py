@@ -358,9 +358,9 @@ def run_build_local(
 def read_chunks(
     files: list[DataFile], workers: int, builds: Sequence[PartitionBuild]
 ) -> list[list[DataFile]]:
-    """``files`` in the chunks a build without Spark reads (in order, at least one per worker
-    when there are enough): at most :data:`RECORDS_CHUNK` files and, when ``builds`` read
-    rows, about :data:`ROWS_CHUNK_BYTES` of them (by their average size)."""
+    """``files`` in the chunks a build without Spark reads (cut by :func:`chunked`, as many
+    for each worker): at most :data:`RECORDS_CHUNK` files and, when ``builds`` read rows,
+    about :data:`ROWS_CHUNK_BYTES` of them (by their average size)."""
     most = RECORDS_CHUNK
     if files and row_columns(builds) is not None:
         average = sum(size for _, _, size, _ in files) / len(files)

@@ -763,7 +763,8 @@ def split_by_group(
     records: pa.Table, groups: int, partition: str, layout: int
 ) -> dict[int, pa.Table]:
     """Records of ``partition`` (of ``layout``) by file group (of ``groups``), as its index type
-    routes them; each group's records keep their order."""
+    routes them; each group's records keep their order (slices of ``records`` when its groups
+    come one after another, as records keyed by record key in hash order do)."""
     if records.num_rows == 0:
         return {}
     index = index_type(partition).groups_of(records, groups, layout)

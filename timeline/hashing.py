@@ -3,8 +3,8 @@ which is salted per process).
 
 * :func:`stable_hash`: CRC32 of the UTF-8 bytes, as an unsigned 32-bit integer. Used for bucket
   numbers and, in the metadata table, for key -> file group of the partitions keyed by data file.
-* :func:`key_hash64`: a 64-bit hash of record keys, computed on Arrow arrays at once (numpy over
-  the array's byte buffer, no Python object per key), for the partitions keyed by record key,
+* :func:`key_hash64`: a 64-bit hash of record keys, computed on Arrow arrays in blocks of keys
+  (numpy over the array's byte buffer, no Python object per key), for the partitions keyed by record key,
   which route and order millions of keys per build. Its definition, so that any language can
   compute it: take the key's UTF-8 bytes (length ``n``), zero-padded to a multiple of 8 (8 at
   least), as little-endian unsigned 64-bit words ``w``; start from ``h = SEED ^ (n * M1)``; for
@@ -77,8 +77,6 @@ def key_hash64(keys: pa.Array | pa.ChunkedArray | Sequence[str], seed: int = SEE
         return np.zeros(0, dtype=np.uint64)
     if keys.null_count:
         keys = pc.fill_null(keys, "")
-    if count <= _BLOCK:
-        return _hash_block(keys, offset_type, seed)
     h = np.empty(count, dtype=np.uint64)
     for at in range(0, count, _BLOCK):
         h[at : at + _BLOCK] = _hash_block(keys.slice(at, _BLOCK), offset_type, seed)
