@@ -27,7 +27,9 @@ incremental reads, and hudi-rs, read ours as their own. Scheduling takes the tab
 (one pending clean at a time); the deletes run outside it; the index's update and the completed
 instant are written under it, as a commit's are, so a clean is never an instant the index has
 not applied. Every step is idempotent: an interrupted clean is finished from its plan by the
-next :func:`clean` (a file already gone counts as deleted).
+next :func:`clean` (a file already gone counts as deleted). A clean Apache Hudi scheduled is
+finished here only once abandoned (``indexer.clean.adopt.seconds``): Hudi's writer carries out its
+own clean right after planning it, without our lock, and fails if another process moves it on.
 
 Planning is incremental by default (``hoodie.cleaner.incremental.mode``): only partitions
 written since the last clean's earliest retained commit are listed, so a clean after every
@@ -48,6 +50,7 @@ from typing import Any
 
 from timeline.commit_metadata import CommitMetadata
 from timeline.config import (
+    CLEAN_ADOPT_SECONDS,
     CLEAN_GRACE_SECONDS,
     CLEAN_MAX_COMMITS,
     CLEANER_COMMITS_RETAINED,
@@ -76,6 +79,11 @@ PLAN_VERSION = 2
 METADATA_VERSION = 2
 
 _BY_COMMITS = ("KEEP_LATEST_COMMITS", "KEEP_LATEST_BY_HOURS")
+
+#: the key of a clean plan's ``extraMetadata`` naming the engine that scheduled it; a plan
+#: without it is another engine's (Apache Hudi writes none)
+SCHEDULER_KEY = "async-indexer.scheduler"
+SCHEDULER = "async-indexer"
 
 
 @dataclass(frozen=True)
@@ -123,6 +131,12 @@ class CleanPlan:
     #: the newest completed write when the plan was made (the next trigger counts from it)
     last_completed_commit: str
     files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: the engine that scheduled the plan ("" for another engine's, e.g. Apache Hudi's)
+    scheduler: str = SCHEDULER
+
+    @property
+    def is_ours(self) -> bool:
+        return self.scheduler == SCHEDULER
 
     def __bool__(self) -> bool:
         return any(self.files.values())
@@ -153,7 +167,7 @@ class CleanPlan:
                 for partition, paths in sorted(self.files.items())
             },
             "partitionsToBeDeleted": [],
-            "extraMetadata": None,
+            "extraMetadata": {SCHEDULER_KEY: self.scheduler} if self.scheduler else None,
         }
         return avro_file("clean_plan", record)
 
@@ -184,6 +198,7 @@ class CleanPlan:
                 kept,
                 str(record.get("lastCompletedCommitTimestamp") or ""),
                 files,
+                str((record.get("extraMetadata") or {}).get(SCHEDULER_KEY) or ""),
             )
         except Exception as e:  # fastavro raises many types for bad content
             raise CorruptInstantError(path, f"not a valid clean plan ({e})") from e
@@ -472,6 +487,45 @@ def schedule_clean(table: Table, plan: CleanPlan) -> Instant | None:
         return table.timeline.create_requested(Action.CLEAN, plan.to_bytes(table.storage))
 
 
+def read_plan(table: Table, instant: Instant) -> tuple[CleanPlan, bytes]:
+    """The plan of a pending or completed clean, and the plan file's bytes."""
+    requested = instant.with_state(State.REQUESTED)
+    data = table.timeline.read_content(requested)
+    return CleanPlan.from_bytes(data, table.timeline.path(requested), table.storage), data
+
+
+def adoptable(table: Table, instant: Instant, now: float | None = None) -> bool:
+    """Whether this process may carry out the pending clean ``instant`` now. Its own engine's
+    cleans, yes: every process of it takes the table lock to complete one and tolerates another
+    having moved it on. Another engine's (Apache Hudi's writer plans and executes its clean in
+    one call, under no lock shared with this process, and fails when its clean moves on
+    without it) only once the newest state file is ``indexer.clean.adopt.seconds`` old: an
+    abandoned clean."""
+    if read_plan(table, instant)[0].is_ours:
+        return True
+    limit = table.config.get(CLEAN_ADOPT_SECONDS)
+    storage = table.storage
+    now = time.time() if now is None else now
+    age = max(0.0, now - storage.mtime(table.timeline.path(instant)) - storage.mtime_resolution)
+    if age >= limit:
+        logger.warning(
+            "finishing clean %s that another engine scheduled and left %.0f s ago (%s=%g)",
+            instant,
+            age,
+            CLEAN_ADOPT_SECONDS.key,
+            limit,
+        )
+        return True
+    logger.info(
+        "clean %s is another engine's and %.0f s old: left to it (finished here after %g s, %s)",
+        instant,
+        age,
+        limit,
+        CLEAN_ADOPT_SECONDS.key,
+    )
+    return False
+
+
 def execute_clean(
     table: Table, instant: Instant, on_removal: RemovalHook | None = None
 ) -> CleanResult:
@@ -479,9 +533,7 @@ def execute_clean(
     lock, then under it the index's update (``on_removal``) and the completed instant."""
     started = time.monotonic()
     timeline = table.timeline
-    requested = instant.with_state(State.REQUESTED)
-    data = timeline.read_content(requested)
-    plan = CleanPlan.from_bytes(data, timeline.path(requested), table.storage)
+    plan, data = read_plan(table, instant)
     inflight = instant
     if instant.is_requested:
         try:
@@ -547,8 +599,8 @@ def clean(
     planner: CleanPlanner | None = None,
     force: bool = False,
 ) -> list[CleanResult]:
-    """Finish every pending clean, then, when the trigger says so (or ``force``), plan one and
-    carry it out. Returns the cleans completed. A table with Apache Hudi's own metadata table is
+    """Finish every pending clean this process may finish (:func:`adoptable`), then, when the
+    trigger says so (or ``force``), plan one and carry it out (unless another is still pending). Returns the cleans completed. A table with Apache Hudi's own metadata table is
     cleaned only when this process keeps that table and ``on_removal`` writes the clean into it
     (``metadata_table``'s removal hook does); otherwise it is left to Hudi's cleaner (a clean
     that metadata table did not record would leave it listing deleted files)."""
@@ -564,7 +616,8 @@ def clean(
     results = []
     timeline = table.timeline.load()
     for pending in timeline.with_actions(Action.CLEAN).pending():
-        results.append(execute_clean(table, pending, on_removal))
+        if adoptable(table, pending):
+            results.append(execute_clean(table, pending, on_removal))
     if results:
         timeline = table.timeline.load()
     if not force and not planner.needs_cleaning(timeline):
@@ -585,9 +638,11 @@ __all__ = [
     "CleanPlanner",
     "CleanPolicy",
     "CleanResult",
+    "adoptable",
     "clean",
     "clean_metadata",
     "execute_clean",
     "metadata_bytes",
+    "read_plan",
     "schedule_clean",
 ]

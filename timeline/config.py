@@ -338,6 +338,20 @@ CLEANER_INCREMENTAL: ConfigKey[bool] = _key(
         "commit only (KEEP_LATEST_COMMITS, KEEP_LATEST_BY_HOURS), not over every partition.",
     )
 )
+CLEAN_ADOPT_SECONDS: ConfigKey[float] = _key(
+    ConfigKey(
+        "indexer.clean.adopt.seconds",
+        float,
+        900.0,
+        "A pending clean that another engine scheduled (Apache Hudi's writer or cleaner) is "
+        "finished here only once its newest state file is this old. Hudi plans and carries out "
+        "a clean in one call, under no lock it shares with this process, and its write fails "
+        "when another process moves its clean on; a clean still pending after this long was "
+        "abandoned. This project's own pending cleans are finished at once.",
+        lambda v: v >= 0,
+        "must be >= 0",
+    )
+)
 CLEAN_GRACE_SECONDS: ConfigKey[float] = _key(
     ConfigKey(
         "indexer.clean.grace.seconds",

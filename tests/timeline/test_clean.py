@@ -4,8 +4,10 @@ planning, and the index's update inside the clean's critical section."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -221,6 +223,34 @@ def test_two_processes_executing_one_clean_both_finish_it(tmp_path: Path) -> Non
     first = execute_clean(table, requested)  # as read before the other moved it on
     second = execute_clean(table, requested)
     assert first.instant.is_completed and second.instant == first.instant
+    assert versions(tmp_path) == times[2:]
+
+
+def test_another_engines_pending_clean_is_left_to_it_until_abandoned(tmp_path: Path) -> None:
+    """Apache Hudi's writer plans its clean and carries it out in one call, under no lock we
+    share: a cleaner of ours that moved Hudi's requested clean to inflight first made Hudi's
+    write fail (CI: "Failed to create file ...clean.inflight"). Ours plans carry their
+    scheduler; one without it is finished only once its newest state file is old enough."""
+    table = make_table(tmp_path, **{"hoodie.cleaner.commits.retained": "2"})
+    times = write(table, 5)
+    ours = CleanPlanner(table).plan()
+    assert ours.is_ours
+    hudis = dataclasses.replace(ours, scheduler="")  # Hudi's plans carry no scheduler
+    assert not CleanPlan.from_bytes(hudis.to_bytes(table.storage), "p", table.storage).is_ours
+    requested = schedule_clean(table, hudis)
+    assert requested is not None
+    assert clean(table, force=True) == []  # left to Hudi, and no second clean beside it
+    assert table.timeline.load().get(requested.timestamp).is_requested
+    assert len(versions(tmp_path)) == 5
+    inflight = table.timeline.transition_to_inflight(
+        requested, table.timeline.read_content(requested)
+    )
+    assert clean(table) == []  # Hudi is deleting: still Hudi's
+    path = table.storage.uri(table.timeline.path(inflight))
+    old = os.stat(path).st_mtime - 900
+    os.utime(path, (old, old))
+    (result,) = clean(table)  # abandoned 15 minutes ago (indexer.clean.adopt.seconds)
+    assert result.instant.timestamp == requested.timestamp and result.instant.is_completed
     assert versions(tmp_path) == times[2:]
 
 
