@@ -494,36 +494,41 @@ def read_plan(table: Table, instant: Instant) -> tuple[CleanPlan, bytes]:
     return CleanPlan.from_bytes(data, table.timeline.path(requested), table.storage), data
 
 
-def adoptable(table: Table, instant: Instant, now: float | None = None) -> bool:
-    """Whether this process may carry out the pending clean ``instant`` now. Its own engine's
-    cleans, yes: every process of it takes the table lock to complete one and tolerates another
-    having moved it on. Another engine's (Apache Hudi's writer plans and executes its clean in
-    one call, under no lock shared with this process, and fails when its clean moves on
-    without it) only once the newest state file is ``indexer.clean.adopt.seconds`` old: an
-    abandoned clean."""
+def left_to_its_engine(table: Table, instant: Instant, now: float | None = None) -> str | None:
+    """Why this process leaves the pending clean ``instant`` to the engine that scheduled it,
+    or None when it may carry it out now. Its own engine's cleans it may: every process of it
+    takes the table lock to complete one and tolerates another having moved it on. Another
+    engine's (Apache Hudi's writer plans and carries out its clean in one call, under no lock
+    shared with this process, and fails when its clean moves on without it) only once the
+    newest state file is ``indexer.clean.adopt.seconds`` old: then it was abandoned."""
     if read_plan(table, instant)[0].is_ours:
-        return True
+        return None
     limit = table.config.get(CLEAN_ADOPT_SECONDS)
     storage = table.storage
     now = time.time() if now is None else now
     age = max(0.0, now - storage.mtime(table.timeline.path(instant)) - storage.mtime_resolution)
-    if age >= limit:
-        logger.warning(
-            "finishing clean %s that another engine scheduled and left %.0f s ago (%s=%g)",
-            instant,
-            age,
-            CLEAN_ADOPT_SECONDS.key,
-            limit,
+    if age < limit:
+        return (
+            f"another engine (Apache Hudi) scheduled it and may be carrying it out: its "
+            f"{instant.state.value} file is {age:.0f} s old, finished here once {limit:g} s old "
+            f"({CLEAN_ADOPT_SECONDS.key})"
         )
-        return True
-    logger.info(
-        "clean %s is another engine's and %.0f s old: left to it (finished here after %g s, %s)",
+    logger.warning(
+        "finishing clean %s, which another engine scheduled and left %.0f s ago (%s=%g)",
         instant,
         age,
-        limit,
         CLEAN_ADOPT_SECONDS.key,
+        limit,
     )
-    return False
+    return None
+
+
+def cleans_left(table: Table) -> list[tuple[Instant, str]]:
+    """The pending cleans :func:`clean` leaves now, each with why (what ``indexer-table clean``
+    reports)."""
+    pending = table.timeline.load().with_actions(Action.CLEAN).pending()
+    left = ((i, left_to_its_engine(table, i)) for i in pending)
+    return [(i, why) for i, why in left if why is not None]
 
 
 def execute_clean(
@@ -599,7 +604,7 @@ def clean(
     planner: CleanPlanner | None = None,
     force: bool = False,
 ) -> list[CleanResult]:
-    """Finish every pending clean this process may finish (:func:`adoptable`), then, when the
+    """Finish every pending clean this process may finish (:func:`left_to_its_engine`), then, when the
     trigger says so (or ``force``), plan one and carry it out (unless another is still pending). Returns the cleans completed. A table with Apache Hudi's own metadata table is
     cleaned only when this process keeps that table and ``on_removal`` writes the clean into it
     (``metadata_table``'s removal hook does); otherwise it is left to Hudi's cleaner (a clean
@@ -616,8 +621,11 @@ def clean(
     results = []
     timeline = table.timeline.load()
     for pending in timeline.with_actions(Action.CLEAN).pending():
-        if adoptable(table, pending):
+        why = left_to_its_engine(table, pending)
+        if why is None:
             results.append(execute_clean(table, pending, on_removal))
+        else:
+            logger.info("clean %s left: %s", pending, why)
     if results:
         timeline = table.timeline.load()
     if not force and not planner.needs_cleaning(timeline):
@@ -638,10 +646,11 @@ __all__ = [
     "CleanPlanner",
     "CleanPolicy",
     "CleanResult",
-    "adoptable",
     "clean",
     "clean_metadata",
+    "cleans_left",
     "execute_clean",
+    "left_to_its_engine",
     "metadata_bytes",
     "read_plan",
     "schedule_clean",

@@ -321,7 +321,7 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _clean(args: argparse.Namespace) -> int:
-    from timeline.clean import CleanPlanner, clean
+    from timeline.clean import CleanPlanner, clean, cleans_left
     from timeline.config import HEARTBEAT_INTERVAL_MS, HEARTBEAT_TOLERABLE_MISSES
     from timeline.removals import index_removal_hook
     from timeline.rollback import clean_failed_writes, pending_writes
@@ -332,6 +332,7 @@ def _clean(args: argparse.Namespace) -> int:
     left = [] if args.versions_only else pending_writes(table)
     planner = CleanPlanner(table)
     cleaned = [] if args.failed_writes_only else clean(table, hook, planner, force=True)
+    others = [] if args.failed_writes_only else cleans_left(table)
     if args.json:
         print(
             json.dumps(
@@ -351,6 +352,10 @@ def _clean(args: argparse.Namespace) -> int:
                             else None,
                         }
                         for c in cleaned
+                    ],
+                    "cleans_left": [
+                        {"timestamp": i.timestamp, "state": i.state.value, "why": why}
+                        for i, why in others
                     ],
                     "policy": planner.policy.describe(),
                 }
@@ -380,7 +385,9 @@ def _clean(args: argparse.Namespace) -> int:
             f"in {len(done.plan.files)} partitions"
             + (f" (commits from {kept.timestamp} on stay readable)" if kept else "")
         )
-    if not args.failed_writes_only and not cleaned:
+    for instant, why in others:
+        print(f"left clean {instant.timestamp} ({instant.state.value}): {why}")
+    if not args.failed_writes_only and not cleaned and not others:
         print(f"no old file versions to delete ({planner.policy.describe()})")
     table.close()
     return EXIT_OK

@@ -21,6 +21,7 @@ from timeline.clean import (
     CleanPlanner,
     CleanPolicy,
     clean,
+    cleans_left,
     execute_clean,
     schedule_clean,
 )
@@ -226,7 +227,9 @@ def test_two_processes_executing_one_clean_both_finish_it(tmp_path: Path) -> Non
     assert versions(tmp_path) == times[2:]
 
 
-def test_another_engines_pending_clean_is_left_to_it_until_abandoned(tmp_path: Path) -> None:
+def test_another_engines_pending_clean_is_left_to_it_until_abandoned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Apache Hudi's writer plans its clean and carries it out in one call, under no lock we
     share: a cleaner of ours that moved Hudi's requested clean to inflight first made Hudi's
     write fail (CI: "Failed to create file ...clean.inflight"). Ours plans carry their
@@ -246,12 +249,28 @@ def test_another_engines_pending_clean_is_left_to_it_until_abandoned(tmp_path: P
         requested, table.timeline.read_content(requested)
     )
     assert clean(table) == []  # Hudi is deleting: still Hudi's
+    ((left, why),) = cleans_left(table)
+    assert left == inflight and "indexer.clean.adopt.seconds" in why
+    told = capsys_cli(table, capsys)
+    assert f"left clean {inflight.timestamp} (inflight): another engine" in told
+    assert "no old file versions to delete" not in told
     path = table.storage.uri(table.timeline.path(inflight))
     old = os.stat(path).st_mtime - 900
     os.utime(path, (old, old))
     (result,) = clean(table)  # abandoned 15 minutes ago (indexer.clean.adopt.seconds)
     assert result.instant.timestamp == requested.timestamp and result.instant.is_completed
     assert versions(tmp_path) == times[2:]
+    assert cleans_left(table) == []
+
+
+def capsys_cli(table: Table, capsys: pytest.CaptureFixture[str]) -> str:
+    """What ``indexer-table clean`` prints for ``table``."""
+    from timeline.cli import main
+
+    capsys.readouterr()
+    conf = [f"--conf={k}={v}" for k, v in BASE_CONFIG.items()]
+    assert main(["clean", table.base_uri, *conf]) == 0
+    return capsys.readouterr().out
 
 
 def test_incremental_planning_lists_the_partitions_written_since_the_last_clean(
