@@ -557,7 +557,12 @@ def execute_clean(
         if on_removal is not None:
             on_removal(lock, plan.removal(inflight))
         lock.ensure_valid()
-        completed = timeline.complete(inflight, metadata_bytes(plan, inflight.timestamp, started))
+        try:
+            completed = timeline.complete(
+                inflight, metadata_bytes(plan, inflight.timestamp, started)
+            )
+        except InstantAlreadyExistsError:  # Hudi's writer finished it meanwhile, without our lock
+            completed = inflight.with_state(State.COMPLETED)
     seconds = time.monotonic() - started
     logger.info(
         "clean %s deleted %d files in %d partitions (%.2f s)",

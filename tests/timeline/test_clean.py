@@ -263,6 +263,24 @@ def test_another_engines_pending_clean_is_left_to_it_until_abandoned(
     assert cleans_left(table) == []
 
 
+def test_a_clean_another_engine_completes_meanwhile_is_done(tmp_path: Path) -> None:
+    """Apache Hudi's writer finishes any pending clean it finds, ours too, under no lock of
+    ours: one it completes while ours writes the index's update is done, not an error."""
+    table = make_table(tmp_path, **{"hoodie.cleaner.commits.retained": "2"})
+    times = write(table, 5)
+    requested = schedule_clean(table, CleanPlanner(table).plan())
+    assert requested is not None
+
+    def hudi_completes_it(_lock: object, removal: object) -> None:
+        inflight = requested.with_state(State.INFLIGHT)
+        table.timeline.complete(inflight, b"Hudi's HoodieCleanMetadata")
+
+    result = execute_clean(table, requested, hudi_completes_it)
+    assert result.instant == requested.with_state(State.COMPLETED)
+    assert table.timeline.read_content(result.instant) == b"Hudi's HoodieCleanMetadata"
+    assert versions(tmp_path) == times[2:]
+
+
 def capsys_cli(table: Table, capsys: pytest.CaptureFixture[str]) -> str:
     """What ``indexer-table clean`` prints for ``table``."""
     from timeline.cli import main
