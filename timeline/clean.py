@@ -494,7 +494,7 @@ def read_plan(table: Table, instant: Instant) -> tuple[CleanPlan, bytes]:
     return CleanPlan.from_bytes(data, table.timeline.path(requested), table.storage), data
 
 
-def left_to_its_engine(table: Table, instant: Instant, now: float | None = None) -> str | None:
+def left_to_its_engine(table: Table, instant: Instant) -> str | None:
     """Why this process leaves the pending clean ``instant`` to the engine that scheduled it,
     or None when it may carry it out now. Its own engine's cleans it may: every process of it
     takes the table lock to complete one and tolerates another having moved it on. Another
@@ -504,9 +504,7 @@ def left_to_its_engine(table: Table, instant: Instant, now: float | None = None)
     if read_plan(table, instant)[0].is_ours:
         return None
     limit = table.config.get(CLEAN_ADOPT_SECONDS)
-    storage = table.storage
-    now = time.time() if now is None else now
-    age = max(0.0, now - storage.mtime(table.timeline.path(instant)) - storage.mtime_resolution)
+    age = table.storage.age(table.timeline.path(instant), time.time())
     if age < limit:
         return (
             f"another engine (Apache Hudi) scheduled it and may be carrying it out: its "

@@ -42,10 +42,9 @@ def heartbeat_age(
     resolution, so a live writer is never taken for dead because of truncation.
     """
     try:
-        mtime = storage.mtime(heartbeat_path(instant_time))
+        return storage.age(heartbeat_path(instant_time), clock())
     except StorageFileNotFoundError:
         return None
-    return max(0.0, clock() - mtime - storage.mtime_resolution)
 
 
 def is_expired(

@@ -657,3 +657,8 @@ class Storage:
         mtime = self.info(path).mtime
         assert mtime is not None
         return mtime
+
+    def age(self, path: str, now: float) -> float:
+        """Seconds from ``path``'s last write to ``now`` (``time.time()``), rounded down by the
+        store's :attr:`mtime_resolution`, so a file is never taken for older than it is."""
+        return max(0.0, now - self.mtime(path) - self.mtime_resolution)
