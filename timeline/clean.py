@@ -607,8 +607,9 @@ def clean(
     planner: CleanPlanner | None = None,
     force: bool = False,
 ) -> list[CleanResult]:
-    """Finish every pending clean this process may finish (:func:`left_to_its_engine`), then, when the
-    trigger says so (or ``force``), plan one and carry it out (unless another is still pending). Returns the cleans completed. A table with Apache Hudi's own metadata table is
+    """Finish every pending clean this process may finish (:func:`left_to_its_engine`), then,
+    when the trigger says so (or ``force``), plan one and carry it out (unless another is still
+    pending). Returns the cleans completed. A table with Apache Hudi's own metadata table is
     cleaned only when this process keeps that table and ``on_removal`` writes the clean into it
     (``metadata_table``'s removal hook does); otherwise it is left to Hudi's cleaner (a clean
     that metadata table did not record would leave it listing deleted files)."""
