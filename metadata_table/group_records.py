@@ -324,9 +324,11 @@ def run_build_local(
     order, so each file group's sorted runs follow one another). Past ``memory_mb`` of
     records held, they are spilled per file group to Arrow files in a temporary folder (as
     Spark's shuffle spills), so memory does not grow with the table. The file groups are then
-    written by up to twice as many threads, each from its group's records alone (Parquet
-    writes, hashing and sorting run outside the GIL). Progress counts chunks of data files
-    read, then file groups written."""
+    written by up to twice as many threads (Parquet writes, hashing and sorting run outside the
+    GIL), each from its group's records alone; by ``workers`` threads when it is given, so that
+    one worker writes in one order. Progress counts chunks of data files read, then file
+    groups written."""
+    configured = workers
     workers, processes = workers_for(len(files), workers)
     chunks = read_chunks(in_key_order(files), workers, builds)
     groups = [(n, build, g) for n, build in enumerate(builds) for g in range(build.groups)]
@@ -343,9 +345,9 @@ def run_build_local(
             records = held.take((number, group))  # freed once written
             return build.write_group(storage, group, records, marker_instant)
 
-        # up to twice as many threads as workers: the writes run mostly outside the GIL, and
-        # 3 groups on 2 cores then end together instead of the third written alone after two
-        writers = max(1, min(len(groups), 2 * workers))
+        # by default up to twice as many threads as workers: the writes run mostly outside the
+        # GIL, and 3 groups on 2 cores then end together instead of the third written alone
+        writers = max(1, min(len(groups), workers if configured else 2 * workers))
         with ThreadPoolExecutor(writers, thread_name_prefix="build") as threads:
             written = threads.map(write, groups)
             for done, (partition, fg, bytes_) in enumerate(written, start=len(chunks) + 1):

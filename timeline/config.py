@@ -814,7 +814,7 @@ LOCAL_BUILD_WORKERS: ConfigKey[int] = _key(
         0,
         "Workers of an index build without Spark and of validate's rebuild: processes reading "
         "the data files (threads below 2,000 files), then, for a build, threads writing the file "
-        "groups. 0: one per core, at most 4. "
+        "groups. 0: one per core, at most 4, and up to twice as many writing. "
         "Lower it to leave cores to ingestion on a shared host; 1 also makes the build's "
         "storage writes come in one order.",
         lambda v: v >= 0,

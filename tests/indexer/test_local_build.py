@@ -100,6 +100,38 @@ def test_the_local_build_writes_what_the_spark_build_writes(tmp_path: Path, spar
     )
 
 
+def test_one_configured_worker_writes_on_one_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``indexer.build.local.workers=1`` writes the file groups on one thread, so a build's
+    storage writes come in one order (what the kill below counts on: CI killed at another
+    write once two threads wrote); unset, up to twice as many threads as workers write."""
+    import threading
+
+    from metadata_table.group_records import PartitionBuild
+    from metadata_table.workers import DEFAULT_WORKERS
+
+    writers: set[str] = set()
+    original = PartitionBuild.write_group
+
+    def spy(self: PartitionBuild, *args: Any) -> Any:
+        writers.add(threading.current_thread().name)
+        return original(self, *args)
+
+    monkeypatch.setattr(PartitionBuild, "write_group", spy)
+    for workers, most in (("1", 1), ("0", 2 * DEFAULT_WORKERS)):
+        base = tmp_path / workers / "t"
+        table = make_table(base)
+        config = Config.resolve(
+            explicit={**lock_config(base), "indexer.build.local.workers": workers}
+        )
+        writers.clear()
+        AsyncIndexer(Table.open(table.base_uri, config), IndexerOptions(engine="local")).run(ALL)
+        assert 1 <= len(writers) <= most, (workers, writers)
+        if workers == "1":
+            assert len(writers) == 1
+
+
 def test_a_kill_between_local_base_files_then_run_converges(tmp_path: Path) -> None:
     """The CLI's default on a small table builds in this process; SIGKILL it right before it
     writes the build's second column_stats base file, with the first one written, then run
