@@ -505,20 +505,13 @@ def left_to_its_engine(table: Table, instant: Instant) -> str | None:
         return None
     limit = table.config.get(CLEAN_ADOPT_SECONDS)
     age = table.storage.age(table.timeline.path(instant), time.time())
-    if age < limit:
-        return (
-            f"another engine (Apache Hudi) scheduled it and may be carrying it out: its "
-            f"{instant.state.value} file is {age:.0f} s old, finished here once {limit:g} s old "
-            f"({CLEAN_ADOPT_SECONDS.key})"
-        )
-    logger.warning(
-        "finishing clean %s, which another engine scheduled and left %.0f s ago (%s=%g)",
-        instant,
-        age,
-        CLEAN_ADOPT_SECONDS.key,
-        limit,
+    if age >= limit:
+        return None
+    return (
+        f"another engine (Apache Hudi) scheduled it and may be carrying it out: its "
+        f"{instant.state.value} file is {age:.0f} s old, finished here once {limit:g} s old "
+        f"({CLEAN_ADOPT_SECONDS.key})"
     )
-    return None
 
 
 def cleans_left(table: Table) -> list[tuple[Instant, str]]:
@@ -537,6 +530,12 @@ def execute_clean(
     started = time.monotonic()
     timeline = table.timeline
     plan, data = read_plan(table, instant)
+    if not plan.is_ours:
+        logger.warning(
+            "finishing clean %s, which another engine scheduled and left (%s)",
+            instant,
+            CLEAN_ADOPT_SECONDS.key,
+        )
     inflight = instant
     if instant.is_requested:
         try:
