@@ -190,7 +190,7 @@ class PartitionBuild:
         records = pa.concat_tables(tables) if tables else kind.memory_schema.empty_table()
         # the tasks' partial aggregates, or records of a slice's files in several tasks, as the
         # table was at covers_upto
-        records = kind.combine(records, self.covers_upto)
+        records, order = kind.combined(records, self.covers_upto)
         size = write_base_file(
             storage.child(METADATA_FOLDER),
             self.partition,
@@ -198,6 +198,7 @@ class PartitionBuild:
             self.instant,
             records,
             self.covers_upto,
+            order,
         )
         return self.partition, fg, size
 

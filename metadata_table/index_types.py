@@ -53,6 +53,7 @@ from metadata_table.records import (
     column_stats_records,
     files_records,
     latest_live,
+    live_order,
     partition_stats_records,
     record_index_records,
     secondary_index_records,
@@ -120,8 +121,21 @@ class IndexType:
         if self.recomputed:
             return aggregate_partition_stats(records, computed)
         if self.keyed_by_record:
-            return latest_live(records, by="key" if self.name == RECORD_INDEX else "record_key")
+            return latest_live(records, by=self._identity)
         return records
+
+    def combined(self, records: pa.Table, computed: str) -> tuple[pa.Table, np.ndarray | None]:
+        """:meth:`combine`'s records as a table and the positions of its records in it, in file
+        order (None: the table is the records, in any order): for the record index, whose live
+        records come in the order of its files, a writer then takes them a row group at a time
+        instead of copying them all."""
+        if self.name == RECORD_INDEX:
+            return live_order(records, by=self._identity)
+        return self.combine(records, computed), None
+
+    @property
+    def _identity(self) -> str:
+        return "key" if self.name == RECORD_INDEX else "record_key"
 
     def groups_of(self, records: pa.Table, groups: int, layout: int) -> np.ndarray:
         """The file group of each record (of ``groups``) in a partition of ``layout``

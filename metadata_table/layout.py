@@ -241,29 +241,52 @@ def gather(records: pa.Table, order: np.ndarray) -> pa.Table:
     have one length (the usual record keys: zero-padded ids, hashes, UUIDs) moved by numpy's
     take as rows of that width, one random read a row, where Arrow's take reads the offsets and
     the bytes apart (190 against 560 ms for 5M keys of 12 bytes in hash order here)."""
-    indices: pa.Array | None = None
-    columns = []
-    for column in records.columns:
-        moved = _fixed_width_take(column, order)
-        if moved is None:
-            if indices is None:
-                indices = pa.array(order, pa.int64())
-            moved = column.take(indices)
-        columns.append(moved)
-    return pa.Table.from_arrays(columns, schema=records.schema)
+    return Gather(records).take(order)
 
 
-def _fixed_width_take(column: pa.ChunkedArray, order: np.ndarray) -> pa.Array | None:
-    """``column.take(order)`` for a string or binary column without nulls whose values all
-    have one length; None for any other column."""
-    kind = column.type
+class Gather:
+    """:func:`gather` from one table any number of times (a writer taking its records in file
+    order a row group at a time): its columns are combined into one chunk and checked for one
+    width once."""
+
+    def __init__(self, records: pa.Table) -> None:
+        self.schema = records.schema
+        self._columns: list[tuple[pa.Array, np.ndarray | None]] = []
+        for column in records.columns:
+            array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+            self._columns.append((array, _fixed_width_rows(array)))
+
+    def take(self, order: np.ndarray) -> pa.Table:
+        """The rows at ``order`` (positions), as a table of one chunk."""
+        indices: pa.Array | None = None
+        columns = []
+        for array, rows in self._columns:
+            kind = array.type
+            large = pa.types.is_large_string(kind) or pa.types.is_large_binary(kind)
+            width = 0 if rows is None else rows.dtype.itemsize
+            if rows is not None and (large or (len(order) + 1) * width < 2**31):
+                data = np.take(rows, order).view(np.uint8)
+                step = np.int64 if large else np.int32
+                offsets = np.arange(0, (len(order) + 1) * width, width, dtype=step)
+                buffers = [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+                columns.append(pa.Array.from_buffers(kind, len(order), buffers))
+            else:
+                if indices is None:
+                    indices = pa.array(order, pa.int64())
+                columns.append(array.take(indices))
+        return pa.Table.from_arrays(columns, schema=self.schema)
+
+
+def _fixed_width_rows(array: pa.Array) -> np.ndarray | None:
+    """A string or binary array without nulls whose values all have one length, as numpy rows
+    of that width (a view of its bytes); None for any other array."""
+    kind = array.type
     large = pa.types.is_large_string(kind) or pa.types.is_large_binary(kind)
     if not (large or pa.types.is_string(kind) or pa.types.is_binary(kind)):
         return None
-    if column.null_count or len(column) == 0:
-        return None
-    array = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     n = len(array)
+    if array.null_count or n == 0:
+        return None
     _, offset_buffer, data_buffer = array.buffers()
     offsets = np.frombuffer(offset_buffer, np.int64 if large else np.int32)
     offsets = offsets[array.offset : array.offset + n + 1]
@@ -271,13 +294,8 @@ def _fixed_width_take(column: pa.ChunkedArray, order: np.ndarray) -> pa.Array | 
     width = int(lengths[0])
     if width == 0 or lengths.min() != width or lengths.max() != width:
         return None
-    if not large and width * len(order) >= 2**31:
-        return None
     start = int(offsets[0])
-    rows = np.frombuffer(data_buffer, np.uint8)[start : start + n * width].view(f"V{width}")
-    data = np.take(rows, order).view(np.uint8)
-    out = np.arange(0, (len(order) + 1) * width, width, dtype=np.int64 if large else np.int32)
-    return pa.Array.from_buffers(kind, len(order), [None, pa.py_buffer(out), pa.py_buffer(data)])
+    return np.frombuffer(data_buffer, np.uint8)[start : start + n * width].view(f"V{width}")
 
 
 def stored_hashes(hashes: np.ndarray) -> pa.Array:
@@ -608,13 +626,15 @@ def _column_changes(keys: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return np.asarray(changed.to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def _row_groups(partition: str, keys: pa.ChunkedArray | pa.Array) -> list[tuple[int, int]]:
-    """(start, end) of each row group of a file of ``partition`` whose keys, in file order, are
-    ``keys``: at most :data:`ROW_GROUP_ROWS` rows each and, in a stats partition, each column's
-    records in row groups of their own (a read of one column opens no other's, and the groups'
-    ``value_type`` statistics tell its value kind)."""
-    starts = [0, len(keys)]
-    if keyed_by_column(partition) and len(keys) > 1:
+def _row_groups(
+    partition: str, rows: int, keys: pa.ChunkedArray | pa.Array
+) -> list[tuple[int, int]]:
+    """(start, end) of each row group of a file of ``partition`` of ``rows`` records: at most
+    :data:`ROW_GROUP_ROWS` rows each and, in a stats partition (whose keys, in file order, are
+    ``keys``), each column's records in row groups of their own (a read of one column opens no
+    other's, and the groups' ``value_type`` statistics tell its value kind)."""
+    starts = [0, rows]
+    if keyed_by_column(partition) and rows > 1:
         starts = [0, *(np.flatnonzero(_column_changes(keys)) + 1), len(keys)]
     return [
         (at, min(at + ROW_GROUP_ROWS, end))
@@ -629,21 +649,27 @@ def write_records(
     records: pa.Table,
     covers_upto: str | None = None,
     partition: str | None = None,
+    order: np.ndarray | None = None,
 ) -> int:
     """Write records as one Parquet file (create-if-absent), in file order
-    (:func:`file_order` of the partition the path is in); returns its size. Sorted runs that do
-    not overlap (a build's) are laid end to end without a copy; other records out of order are
-    put in order one row group at a time, so no sorted copy of them all is made (a
-    100,000-file build's column_stats file group holds 190 MB)."""
+    (:func:`file_order` of the partition the path is in; with ``order``, the records at those
+    positions, in that order); returns its size. Sorted runs that do not overlap (a build's)
+    are laid end to end without a copy; other records out of order are put in order one row
+    group at a time, so no sorted copy of them all is made (a 100,000-file build's
+    column_stats file group holds 190 MB)."""
     partition = partition or path.split("/", 1)[0]
-    order = None
-    merged = _merged_runs(partition, records)
-    if merged is not None:
-        records = merged
-    else:
-        order = file_order(partition, records)
+    if order is None:
+        merged = _merged_runs(partition, records)
+        if merged is not None:
+            records = merged
+        else:
+            sort = file_order(partition, records)
+            order = None if sort is None else sort.to_numpy()
     keys = records.column("key")
-    groups = _row_groups(partition, keys if order is None else keys.take(order))
+    if order is not None and keyed_by_column(partition):
+        keys = keys.take(pa.array(order))
+    groups = _row_groups(partition, len(keys) if order is None else len(order), keys)
+    taken = None if order is None else Gather(records)
     sink = pa.BufferOutputStream()
     if keyed_by_record(partition):
         # dictionary columns written as the record schema's strings (no Arrow schema stored,
@@ -658,8 +684,8 @@ def write_records(
         for start, end in groups or [(0, 0)]:  # (no records: one empty row group)
             part = (
                 records.slice(start, end - start)
-                if order is None
-                else records.take(order.slice(start, end - start))
+                if order is None or taken is None
+                else taken.take(order[start:end])
             )
             writer.write_table(part, row_group_size=ROW_GROUP_ROWS)
         if covers_upto is not None and keyed_by_record(partition):

@@ -106,7 +106,7 @@ class DataFileInfo:
     stats: dict[str, _ColumnAggregate] | None = dataclasses.field(default=None, compare=False)
     #: a log file's data and delete blocks' instants, counted or not
     block_instants: frozenset[str] = frozenset()
-    #: the file's rows (record key, :data:`ROW_INSTANT`, :data:`ROW_DELETED` and the columns the
+    #: the file's rows (record key, :data:`ROW_INSTANT` as a dictionary, :data:`ROW_DELETED` and the columns the
     #: caller asked for), read only for the indexes keyed by record key; of a file a writer is
     #: committing, the rows it changed (:func:`changed_rows`)
     rows: pa.Table | None = dataclasses.field(default=None, compare=False)
@@ -216,7 +216,7 @@ def base_rows(
     wanted = [*key_columns, *(c for c in columns if c in present or metadata is None)]
     table = read_columns(storage, path, list(dict.fromkeys(wanted)), metadata)
     table = with_record_keys(table, keygen, path)
-    return _row_table(table, columns, pa.repeat(pa.scalar(instant), table.num_rows), False)
+    return _row_table(table, columns, instant, False)
 
 
 def virtual_keys(table: Table) -> KeyGenerator | None:
@@ -289,14 +289,15 @@ def with_record_keys(table: pa.Table, keygen: KeyGenerator | None, path: str = "
     return table.append_column(RECORD_KEY, keys)
 
 
-def _row_table(
-    records: pa.Table, columns: Sequence[str], instants: pa.Array, deleted: bool
-) -> pa.Table:
-    """Rows in :attr:`DataFileInfo.rows` form: record key, instant, deletion flag, ``columns``."""
+def _row_table(records: pa.Table, columns: Sequence[str], instant: str, deleted: bool) -> pa.Table:
+    """Rows in :attr:`DataFileInfo.rows` form: record key, instant, deletion flag, ``columns``;
+    the rows' one instant as a dictionary of one value (no string a row)."""
     n = records.num_rows
     out = {
         RECORD_KEY: records.column(RECORD_KEY).cast(pa.string()),
-        ROW_INSTANT: instants.cast(pa.string()),
+        ROW_INSTANT: pa.DictionaryArray.from_arrays(
+            pa.array(np.zeros(n, np.int32)), pa.array([instant], pa.string())
+        ),
         ROW_DELETED: pa.repeat(pa.scalar(deleted), n),
     }
     for column in columns:
@@ -322,9 +323,9 @@ def changed_rows(
     columns = [c for c in written.column_names if c != RECORD_KEY]
 
     def of(table: pa.Table, deletions: bool) -> pa.Table:
-        stamp = pa.repeat(pa.scalar(instant), table.num_rows)
-        out = _row_table(table, [c for c in columns if c in table.column_names], stamp, deletions)
-        return out
+        return _row_table(
+            table, [c for c in columns if c in table.column_names], instant, deletions
+        )
 
     live = of(written, False).append_column(ROW_IN_PLACE, in_place)
     gone = of(deleted, True)
@@ -337,7 +338,7 @@ def _concat_rows(parts: list[pa.Table], columns: Sequence[str]) -> pa.Table:
     """Row tables of several blocks as one (an indexed column typed as its non-null parts)."""
     if not parts:
         empty = pa.table({RECORD_KEY: pa.array([], pa.string())})
-        return _row_table(empty, columns, pa.array([], pa.string()), False)
+        return _row_table(empty, columns, "", False)
     return pa.concat_tables(parts, promote_options="permissive")
 
 
@@ -376,7 +377,7 @@ def info_from_log(
         if block.block_type == BlockType.DELETE:
             if rows is not None:
                 gone = pa.table({RECORD_KEY: [str(d.record_key) for d in block.deletes()]})
-                row_parts.append(_row_table(gone, rows, pa.repeat(instant, gone.num_rows), True))
+                row_parts.append(_row_table(gone, rows, instant, True))
             if HeaderKey.SCHEMA not in block.header:
                 continue
             # keys of deleted rows, no values: the table's columns, each with none
@@ -384,8 +385,7 @@ def info_from_log(
         else:
             records = with_record_keys(block.records(), keygen, path)
             if rows is not None:
-                instants = pa.repeat(instant, records.num_rows)
-                row_parts.append(_row_table(records, rows, instants, False))
+                row_parts.append(_row_table(records, rows, instant, False))
         count += records.num_rows
         for name, agg in record_aggregates(records).items():
             aggregates[name] = (
@@ -1024,14 +1024,14 @@ class _Codes:
     def repeat(self, value: str, count: int) -> None:
         self._parts.append(np.full(count, self._code(value), np.int32))
 
-    def add(self, chunk: pa.Array) -> None:
-        distinct = pc.unique(chunk)
-        if len(distinct) == 1:
-            self.repeat(str(distinct[0].as_py()), len(chunk))
+    def add(self, chunk: pa.DictionaryArray) -> None:
+        """Code a dictionary array's values (of strings, without nulls)."""
+        values = chunk.dictionary.to_pylist()
+        if len(values) == 1:
+            self.repeat(values[0], len(chunk))
             return
-        mapped = np.array([self._code(v) for v in distinct.to_pylist()], np.int32)
-        at = pc.index_in(chunk, value_set=distinct)
-        self._parts.append(mapped[at.to_numpy(zero_copy_only=False)])
+        mapped = np.array([self._code(v) for v in values], np.int32)
+        self._parts.append(mapped[chunk.indices.to_numpy(zero_copy_only=False)])
 
     def array(self) -> pa.DictionaryArray:
         parts = self._parts
@@ -1051,7 +1051,7 @@ def _located_rows(
         partitions.repeat(_partition_name(info.partition), rows.num_rows)
         file_ids.repeat(file_id, rows.num_rows)
         for chunk in rows.column(ROW_INSTANT).chunks:
-            instants.add(chunk.cast(pa.string()))
+            instants.add(chunk)
     return tables, partitions.array(), file_ids.array(), instants.array()
 
 
@@ -1209,10 +1209,17 @@ def latest_live(records: pa.Table, by: str = "key") -> pa.Table:
 
     Records come out ordered by (hash, ``by``) (:func:`hash_order`): for the record index, the
     order of its files."""
-    live, copies = _live_per_group(records, by)
+    return gather(*live_order(records, by))
+
+
+def live_order(records: pa.Table, by: str = "key") -> tuple[pa.Table, np.ndarray]:
+    """``records`` in one chunk, and the positions in it of :func:`latest_live`'s records in
+    its order: what a writer takes row group by row group, so no sorted copy of them all is
+    made."""
+    records, order, copies = _live_per_group(records, by)
     if copies is not None and copies.num_rows:
         raise duplicates_error(copies, by)
-    return live
+    return records, order
 
 
 def duplicates_error(
@@ -1235,43 +1242,52 @@ def duplicates_error(
 def live_copies(records: pa.Table, by: str = "key") -> pa.Table:
     """The live records (:func:`latest_live`) of the keys live in more than one file group:
     every copy, ordered by key (empty when every key is in one file group)."""
-    _, copies = _live_per_group(records, by)
+    _, _, copies = _live_per_group(records, by)
     return records.slice(0, 0) if copies is None else copies
 
 
-def _live_per_group(records: pa.Table, by: str) -> tuple[pa.Table, pa.Table | None]:
-    """The newest live record per (``by``, file group), in hash order, and those of the keys
-    live in several file groups (None: there are none)."""
-    if records.num_rows == 0:
-        return records, None
+def _live_per_group(records: pa.Table, by: str) -> tuple[pa.Table, np.ndarray, pa.Table | None]:
+    """``records`` in one chunk, the positions in it of the newest live record per (``by``,
+    file group) in hash order, and the records of the keys live in several file groups (None:
+    there are none). Keys are compared only where two rows share a hash (equal keys have equal
+    hashes), so the records are not moved here."""
+    n = records.num_rows
+    if n == 0:
+        return records, np.zeros(0, np.int64), None
+    records = records.combine_chunks()  # one chunk: the takes below read it in place
     identity = records.column(by)
     if by == "key":
         top = records.column("key_hash").to_numpy()
     else:
         top = (key_hashes(identity) >> np.uint64(32)).astype(np.int64)
-    records = gather(records, hash_order(top, identity))
-    keys = records.column(by)
-    deleted = records.column("is_deleted").to_numpy(zero_copy_only=False)
-    n = records.num_rows
-    same = pc.equal(keys.slice(0, n - 1), keys.slice(1)).to_numpy(zero_copy_only=False)
+    order = hash_order(top, identity)
+    deleted = records.column("is_deleted").to_numpy(zero_copy_only=False)[order]
+    ordered = top[order]
+    same = np.zeros(n - 1, dtype=bool)  # whether each sorted row's key is the next one's
+    tie = np.flatnonzero(ordered[1:] == ordered[:-1])
+    if len(tie):
+        first = identity.take(pa.array(order[tie]))
+        second = identity.take(pa.array(order[tie + 1]))
+        same[tie] = pc.equal(first, second).to_numpy(zero_copy_only=False)
     if not same.any():
-        return (records.filter(pa.array(~deleted)) if deleted.any() else records), None
+        return records, (order[~deleted] if deleted.any() else order), None
     # keys with several records (a base file's and a log file's, or copies in two groups):
     # resolved per key and file group
     repeated = np.zeros(n, dtype=bool)
     repeated[:-1] |= same
     repeated[1:] |= same
-    rows = np.flatnonzero(repeated)
+    rows = np.flatnonzero(repeated)  # positions in sorted order
     starts = np.ones(len(rows), dtype=bool)
     starts[1:] = ~((rows[1:] == rows[:-1] + 1) & same[rows[:-1]])
     run_id = np.cumsum(starts)
+    at = pa.array(order[rows])
     location = pc.binary_join_element_wise(
-        records.column("partition").take(pa.array(rows)).cast(pa.string()),
-        records.column("file_id").take(pa.array(rows)).cast(pa.string()),
+        records.column("partition").take(at).cast(pa.string()),
+        records.column("file_id").take(at).cast(pa.string()),
         "/",
     )
     group_code = pc.index_in(location, value_set=pc.unique(location)).to_numpy(zero_copy_only=False)
-    instants = records.column("instant").take(pa.array(rows)).to_pylist()
+    instants = records.column("instant").take(at).to_pylist()
     instant_code = np.array([int(normalize_timestamp(t or "0")) for t in instants], dtype=np.int64)
     ranked = np.lexsort((instant_code, group_code, run_id))
     run_sorted, group_sorted = run_id[ranked], group_code[ranked]
@@ -1287,8 +1303,8 @@ def _live_per_group(records: pa.Table, by: str) -> tuple[pa.Table, pa.Table | No
     runs, counts = np.unique(live_runs, return_counts=True)
     if (counts > 1).any():
         several = np.isin(live_runs, runs[counts > 1])
-        copies = records.take(pa.array(np.sort(live[several]), pa.int64()))
-    return records.filter(pa.array(keep)), copies
+        copies = records.take(pa.array(order[np.sort(live[several])], pa.int64()))
+    return records, order[keep], copies
 
 
 def data_partition_of(name: str) -> str:

@@ -748,13 +748,19 @@ def _set(table: pa.Table, name: str, values: pa.Array) -> pa.Table:
 
 
 def write_base_file(
-    storage: Storage, partition: str, fg: str, instant_time: str, rows: pa.Table, covers_upto: str
+    storage: Storage,
+    partition: str,
+    fg: str,
+    instant_time: str,
+    rows: pa.Table,
+    covers_upto: str,
+    order: np.ndarray | None = None,
 ) -> int:
-    """One base file; a retried task finds it already written whole (creates are atomic)."""
+    """One base file (of ``rows``; with ``order``, of the rows at those positions, in that
+    order); a retried task finds it already written whole (creates are atomic)."""
     try:
-        return write_records(
-            storage, f"{partition}/{base_file_name(fg, instant_time)}", rows, covers_upto
-        )
+        path = f"{partition}/{base_file_name(fg, instant_time)}"
+        return write_records(storage, path, rows, covers_upto, order=order)
     except FileAlreadyExistsError:
         return storage.info(f"{partition}/{base_file_name(fg, instant_time)}").size
 

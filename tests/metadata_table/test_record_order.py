@@ -18,7 +18,14 @@ from metadata_table.group_records import (
     PartitionBuild,
     read_chunks,
 )
-from metadata_table.layout import RECORD_INDEX, gather, in_file_order, key_hashes, stored_hashes
+from metadata_table.layout import (
+    RECORD_INDEX,
+    Gather,
+    gather,
+    in_file_order,
+    key_hashes,
+    stored_hashes,
+)
 from metadata_table.table import split_by_group
 from metadata_table.workers import chunked
 from timeline import hashing
@@ -73,7 +80,11 @@ def test_gather_is_arrows_take(
     order = np.array(data.draw(st.lists(rows, max_size=60)), dtype=np.int64)
     assert gather(records, order).equals(records.take(pa.array(order, pa.int64())))
     if one_width and all(v.isascii() for v in values):
-        assert layout._fixed_width_take(records.column("key"), order) is not None
+        assert layout._fixed_width_rows(records.column("key").combine_chunks()) is not None
+    # taken in pieces from one Gather (a writer's row groups), the same rows
+    pieces = Gather(records)
+    taken = [pieces.take(order[at : at + 7]) for at in range(0, len(order), 7)]
+    assert pa.concat_tables([records.slice(0, 0), *taken]).equals(gather(records, order))
 
 
 def test_gather_leaves_columns_of_nulls_and_of_several_widths_to_arrow() -> None:
