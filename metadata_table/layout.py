@@ -669,7 +669,6 @@ def write_records(
     if order is not None and keyed_by_column(partition):
         keys = keys.take(pa.array(order))
     groups = _row_groups(partition, len(keys) if order is None else len(order), keys)
-    taken = None if order is None else Gather(records)
     sink = pa.BufferOutputStream()
     if keyed_by_record(partition):
         # dictionary columns written as the record schema's strings (no Arrow schema stored,
@@ -680,14 +679,17 @@ def write_records(
         if covers_upto is not None:
             records = records.replace_schema_metadata({COVERS_UPTO: covers_upto.encode()})
         schema, options = records.schema, {}
+    taken = None if order is None else (Gather(records), order)
+
+    def piece(start: int, end: int) -> pa.Table:
+        if taken is None:
+            return records.slice(start, end - start)
+        rows, positions = taken
+        return rows.take(positions[start:end])
+
     with pq.ParquetWriter(sink, schema, compression="zstd", **options) as writer:
         for start, end in groups or [(0, 0)]:  # (no records: one empty row group)
-            part = (
-                records.slice(start, end - start)
-                if order is None or taken is None
-                else taken.take(order[start:end])
-            )
-            writer.write_table(part, row_group_size=ROW_GROUP_ROWS)
+            writer.write_table(piece(start, end), row_group_size=ROW_GROUP_ROWS)
         if covers_upto is not None and keyed_by_record(partition):
             writer.add_key_value_metadata({COVERS_UPTO.decode(): covers_upto})
     data = sink.getvalue().to_pybytes()

@@ -106,9 +106,9 @@ class DataFileInfo:
     stats: dict[str, _ColumnAggregate] | None = dataclasses.field(default=None, compare=False)
     #: a log file's data and delete blocks' instants, counted or not
     block_instants: frozenset[str] = frozenset()
-    #: the file's rows (record key, :data:`ROW_INSTANT` as a dictionary, :data:`ROW_DELETED` and the columns the
-    #: caller asked for), read only for the indexes keyed by record key; of a file a writer is
-    #: committing, the rows it changed (:func:`changed_rows`)
+    #: the file's rows (record key, :data:`ROW_INSTANT` as a dictionary, :data:`ROW_DELETED` and
+    #: the columns the caller asked for), read only for the indexes keyed by record key; of a
+    #: file a writer is committing, the rows it changed (:func:`changed_rows`)
     rows: pa.Table | None = dataclasses.field(default=None, compare=False)
     #: of a file a writer is committing, the stored rows its changes superseded (updated in place
     #: or moved to another file group): a secondary index drops their old values

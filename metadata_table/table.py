@@ -758,11 +758,11 @@ def write_base_file(
 ) -> int:
     """One base file (of ``rows``; with ``order``, of the rows at those positions, in that
     order); a retried task finds it already written whole (creates are atomic)."""
+    path = f"{partition}/{base_file_name(fg, instant_time)}"
     try:
-        path = f"{partition}/{base_file_name(fg, instant_time)}"
         return write_records(storage, path, rows, covers_upto, order=order)
     except FileAlreadyExistsError:
-        return storage.info(f"{partition}/{base_file_name(fg, instant_time)}").size
+        return storage.info(path).size
 
 
 def split_by_group(
