@@ -871,7 +871,9 @@ READ_CACHE_MAX_MB: ConfigKey[int] = _key(
         "least recently used out first: a new snapshot after a commit decodes only the files "
         "written since. What a prune() and a lookup decode grows with the table: about 140 MB "
         "at 100,000 data files, 1.3 GB at 1,000,000 (past the budget, every new snapshot "
-        "decodes again). 0: keep none.",
+        "decodes again). The indexed snapshot last planned on is kept beside them for each of "
+        "up to 8 tables, so a new table object of an unchanged table plans on it. 0: keep "
+        "none, and each table object keeps its own snapshot.",
         lambda v: v >= 0,
         "must be 0 or positive",
     )
@@ -931,6 +933,15 @@ class Config:
     @property
     def storage_options(self) -> dict[str, Any]:
         return dict(self._storage)
+
+    def fingerprint(self) -> tuple[tuple[str, str], ...]:
+        """Every value set, as text: equal for two configurations that read a table alike."""
+        values = {
+            **self._values,
+            **{STORAGE_PREFIX + k: v for k, v in self._storage.items()},
+            **self.extra,
+        }
+        return tuple(sorted((k, repr(v)) for k, v in values.items()))
 
     @property
     def lock_timeout_seconds(self) -> float:

@@ -23,6 +23,7 @@ object stores; we fall back to the mtime only for files written by others).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 from collections import defaultdict
@@ -198,6 +199,14 @@ def _is_after(a: str, b: str) -> bool:
     return normalize_timestamp(a) > normalize_timestamp(b)
 
 
+@functools.lru_cache(maxsize=32)
+def _folded(names: tuple[str, ...]) -> Timeline:
+    """:func:`_fold` of one listing, kept by its names (a Timeline is immutable): a reader that
+    loads an unchanged timeline again, as every scan does to see whether the table changed,
+    folds it once."""
+    return _fold(names)
+
+
 def _fold(entries: Iterable[str]) -> Timeline:
     """Fold state files into instants in their latest state."""
     by_time: dict[str, list[Instant]] = defaultdict(list)
@@ -252,7 +261,7 @@ class ActiveTimeline:
 
     def load(self) -> Timeline:
         """A fresh snapshot of the timeline (one listing of ``.hoodie/``)."""
-        return _fold(self.storage.file_names(META_FOLDER))
+        return _folded(tuple(self.storage.file_names(META_FOLDER)))
 
     def path(self, instant: Instant, state: State | None = None) -> str:
         return f"{META_FOLDER}/{instant.file_name_for(state or instant.state)}"

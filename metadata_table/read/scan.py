@@ -46,6 +46,7 @@ import datetime as dt
 import logging
 import posixpath
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -68,7 +69,7 @@ from metadata_table.read.snapshot import IndexedSnapshot
 from metadata_table.reader import MetadataReader
 from metadata_table.table import MetadataTable
 from timeline.commit_metadata import CommitMetadata
-from timeline.config import Config
+from timeline.config import READ_CACHE_MAX_MB, Config
 from timeline.errors import (
     CorruptInstantError,
     InvalidInstantError,
@@ -105,6 +106,13 @@ def load_table(
     return IndexedTable(Table.open(path, config))
 
 
+#: the indexed snapshot kept for each table this process read last, by the table's URI and
+#: configuration, shared by its table objects (least recently used out past KEPT_TABLES)
+_kept: OrderedDict[Hashable, tuple[Hashable, IndexedSnapshot]] = OrderedDict()
+_keeping = threading.Lock()
+KEPT_TABLES = 8
+
+
 class IndexedTable:
     """A table opened for reads; each :meth:`scan` sees the timeline as it is when it is made.
 
@@ -112,23 +120,37 @@ class IndexedTable:
     the stats and keys read so far) is kept for the next scan while the table's timeline, the
     index's state file and the index's own timeline are unchanged (checked on every scan, about
     0.2 ms locally), so a warm reader plans in about a millisecond; any change starts a new one.
+    It is kept for the process, not for this object, as Delta's readers keep a table's log: a
+    new table object of the same table and configuration (a query service calling
+    :func:`load_table` per request) plans on it too. What it decoded describes the data of that
+    timeline exactly, so it answers as a snapshot read again would. With
+    ``indexer.read.cache.max.mb`` 0 nothing is kept between table objects.
     """
 
     def __init__(self, table: Table) -> None:
         self.table = table
-        self._kept: tuple[Hashable, IndexedSnapshot] | None = None
-        self._keeping = threading.Lock()
+        self._own: dict[Hashable, tuple[Hashable, IndexedSnapshot]] = {}
+        shared = table.config.get(READ_CACHE_MAX_MB) > 0
+        self._slots = _kept if shared else self._own
+        self._slot = (table.base_uri, table.config.fingerprint())
 
     def snapshot_at(self, timeline: Timeline, fresh: bool = False) -> IndexedSnapshot:
         """The indexed snapshot of ``timeline`` (the one kept, if the table has not changed
         since it was made; a new one when ``fresh``)."""
         key = self._state_key(timeline)
-        with self._keeping:
-            if not fresh and self._kept is not None and self._kept[0] == key:
-                return self._kept[1]
+        with _keeping:
+            kept = self._slots.get(self._slot)
+            if not fresh and kept is not None and kept[0] == key:
+                if self._slots is _kept:
+                    _kept.move_to_end(self._slot)
+                return kept[1]
         snapshot = IndexedSnapshot(self.table, timeline)
-        with self._keeping:
-            self._kept = (key, snapshot)
+        with _keeping:
+            self._slots[self._slot] = (key, snapshot)
+            if self._slots is _kept:
+                _kept.move_to_end(self._slot)
+                while len(_kept) > KEPT_TABLES:
+                    _kept.popitem(last=False)
         return snapshot
 
     def _state_key(self, timeline: Timeline) -> Hashable:

@@ -26,7 +26,7 @@ from metadata_table.read import rows as row_engines
 from metadata_table.read.filters import And, Compare, Expr, In, IsNull, Or, col, parse_filter
 from metadata_table.read.snapshot import IndexedSnapshot
 from timeline import Table
-from timeline.config import LOCK_URL
+from timeline.config import LOCK_URL, READ_CACHE_MAX_MB, Config
 from timeline.errors import (
     FilterSyntaxError,
     FilterTypeError,
@@ -606,3 +606,33 @@ def test_a_warm_table_keeps_its_snapshot_until_the_table_or_its_index_changes(
         got = trips.scan(expr).to_arrow()  # the stats of "when" were never read: not found
         assert sorted(got.to_pylist(), key=_order) == full_read(table, expr)
     assert "lost" in trips.scan("fare > 1").explain()
+
+
+def test_a_new_table_object_of_an_unchanged_table_plans_on_the_kept_snapshot(
+    tmp_path: Path,
+) -> None:
+    """A query service opening the table per request: a new IndexedTable of the same table and
+    configuration plans on the snapshot the one before kept while the table is unchanged, and
+    on a new one after any change; another configuration, or the read cache off, keeps its
+    own."""
+    table = make_table(tmp_path / "t")
+    client = WriteClient(table)
+    client.insert(rows(keys(0, 30)))
+    initialize(table, [FILES, COLUMN_STATS])
+    first = load_table(table.base_uri, config=table.config).scan("fare >= 10")
+    again = load_table(table.base_uri, config=table.config).scan("fare < 3")
+    assert again.snapshot is first.snapshot
+    other = Config.resolve(explicit={LOCK_URL.key: table.config.get(LOCK_URL), "hoodie.x": "1"})
+    assert load_table(table.base_uri, config=other).scan("fare < 3").snapshot is not first.snapshot
+    off = Config.resolve(
+        explicit={LOCK_URL.key: table.config.get(LOCK_URL), READ_CACHE_MAX_MB.key: 0}
+    )
+    own = load_table(table.base_uri, config=off)
+    assert own.scan("fare < 3").snapshot is not first.snapshot
+    assert own.scan("fare < 3").snapshot is own.scan("fare < 4").snapshot  # its own, kept
+    client.insert(rows(keys(30, 40)))
+    after = load_table(table.base_uri, config=table.config).scan("fare >= 35")
+    assert after.snapshot is not first.snapshot
+    assert sorted(after.to_arrow().to_pylist(), key=_order) == full_read(
+        table, parse_filter("fare >= 35")
+    )

@@ -283,3 +283,12 @@ def test_invalid_table_definitions() -> None:
         TableConfig.new("bad name", ["id"])
     with pytest.raises(TableConfigError, match="record key"):
         TableConfig.new("t", [])
+
+
+def test_an_unchanged_file_is_parsed_once_and_a_changed_one_read_anew(tmp_path: Any) -> None:
+    storage = Storage(str(tmp_path))
+    table = Table.create(str(tmp_path), "trips", ["uuid"], config=INPROCESS)
+    assert Table.open(str(tmp_path), INPROCESS).table_config is read_table_config(storage)
+    changed = table.table_config.props | {"hoodie.table.precombine.field": "ts"}
+    storage.overwrite(PROPERTIES_FILE, TableConfig(changed).to_bytes())
+    assert read_table_config(storage).precombine_field == "ts"

@@ -252,3 +252,15 @@ def test_completed_content_is_json_with_sorted_keys(tmp_path: Any) -> None:
     )
     raw = json.loads(storage.read(f".hoodie/{done.file_name}"))
     assert list(raw) == ["a", "b", COMPLETION_TIME_KEY]
+
+
+def test_an_unchanged_listing_is_folded_once(tmp_path: Any) -> None:
+    """Every scan loads the timeline to see whether the table changed: an unchanged listing
+    gives the Timeline folded before; any new state file gives a new one."""
+    timeline = ActiveTimeline(Storage(str(tmp_path)))
+    requested = timeline.create_requested(Action.COMMIT, timestamp=_t(1))
+    first = timeline.load()
+    assert ActiveTimeline(Storage(str(tmp_path))).load() is first
+    timeline.transition_to_inflight(requested)
+    moved = timeline.load()
+    assert moved is not first and moved.instants[0].state is State.INFLIGHT
