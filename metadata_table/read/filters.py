@@ -29,6 +29,7 @@ import decimal
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
@@ -59,6 +60,20 @@ class ColumnArrays:
     maximum: pa.Array
     null_count: pa.Int64Array
     value_count: pa.Int64Array
+
+    @cached_property
+    def compared_nowhere(self) -> pa.BooleanArray:
+        """Files a comparison's stats cannot judge, so keep: no record, or a missing minimum or
+        maximum beside a value that is not null (worked out once per column, not per
+        comparison)."""
+        unknown = pc.or_(pc.is_null(self.minimum), pc.is_null(self.maximum))
+        return pc.or_(pc.invert(self.present), pc.and_(self.holds_values, unknown))
+
+    @cached_property
+    def holds_values(self) -> pa.BooleanArray:
+        """Files whose column may hold a value that is not null (both counts known and every
+        value null: no comparison is true there), as in ``Compare.might_match``."""
+        return pc.invert(_only_nulls(self))
 
     def take(self, indices: pa.Array) -> ColumnArrays:
         """The entries at ``indices`` (a subset of the listing)."""
@@ -235,31 +250,33 @@ class Compare(Expr):
         raise ValueError(self.op)
 
     def mask(self, stats: ArrowStats, files: int) -> pa.BooleanArray | None:
-        return _column_mask(stats, self.column, files, self._answer)
-
-    def _answer(self, c: ColumnArrays, files: int) -> pa.BooleanArray | None:
+        """A file is kept when it has no record, or may hold a value that is not null and
+        either its minimum or maximum is missing (that proves nothing) or they allow the
+        comparison: the parts without the literal come from the column's arrays, once."""
+        if self.column not in stats:
+            return _true(files)
+        c = stats[self.column]
+        if c is None:
+            return None
         literal = _arrow_literal(c, self.value)
         if literal is None:
             return None
         if literal is True:  # Python finds them incomparable: the file is kept
-            compared: pa.BooleanArray = _true(files)
+            return pc.or_(pc.invert(c.present), c.holds_values)
+        if self.op == "=":
+            compared = pc.and_(
+                pc.less_equal(c.minimum, literal), pc.greater_equal(c.maximum, literal)
+            )
+        elif self.op == "!=":  # only a file whose every value is the literal is dropped
+            compared = pc.invert(
+                pc.and_(pc.equal(c.minimum, literal), pc.equal(c.maximum, literal))
+            )
+        elif self.op in ("<", "<="):
+            compared = _ARROW_OPS[self.op](c.minimum, literal)
         else:
-            if self.op == "=":
-                compared = pc.and_(
-                    pc.less_equal(c.minimum, literal), pc.greater_equal(c.maximum, literal)
-                )
-            elif self.op == "!=":  # only a file whose every value is the literal is dropped
-                compared = pc.invert(
-                    pc.and_(pc.equal(c.minimum, literal), pc.equal(c.maximum, literal))
-                )
-            elif self.op in ("<", "<="):
-                compared = _ARROW_OPS[self.op](c.minimum, literal)
-            else:
-                compared = _ARROW_OPS[self.op](c.maximum, literal)
-            # a missing min or max proves nothing
-            unknown = pc.or_(pc.is_null(c.minimum), pc.is_null(c.maximum))
-            compared = pc.or_(pc.fill_null(compared, True), unknown)
-        return pc.and_(pc.invert(_only_nulls(c)), compared)
+            compared = _ARROW_OPS[self.op](c.maximum, literal)
+        allowed = pc.and_(c.holds_values, pc.fill_null(compared, True))
+        return pc.or_(c.compared_nowhere, allowed)
 
 
 _EXACT = 2**53  # integers a double holds exactly

@@ -448,8 +448,9 @@ class IndexedSnapshot:
             if not arrays:
                 unused[COLUMN_STATS] = _no_stats(stats_expr)
             else:
-                indices = pa.array(selected, pa.int64())
-                arrays = {c: None if a is None else a.take(indices) for c, a in arrays.items()}
+                if len(selected) < listing.size:  # else every file is asked about: no copy
+                    indices = pa.array(selected, pa.int64())
+                    arrays = {c: None if a is None else a.take(indices) for c, a in arrays.items()}
                 mask = np.zeros(listing.size, dtype=bool)
                 mask[selected], behind = self._keep_by_file_stats(
                     stats_expr, listing, selected, arrays
