@@ -118,13 +118,14 @@ class IndexedTable:
 
     The index as decoded for one state of the table (an :class:`IndexedSnapshot`: its listing,
     the stats and keys read so far) is kept for the next scan while the table's timeline, the
-    index's state file and the index's own timeline are unchanged (checked on every scan, about
-    0.2 ms locally), so a warm reader plans in about a millisecond; any change starts a new one.
-    It is kept for the process, not for this object, as Delta's readers keep a table's log: a
-    new table object of the same table and configuration (a query service calling
-    :func:`load_table` per request) plans on it too. What it decoded describes the data of that
-    timeline exactly, so it answers as a snapshot read again would. With
-    ``indexer.read.cache.max.mb`` 0 nothing is kept between table objects.
+    index's state file, the index's own timeline and ``hoodie.properties`` are unchanged
+    (checked on every scan, about 0.2 ms locally), so a warm reader plans in about a
+    millisecond; any change starts a new one. It is kept for the process, not for this object,
+    as Delta's readers keep a table's log: a new table object of the same table and
+    configuration (a query service calling :func:`load_table` per request) plans on it too.
+    What it decoded describes the data of that timeline exactly, so it answers as a snapshot
+    read again would. With ``indexer.read.cache.max.mb`` 0 nothing is kept between table
+    objects.
     """
 
     def __init__(self, table: Table) -> None:
@@ -154,14 +155,15 @@ class IndexedTable:
         return snapshot
 
     def _state_key(self, timeline: Timeline) -> Hashable:
-        """What an indexed snapshot is made of: the data timeline, the index's state file and
-        the index's own timeline."""
+        """What an indexed snapshot is made of: the data timeline, the index's state file, the
+        index's own timeline and ``hoodie.properties`` as this table object read it (which of
+        Apache Hudi's metadata partitions are there)."""
         try:
             state = self.table.storage.read(STATE_FILE)
         except StorageFileNotFoundError:
             state = b""
         index_timeline = MetadataTable(self.table).timeline.load()
-        return (tuple(timeline), state, tuple(index_timeline))
+        return (tuple(timeline), state, tuple(index_timeline), self.table.table_config)
 
     def __repr__(self) -> str:
         return f"IndexedTable({self.table.base_uri!r})"

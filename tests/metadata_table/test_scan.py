@@ -37,6 +37,7 @@ from timeline.errors import (
 )
 from timeline.fs_view import FileSystemView
 from timeline.index_state import INDEX_FOLDER
+from timeline.table_config import PROPERTIES_FILE, TableConfig
 from writer.client import WriteClient
 
 from .test_metadata_table import keys, make_table, rows
@@ -613,8 +614,8 @@ def test_a_new_table_object_of_an_unchanged_table_plans_on_the_kept_snapshot(
 ) -> None:
     """A query service opening the table per request: a new IndexedTable of the same table and
     configuration plans on the snapshot the one before kept while the table is unchanged, and
-    on a new one after any change; another configuration, or the read cache off, keeps its
-    own."""
+    on a new one after any change (a commit, hoodie.properties); another configuration, or the
+    read cache off, keeps its own."""
     table = make_table(tmp_path / "t")
     client = WriteClient(table)
     client.insert(rows(keys(0, 30)))
@@ -630,6 +631,14 @@ def test_a_new_table_object_of_an_unchanged_table_plans_on_the_kept_snapshot(
     own = load_table(table.base_uri, config=off)
     assert own.scan("fare < 3").snapshot is not first.snapshot
     assert own.scan("fare < 3").snapshot is own.scan("fare < 4").snapshot  # its own, kept
+    changed = TableConfig(table.table_config.props | {"hoodie.table.x": "1"})
+    table.storage.overwrite(PROPERTIES_FILE, changed.to_bytes())  # hoodie.properties moved on
+    renewed = load_table(table.base_uri, config=table.config).scan("fare < 3")
+    assert renewed.snapshot is not first.snapshot
+    assert (
+        load_table(table.base_uri, config=table.config).scan("fare > 1").snapshot
+        is renewed.snapshot
+    )
     client.insert(rows(keys(30, 40)))
     after = load_table(table.base_uri, config=table.config).scan("fare >= 35")
     assert after.snapshot is not first.snapshot
