@@ -80,7 +80,7 @@ from timeline.errors import (
 )
 from timeline.fs_view import BaseFile, FileSystemView
 from timeline.index_state import STATE_FILE
-from timeline.instant import WRITE_ACTIONS, Instant, is_after, validate_timestamp
+from timeline.instant import WRITE_ACTIONS, Action, Instant, is_after, validate_timestamp
 from timeline.removals import REMOVAL_ACTIONS
 from timeline.storage import FileInfo
 from timeline.table import Table
@@ -111,16 +111,18 @@ def load_table(
 _kept: OrderedDict[Hashable, tuple[Hashable, IndexedSnapshot]] = OrderedDict()
 _keeping = threading.Lock()
 KEPT_TABLES = 8
+#: pending instants a kept snapshot does not depend on (see IndexedTable._state_key)
+_UNSEEN_PENDING = frozenset({Action.COMMIT, Action.DELTA_COMMIT})
 
 
 class IndexedTable:
     """A table opened for reads; each :meth:`scan` sees the timeline as it is when it is made.
 
     The index as decoded for one state of the table (an :class:`IndexedSnapshot`: its listing,
-    the stats and keys read so far) is kept for the next scan while the table's timeline, the
-    index's state file, the index's own timeline and ``hoodie.properties`` are unchanged
-    (checked on every scan, about 0.2 ms locally), so a warm reader plans in about a
-    millisecond; any change starts a new one. It is kept for the process, not for this object,
+    the stats and keys read so far) is kept for the next scan while the table's timeline (but
+    for writes still pending), the index's state file, the index's own timeline and
+    ``hoodie.properties`` are unchanged (checked on every scan, about 0.2 ms locally), so a
+    warm reader plans in about a millisecond; any change starts a new one. It is kept for the process, not for this object,
     as Delta's readers keep a table's log: a new table object of the same table and
     configuration (a query service calling :func:`load_table` per request) plans on it too.
     What it decoded describes the data of that timeline exactly, so it answers as a snapshot
@@ -157,13 +159,18 @@ class IndexedTable:
     def _state_key(self, timeline: Timeline) -> Hashable:
         """What an indexed snapshot is made of: the data timeline, the index's state file, the
         index's own timeline and ``hoodie.properties`` as this table object read it (which of
-        Apache Hudi's metadata partitions are there)."""
+        Apache Hudi's metadata partitions are there). A commit or deltacommit still pending is
+        left out: until it completes no reader sees its files or its index records, so a
+        writer's start (its requested and inflight files) does not make the snapshot again;
+        every other pending instant counts (a pending compaction shapes file slices, a pending
+        clean, rollback or restore is deleting files)."""
         try:
             state = self.table.storage.read(STATE_FILE)
         except StorageFileNotFoundError:
             state = b""
         index_timeline = MetadataTable(self.table).timeline.load()
-        return (tuple(timeline), state, tuple(index_timeline), self.table.table_config)
+        data = tuple(i for i in timeline if i.is_completed or i.action not in _UNSEEN_PENDING)
+        return (data, state, tuple(index_timeline), self.table.table_config)
 
     def __repr__(self) -> str:
         return f"IndexedTable({self.table.base_uri!r})"

@@ -37,6 +37,7 @@ from timeline.errors import (
 )
 from timeline.fs_view import FileSystemView
 from timeline.index_state import INDEX_FOLDER
+from timeline.instant import Action
 from timeline.table_config import PROPERTIES_FILE, TableConfig
 from writer.client import WriteClient
 
@@ -614,8 +615,8 @@ def test_a_new_table_object_of_an_unchanged_table_plans_on_the_kept_snapshot(
 ) -> None:
     """A query service opening the table per request: a new IndexedTable of the same table and
     configuration plans on the snapshot the one before kept while the table is unchanged, and
-    on a new one after any change (a commit, hoodie.properties); another configuration, or the
-    read cache off, keeps its own."""
+    on a new one after any change (a commit, hoodie.properties, a pending clean) but a write's
+    start; another configuration, or the read cache off, keeps its own."""
     table = make_table(tmp_path / "t")
     client = WriteClient(table)
     client.insert(rows(keys(0, 30)))
@@ -639,6 +640,16 @@ def test_a_new_table_object_of_an_unchanged_table_plans_on_the_kept_snapshot(
         load_table(table.base_uri, config=table.config).scan("fare > 1").snapshot
         is renewed.snapshot
     )
+    # a write that has started and not completed: no reader sees its files yet
+    started = table.timeline.transition_to_inflight(table.timeline.create_requested(Action.COMMIT))
+    kept = load_table(table.base_uri, config=table.config).scan("fare < 3").snapshot
+    assert kept is renewed.snapshot
+    table.timeline.create_requested(Action.CLEAN)  # a pending clean is deleting files
+    cleaning = load_table(table.base_uri, config=table.config).scan("fare < 3").snapshot
+    assert cleaning is not kept
+    table.timeline.complete(started)
+    done = load_table(table.base_uri, config=table.config).scan("fare < 3").snapshot
+    assert done is not cleaning
     client.insert(rows(keys(30, 40)))
     after = load_table(table.base_uri, config=table.config).scan("fare >= 35")
     assert after.snapshot is not first.snapshot
