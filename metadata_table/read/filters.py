@@ -71,8 +71,8 @@ class ColumnArrays:
 
     @cached_property
     def holds_values(self) -> pa.BooleanArray:
-        """Files whose column may hold a value that is not null (both counts known and every
-        value null: no comparison is true there), as in ``Compare.might_match``."""
+        """Files whose column may hold a value that is not null: all but those whose counts
+        say every value is null (no comparison is true there), as in ``Compare.might_match``."""
         return pc.invert(_only_nulls(self))
 
     def take(self, indices: pa.Array) -> ColumnArrays:

@@ -47,7 +47,7 @@ import logging
 import posixpath
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -106,9 +106,13 @@ def load_table(
     return IndexedTable(Table.open(path, config))
 
 
-#: the indexed snapshot kept for each table this process read last, by the table's URI and
-#: configuration, shared by its table objects (least recently used out past KEPT_TABLES)
-_kept: OrderedDict[Hashable, tuple[Hashable, IndexedSnapshot]] = OrderedDict()
+#: a table's place among the kept snapshots (its URI and configuration), and what its snapshot
+#: was made of (see IndexedTable._state_key)
+Slot = tuple[str, tuple[tuple[str, str], ...]]
+StateKey = tuple[object, ...]
+#: the indexed snapshot kept for each table this process read last, shared by its table
+#: objects (least recently used out past KEPT_TABLES)
+_kept: OrderedDict[Slot, tuple[StateKey, IndexedSnapshot]] = OrderedDict()
 _keeping = threading.Lock()
 KEPT_TABLES = 8
 #: pending instants a kept snapshot does not depend on (see IndexedTable._state_key)
@@ -122,20 +126,19 @@ class IndexedTable:
     the stats and keys read so far) is kept for the next scan while the table's timeline (but
     for writes still pending), the index's state file, the index's own timeline and
     ``hoodie.properties`` are unchanged (checked on every scan, about 0.2 ms locally), so a
-    warm reader plans in about a millisecond; any change starts a new one. It is kept for the process, not for this object,
-    as Delta's readers keep a table's log: a new table object of the same table and
-    configuration (a query service calling :func:`load_table` per request) plans on it too.
-    What it decoded describes the data of that timeline exactly, so it answers as a snapshot
-    read again would. With ``indexer.read.cache.max.mb`` 0 nothing is kept between table
-    objects.
+    warm reader plans in about a millisecond; any change starts a new one. It is kept for the
+    process, not for this object, as Delta's readers keep a table's log: a new table object of
+    the same table and configuration (a query service calling :func:`load_table` per request)
+    plans on it too. What it decoded describes the data of that timeline exactly, so it
+    answers as a snapshot read again would. With ``indexer.read.cache.max.mb`` 0 nothing is
+    kept between table objects.
     """
 
     def __init__(self, table: Table) -> None:
         self.table = table
-        self._own: dict[Hashable, tuple[Hashable, IndexedSnapshot]] = {}
         shared = table.config.get(READ_CACHE_MAX_MB) > 0
-        self._slots = _kept if shared else self._own
-        self._slot = (table.base_uri, table.config.fingerprint())
+        self._slots: dict[Slot, tuple[StateKey, IndexedSnapshot]] = _kept if shared else {}
+        self._slot: Slot = (table.base_uri, table.config.fingerprint())
 
     def snapshot_at(self, timeline: Timeline, fresh: bool = False) -> IndexedSnapshot:
         """The indexed snapshot of ``timeline`` (the one kept, if the table has not changed
@@ -156,7 +159,7 @@ class IndexedTable:
                     _kept.popitem(last=False)
         return snapshot
 
-    def _state_key(self, timeline: Timeline) -> Hashable:
+    def _state_key(self, timeline: Timeline) -> StateKey:
         """What an indexed snapshot is made of: the data timeline, the index's state file, the
         index's own timeline and ``hoodie.properties`` as this table object read it (which of
         Apache Hudi's metadata partitions are there). A commit or deltacommit still pending is
