@@ -872,8 +872,9 @@ READ_CACHE_MAX_MB: ConfigKey[int] = _key(
         "written since. What a prune() and a lookup decode grows with the table: about 140 MB "
         "at 100,000 data files, 1.3 GB at 1,000,000 (past the budget, every new snapshot "
         "decodes again). The indexed snapshot last planned on is kept beside them for each of "
-        "up to 8 tables, so a new table object of an unchanged table plans on it. 0: keep "
-        "none, and each table object keeps its own snapshot.",
+        "up to 8 tables (2,000,000 data files listed in all), so a new table object of an "
+        "unchanged table plans on it. 0: keep none, and each table object keeps its own "
+        "snapshot.",
         lambda v: v >= 0,
         "must be 0 or positive",
     )

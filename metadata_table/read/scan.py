@@ -111,10 +111,12 @@ def load_table(
 Slot = tuple[str, tuple[tuple[str, str], ...]]
 StateKey = tuple[object, ...]
 #: the indexed snapshot kept for each table this process read last, shared by its table
-#: objects (least recently used out past KEPT_TABLES)
+#: objects (least recently used out past KEPT_TABLES, or past KEPT_FILES files listed in all:
+#: a snapshot holds about 150 bytes of Arrow memory a file beside the decoded index files)
 _kept: OrderedDict[Slot, tuple[StateKey, IndexedSnapshot]] = OrderedDict()
 _keeping = threading.Lock()
 KEPT_TABLES = 8
+KEPT_FILES = 2_000_000
 #: pending instants a kept snapshot does not depend on (see IndexedTable._state_key)
 _UNSEEN_PENDING = frozenset({Action.COMMIT, Action.DELTA_COMMIT})
 
@@ -147,17 +149,26 @@ class IndexedTable:
         with _keeping:
             kept = self._slots.get(self._slot)
             if not fresh and kept is not None and kept[0] == key:
-                if self._slots is _kept:
-                    _kept.move_to_end(self._slot)
+                self._used()
                 return kept[1]
         snapshot = IndexedSnapshot(self.table, timeline)
         with _keeping:
             self._slots[self._slot] = (key, snapshot)
-            if self._slots is _kept:
-                _kept.move_to_end(self._slot)
-                while len(_kept) > KEPT_TABLES:
-                    _kept.popitem(last=False)
+            self._used()
         return snapshot
+
+    def _used(self) -> None:
+        """This table's kept snapshot made the most recently used, and the least recently used
+        ones let go past :data:`KEPT_TABLES` tables or :data:`KEPT_FILES` files listed in all
+        (the newest is always kept); under ``_keeping``."""
+        if self._slots is not _kept:
+            return
+        _kept.move_to_end(self._slot)
+        while len(_kept) > 1 and (
+            len(_kept) > KEPT_TABLES
+            or sum(held.files_held for _, held in _kept.values()) > KEPT_FILES
+        ):
+            _kept.popitem(last=False)
 
     def _state_key(self, timeline: Timeline) -> StateKey:
         """What an indexed snapshot is made of: the data timeline, the index's state file, the

@@ -884,6 +884,13 @@ class IndexedSnapshot:
         """The latest file slices of every partition and their files, once per snapshot."""
         return self._slice_listing()
 
+    @property
+    def files_held(self) -> int:
+        """How many files the listing of the whole table this snapshot holds counts (0 before
+        one is made): what its memory grows with, beside the decoded index files."""
+        listing = self.__dict__.get("_listing")
+        return 0 if listing is None else int(listing.size)
+
     def list_slices(self, partition: str) -> list[FileSlice]:
         """The latest file slices of a partition (a base file each on a copy-on-write table)."""
         return self._slice_listing([partition]).slices

@@ -23,6 +23,7 @@ from metadata_table import load_table
 from metadata_table.layout import COLUMN_STATS, FILES, PARTITION_STATS, PARTITIONS, RECORD_INDEX
 from metadata_table.maintenance import initialize
 from metadata_table.read import rows as row_engines
+from metadata_table.read import scan as scan_module
 from metadata_table.read.filters import And, Compare, Expr, In, IsNull, Or, col, parse_filter
 from metadata_table.read.snapshot import IndexedSnapshot
 from timeline import Table
@@ -656,3 +657,27 @@ def test_a_new_table_object_of_an_unchanged_table_plans_on_the_kept_snapshot(
     assert sorted(after.to_arrow().to_pylist(), key=_order) == full_read(
         table, parse_filter("fare >= 35")
     )
+
+
+def test_kept_snapshots_are_let_go_past_a_count_of_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process keeps snapshots of several tables while their listings hold at most
+    KEPT_FILES files in all, the least recently used let go first (the newest always kept)."""
+    tables = [make_table(tmp_path / name) for name in ("a", "b")]
+    for table in tables:
+        WriteClient(table).insert(rows(keys(0, 30)))
+
+    def planned(table: Table) -> IndexedSnapshot:
+        scan = load_table(table.base_uri, config=table.config).scan("fare >= 10")
+        scan.plan()
+        return scan.snapshot
+
+    first = planned(tables[0])
+    planned(tables[1])
+    assert planned(tables[0]) is first  # both kept
+    held = first.files_held
+    assert held > 0
+    monkeypatch.setattr(scan_module, "KEPT_FILES", held)
+    planned(tables[1])  # the two listings now hold more than KEPT_FILES: a's let go
+    assert planned(tables[0]) is not first
