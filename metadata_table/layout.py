@@ -205,19 +205,26 @@ def hash_order(top: np.ndarray, keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """The permutation that orders rows by (``top``, ``keys``): a stable numpy sort of the 32-bit
     hashes (the runs several tasks sorted this way merge in it at little cost), then the few
     rows that share a hash ordered by key."""
+    return hash_sorted(top, keys)[0]
+
+
+def hash_sorted(top: np.ndarray, keys: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`hash_order`, and ``top`` in that order (gathered once, for a caller that needs
+    the sorted hashes too)."""
     order = _stable_argsort32(top)
     ordered = top[order]
     tie = ordered[1:] == ordered[:-1]
     if not tie.any():
-        return order
+        return order, ordered
     tied = np.zeros(len(order), dtype=bool)
     tied[:-1] |= tie
     tied[1:] |= tie
     at = np.flatnonzero(tied)  # positions in runs of one hash: sorted by (hash, key) in place
     rows = order[at]
     work = pa.table({"h": pa.array(ordered[at]), "k": keys.take(pa.array(rows))})
+    # rows move within runs of one hash only: the sorted hashes stay as they are
     order[at] = rows[pc.sort_indices(work, [("h", "ascending"), ("k", "ascending")]).to_numpy()]
-    return order
+    return order, ordered
 
 
 def _stable_argsort32(top: np.ndarray) -> np.ndarray:

@@ -56,7 +56,7 @@ from metadata_table.layout import (
     enc,
     file_key,
     gather,
-    hash_order,
+    hash_sorted,
     key_hashes,
     memory_schema,
     partition_stats_keys,
@@ -1260,9 +1260,8 @@ def _live_per_group(records: pa.Table, by: str) -> tuple[pa.Table, np.ndarray, p
         top = records.column("key_hash").to_numpy()
     else:
         top = (key_hashes(identity) >> np.uint64(32)).astype(np.int64)
-    order = hash_order(top, identity)
+    order, ordered = hash_sorted(top, identity)
     deleted = records.column("is_deleted").to_numpy(zero_copy_only=False)[order]
-    ordered = top[order]
     same = np.zeros(n - 1, dtype=bool)  # whether each sorted row's key is the next one's
     tie = np.flatnonzero(ordered[1:] == ordered[:-1])
     if len(tie):
