@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 from indexer.hudi_format import FORMATS, HudiFormatIndexer
 from indexer.indexer import DEFAULT_TIMEOUT_SECONDS, ENGINES, AsyncIndexer, IndexerOptions
 from indexer.status_page import footprint_lines
-from metadata_table.layout import PARTITIONS
 from metadata_table.partition_writer import HudiPartitionWriter
 from timeline.cli import (
     EXIT_ERROR,
@@ -373,7 +372,7 @@ def _status(args: argparse.Namespace) -> int:
     print(f"table {status['table']}")
     for line in footprint_lines(status["storage"], status["services"]):
         print(f"  {line}")
-    width = max(map(len, [*PARTITIONS, *status["lag"]]))
+    width = max(map(len, status["lag"]), default=0)
     for partition, lag in status["lag"].items():
         print(f"  {partition:<{width}} {_lag_line(lag)}")
         if partition in status["columns"]:

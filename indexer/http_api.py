@@ -23,7 +23,7 @@ from aiohttp import web
 
 from indexer.service import IndexerService
 from indexer.status_page import render as render_page
-from metadata_table.layout import INDEX_TYPE_NAMES, expand_index_types
+from metadata_table.layout import expand_index_types
 from timeline.errors import ConfigError, UnknownPartitionError
 from timeline.http_server import BackgroundHttpServer
 from timeline.storage import normalize_base_uri
@@ -66,7 +66,7 @@ def make_app(service: IndexerService) -> web.Application:
         try:
             expand_index_types(types, columns)
         except (UnknownPartitionError, ConfigError) as e:
-            return _error(400, f"{e}; known index types: {', '.join(INDEX_TYPE_NAMES)}")
+            return _error(400, str(e))  # an unknown name's error names the known ones
         created = service.store.create(base, list(dict.fromkeys(types)), columns)
         return web.json_response(created.to_json(), status=201)
 

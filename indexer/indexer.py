@@ -36,13 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from indexer.plan import IndexPlan, PartitionPlan, is_hudi_plan
-from metadata_table.layout import (
-    FILES,
-    INDEX_TYPE_NAMES,
-    RECORD_INDEX,
-    expand_index_types,
-    is_secondary_index,
-)
+from metadata_table.layout import dropped_partitions, expand_index_types, requested_partitions
 from metadata_table.partition_writer import (
     DataFile,
     HudiPartitionWriter,
@@ -211,34 +205,12 @@ class AsyncIndexer:
         """The partitions ``index_types`` name (``secondary_index``: one per column), checked:
         known names, columns of the table, a secondary index on a column of a type it takes, and
         with ``record_index`` (a secondary index finds records through it, as in Hudi)."""
-        if not index_types:
-            raise ConfigError(
-                "--index-types", "name at least one of " + ", ".join(INDEX_TYPE_NAMES)
-            )
-        types = self._with_files(expand_index_types(dict.fromkeys(index_types), columns))
-        secondary = [t for t in types if is_secondary_index(t)]
+        state = self.table.reload_index_state()
+        with_files = bool(self.table.config.get(FILES_WITH_OTHERS))
+        types = requested_partitions(index_types, columns, state.partitions, with_files=with_files)
         self.writer.check_buildable(types, columns)
-        if secondary and RECORD_INDEX not in types:
-            state = self.table.reload_index_state()
-            if RECORD_INDEX not in state.partitions:
-                raise ConfigError(
-                    "--index-types",
-                    "a secondary index finds records through record_index, which this table "
-                    "does not have: add record_index to --index-types, or build it first",
-                )
         self.table.lock_provider  # noqa: B018 - a misconfigured lock URL fails here, before anything
         return types
-
-    def _with_files(self, types: list[str]) -> list[str]:
-        """``types`` with ``files`` first when the table has no ``files`` partition (completed or
-        being built) and ``indexer.index.files.with.others`` is on, as Hudi requires it of every
-        metadata partition: a snapshot then lists the table from the index."""
-        if FILES in types or not self.table.config.get(FILES_WITH_OTHERS):
-            return types
-        if FILES in self.table.reload_index_state().partitions:
-            return types
-        logger.info("files is built too (indexer.index.files.with.others)")
-        return [FILES, *types]
 
     def migrate(self) -> MigrationResult:
         """Move an index an earlier version built in ``.hoodie/metadata`` to its own folder (every
@@ -753,16 +725,8 @@ class AsyncIndexer:
         secondary indexes that need it. Returns the partitions dropped."""
         self.migrate()
         state = self.table.reload_index_state()
-        types = expand_index_types(index_types, existing=state.partitions)
+        types = dropped_partitions(index_types, state.partitions)
         present = [p for p in types if p in state.partitions]
-        orphans = [p for p in state.partitions if is_secondary_index(p) and p not in types]
-        if RECORD_INDEX in types and orphans:
-            raise ConfigError(
-                "--index-types",
-                f"{', '.join(orphans)} find records through {RECORD_INDEX} and would be left "
-                f"unable to answer: drop them with it (--index-types {RECORD_INDEX},"
-                f"{','.join(orphans)}), or keep {RECORD_INDEX}",
-            )
         for pending in self.pending():
             plan = self._readable_plan(pending)
             if plan is None or set(plan.names) & set(types):

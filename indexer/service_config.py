@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metadata_table.layout import INDEX_TYPE_NAMES, expand_index_types
+from metadata_table.layout import expand_index_types
 from timeline.config_file import ConfigFile, TableSpec, find_table
 from timeline.errors import ConfigError, UnknownPartitionError
 
@@ -125,13 +125,8 @@ def service_config(file: ConfigFile) -> ServiceConfig:
     for n, spec in enumerate(file.tables):
         try:
             expand_index_types(spec.index_types, spec.columns)
-        except UnknownPartitionError as e:  # its message names the known types
+        except (UnknownPartitionError, ConfigError) as e:  # an unknown name's names the known
             raise ConfigError(f"tables[{n}].index_types", str(e)) from e
-        except ConfigError as e:
-            raise ConfigError(
-                f"tables[{n}].index_types",
-                f"{e}; known index types: {', '.join(INDEX_TYPE_NAMES)}",
-            ) from e
     config = ServiceConfig(
         tables=file.tables,
         request_store=values.get("request_store") or default_store_url(),

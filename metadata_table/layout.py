@@ -45,7 +45,7 @@ column's records together so a prefix scan finds them:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
@@ -171,6 +171,45 @@ def expand_index_types(
                 )
             out.extend(found)
     return list(dict.fromkeys(out))
+
+
+def requested_partitions(
+    names: Sequence[str], columns: Sequence[str], present: Collection[str], *, with_files: bool
+) -> list[str]:
+    """The partitions a build of index types ``names`` makes, checked: at least one known name;
+    ``files`` first when ``with_files`` and the table has no ``files`` partition among
+    ``present`` (completed or being built), as Hudi requires it of every metadata partition; and
+    ``record_index`` built with or before a secondary index, which finds records through it (as
+    in Hudi)."""
+    if not names:
+        raise ConfigError("--index-types", "name at least one of " + ", ".join(INDEX_TYPE_NAMES))
+    types = expand_index_types(dict.fromkeys(names), columns)
+    if with_files and FILES not in types and FILES not in present:
+        types = [FILES, *types]
+    secondary = any(is_secondary_index(t) for t in types)
+    if secondary and RECORD_INDEX not in types and RECORD_INDEX not in present:
+        raise ConfigError(
+            "--index-types",
+            "a secondary index finds records through record_index, which this table does not "
+            "have: add record_index to --index-types, or build it first",
+        )
+    return types
+
+
+def dropped_partitions(names: Iterable[str], present: Collection[str]) -> list[str]:
+    """The partitions a drop of index types ``names`` removes (``secondary_index`` alone: every
+    one ``present``), refused when it would leave a secondary index without the
+    ``record_index`` it finds records through."""
+    types = expand_index_types(names, existing=present)
+    orphans = [p for p in present if is_secondary_index(p) and p not in types]
+    if RECORD_INDEX in types and orphans:
+        raise ConfigError(
+            "--index-types",
+            f"{', '.join(orphans)} find records through {RECORD_INDEX} and would be left "
+            f"unable to answer: drop them with it (--index-types {RECORD_INDEX},"
+            f"{','.join(orphans)}), or keep {RECORD_INDEX}",
+        )
+    return types
 
 
 def check_partition(name: str) -> str:
