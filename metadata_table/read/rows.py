@@ -226,9 +226,12 @@ def _duckdb_chunks(
         begin, end = read.window
         column = _quote(COMMIT_TIME)
         where.append(f"{column} > {_string(begin)} AND {column} <= {_string(end)}")
+    # files of several schemas (columns added over time) are read by name; binding by name
+    # reads every file's schema first, which one file does not need (0.6 of a 3.8 ms read)
+    union = "true" if len(paths) > 1 else "false"
     query = (
         f"SELECT {', '.join(_quote(name) for name in names)} FROM read_parquet({files}, "
-        "hive_partitioning = false, union_by_name = true, filename = false)"
+        f"hive_partitioning = false, union_by_name = {union}, filename = false)"
         + (" WHERE " + " AND ".join(f"({w})" for w in where) if where else "")
         + (f" LIMIT {limit}" if limit is not None and again is None else "")
     )
