@@ -269,17 +269,20 @@ def _write_group(work: _GroupWrite, item: tuple[int, Content]) -> list[WriteStat
     empty = records.delete_block([], partition, stamp)
     storage.create(f"{folder}/{log}", empty)
     stats = [_stat(file_id, f"{partition}/{log}", partition, stamp, 0, len(empty))]
-    if partition == RECORD_INDEX:  # millions of cells: laid out by Arrow
-        rows, values = _sorted_arrays(cast("list[Located]", content), work.table)
-        count = len(rows)
-        data = records.base_file_of_arrays(rows, values) if count else b""
-    else:
+    if partition == DENSE:  # its blocks are Huffman-coded: laid out cell by cell
         cells = sorted(cast("list[Cell]", content), key=lambda c: c[0])
         for (a, _), (b, _) in pairwise(cells):
             if a == b:
                 raise TableError(f"{partition} of {work.table}: two records of key {a.decode()!r}")
         count = len(cells)
-        data = records.base_file_of_cells(cells, dense=partition == DENSE) if count else b""
+        data = records.base_file_of_cells(cells, dense=True) if count else b""
+    else:  # up to millions of cells: sorted and laid out by Arrow
+        if partition == RECORD_INDEX:
+            rows, values = _sorted_arrays(cast("list[Located]", content), work.table)
+        else:
+            rows, values = _sorted_cell_arrays(cast("list[Cell]", content), partition, work.table)
+        count = len(rows)
+        data = records.base_file_of_arrays(rows, values) if count else b""
     if count:
         name = f"{file_id}_{LOG_WRITE_TOKEN}_{stamp}.hfile"
         storage.create(f"{folder}/{name}", data)
@@ -300,15 +303,38 @@ def _sorted_arrays(found: list[Located], table: str) -> tuple[pa.Array, pa.Array
     owner = np.repeat(np.arange(len(found)), [len(k) for k, _ in found])
     order = pc.sort_indices(keys).to_numpy()
     ordered = keys.take(pa.array(order))
-    if len(ordered) > 1:
-        same = pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1))
-        if pc.any(same).as_py():
-            where = int(np.flatnonzero(same.to_numpy(zero_copy_only=False))[0])
-            raise TableError(
-                f"record key {ordered[where].as_py()!r} is in two files of {table}: its "
-                "record_index cannot be built (`indexer validate` names them)"
-            )
+    where = _repeated_at(ordered)
+    if where is not None:
+        raise TableError(
+            f"record key {ordered[where].as_py()!r} is in two files of {table}: its "
+            "record_index cannot be built (`indexer validate` names them)"
+        )
     return ordered.cast(pa.large_binary()), values.take(pa.array(owner[order]))
+
+
+def _sorted_cell_arrays(cells: list[Cell], partition: str, table: str) -> tuple[pa.Array, pa.Array]:
+    """Encoded cells in key order as two Arrow binary arrays (rows, values), sorted by Arrow
+    (the two column_stats groups of 100,000 files, 1.1M cells: 3.4 s, most of it gzip, where a
+    Python sort and the HFile laid out cell by cell took 4.1 s); two cells of one key fail the
+    build."""
+    rows = pa.array([row for row, _ in cells], pa.large_binary())
+    order = pc.sort_indices(rows)
+    rows = rows.take(order)
+    where = _repeated_at(rows)
+    if where is not None:
+        key = rows[where].as_py().decode()
+        raise TableError(f"{partition} of {table}: two records of key {key!r}")
+    return rows, pa.array([value for _, value in cells], pa.large_binary()).take(order)
+
+
+def _repeated_at(ordered: pa.Array) -> int | None:
+    """The first position of sorted ``ordered`` whose value the next one repeats, or None."""
+    if len(ordered) < 2:
+        return None
+    same = pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1))
+    if not pc.any(same).as_py():
+        return None
+    return int(np.flatnonzero(same.to_numpy(zero_copy_only=False))[0])
 
 
 def _sorted_cells(found: list[Located], table: str) -> list[Cell]:

@@ -502,31 +502,31 @@ def _column_stats(footer: Any) -> Iterator[tuple[str, Any, Any, int, int, int, i
     if not row_groups:
         return
     for at, path, wrapper in _indexed_columns(footer.schema):
-        chunks = [r.column(at) for r in row_groups]
-        stats = [c.statistics for c in chunks]
-        if any(s is None or not s.has_null_count for s in stats):
-            continue
-        values = nulls = unbounded_nulls = unbounded_values = 0
+        values = nulls = size = uncompressed = 0
         bounded = []
-        for chunk, found in zip(chunks, stats, strict=True):
-            values += chunk.num_values
-            nulls += found.null_count
+        for row_group in row_groups:  # one pass a column (most files have one row group)
+            chunk = row_group.column(at)
+            found = chunk.statistics
+            if found is None or not found.has_null_count:
+                break  # a chunk without a null count: unknown
+            count, none = chunk.num_values, found.null_count
+            values += count
+            nulls += none
+            size += chunk.total_compressed_size
+            uncompressed += chunk.total_uncompressed_size
             if found.has_min_max:
                 bounded.append(found)
-            else:
-                unbounded_nulls += found.null_count
-                unbounded_values += chunk.num_values
-        if unbounded_nulls != unbounded_values:
-            continue  # a chunk with values and no bounds: unknown
-        low: Any = None
-        high: Any = None
-        if bounded:
-            found = _hudi_bounds(wrapper, bounded)
-            if found is None:
-                continue
-            low, high = found
-        size = sum(c.total_compressed_size for c in chunks)
-        yield path, low, high, values, nulls, size, sum(c.total_uncompressed_size for c in chunks)
+            elif none != count:
+                break  # a chunk with values and no bounds: unknown
+        else:
+            low: Any = None
+            high: Any = None
+            if bounded:
+                bounds = _hudi_bounds(wrapper, bounded)
+                if bounds is None:
+                    continue
+                low, high = bounds
+            yield path, low, high, values, nulls, size, uncompressed
 
 
 #: the last footer schema's columns Hudi indexes (files of a table share one schema)

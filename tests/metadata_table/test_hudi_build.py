@@ -16,7 +16,9 @@ import metadata_table.hudi_build as hudi_build
 from metadata_table.hudi_build import HudiPartitionWriter
 from timeline import Table
 from timeline.errors import TableError
+from timeline.formats import metadata_records as records
 from timeline.formats.hfile import HFileReader
+from timeline.storage import Storage
 from writer.client import WriteClient
 
 from .test_metadata_table import keys, make_table, rows
@@ -62,6 +64,34 @@ def test_a_key_in_two_files_fails_the_record_index_naming_it(tmp_path: Path) -> 
     assert upto is not None
     with pytest.raises(TableError, match="k0007"):
         HudiPartitionWriter(table).build(["record_index"], upto.timestamp)
+
+
+def _group_write(tmp_path: Path, partition: str, cells: list[tuple[bytes, bytes]]) -> bytes:
+    """The base HFile :func:`hudi_build._write_group` writes of one file group's ``cells``."""
+    storage = Storage(str(tmp_path / partition))
+    work = hudi_build._GroupWrite(storage, partition, "20261202000000000004", "t")
+    stats = hudi_build._write_group(work, (0, list(cells)))
+    base = next(s.path for s in stats if s.path.endswith(".hfile"))
+    return storage.read(f".hoodie/metadata/{base}")
+
+
+@pytest.mark.parametrize("partition", ["column_stats", "bloom_filters"])
+def test_a_group_is_written_in_key_order_as_the_loop_writes_it(
+    tmp_path: Path, partition: str
+) -> None:
+    # rows compared as unsigned bytes, as HBase compares them: "\xc3" sorts after "z"
+    cells = [(k.encode(), f"v{n}".encode()) for n, k in enumerate(["b", "é", "a", "z", "ab"])]
+    data = _group_write(tmp_path, partition, cells)
+    assert list(HFileReader(data)) == sorted(cells)
+    dense = partition == "bloom_filters"
+    assert data == records.base_file_of_cells(sorted(cells), dense=dense)
+
+
+@pytest.mark.parametrize("partition", ["column_stats", "bloom_filters"])
+def test_two_cells_of_one_key_fail_the_group_naming_it(tmp_path: Path, partition: str) -> None:
+    cells = [(b"k1", b"x"), (b"k2", b"y"), (b"k1", b"z")]
+    with pytest.raises(TableError, match=f"{partition} of t: two records of key 'k1'"):
+        _group_write(tmp_path, partition, cells)
 
 
 def test_hudis_file_group_counts(tmp_path: Path) -> None:

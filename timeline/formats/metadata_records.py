@@ -220,8 +220,10 @@ _STATS_TAIL = b"\x00"
 _BYTES = [bytes((n,)) for n in range(0x80)]
 
 
+@lru_cache(maxsize=65_536)
 def _zigzag(n: int) -> bytes:
-    """An Avro int or long: zig-zag, then base-128 varint."""
+    """An Avro int or long: zig-zag, then base-128 varint (kept for the counts, sizes and
+    lengths a build's column-stats records repeat)."""
     n = (n << 1) ^ (n >> 63)
     if n < 0x80:
         return _BYTES[n]
@@ -293,7 +295,10 @@ def _optional_long(value: int | None) -> bytes:
     return b"\x00" if value is None else b"\x02" + _zigzag(value)
 
 
+@lru_cache(maxsize=4_096)
 def _optional_text(value: str | None) -> bytes:
+    """An optional string as Avro writes it, kept: a build puts a file's name in a record for
+    each of its columns, and a column's name in every file's."""
     return b"\x00" if value is None else b"\x02" + _text_bytes(value)
 
 
