@@ -562,7 +562,7 @@ class HudiPartitionWriter:
         :data:`_PROCESS_MIN_FILES` files, or a record index of :data:`_PROCESS_MIN_KEYS` keys),
         gathered here; then each partition's groups written, a record index of millions of
         keys on worker processes (sorting, encoding and writing a group's cells is Python's
-        work, one group per core)."""
+        work, one group per core), the others on threads."""
         count = workers_for(len(files), workers)[0]
         processes = count > 1 and (len(files) >= _PROCESS_MIN_FILES or keys >= _PROCESS_MIN_KEYS)
         chunks = chunked(files, count, _CHUNK_FILES)
@@ -579,8 +579,11 @@ class HudiPartitionWriter:
         stats: list[WriteStat] = []
         for partition in list(contents):
             items = list(enumerate(contents.pop(partition)))  # the items hold the contents now
+            # a record index of millions of keys on processes; other groups on threads, whose
+            # gzip runs outside the GIL (the two column_stats groups of 100,000 files: 2.4 s
+            # of gzip one after the other)
             many = partition == RECORD_INDEX and keys >= _PROCESS_MIN_KEYS
-            count = workers_for(len(items), workers)[0] if many else 1
+            count = workers_for(len(items), workers)[0]
             write = self._group_write(partition, work.stamp)
             for written in map_chunks(_write_group, write, items, count, many and count > 1):
                 stats.extend(written)
