@@ -137,6 +137,7 @@ def test_our_writer_and_hudis_share_one_lock_and_lose_no_update(
     hudi.write(hudi_table, "insert", make_rows(range(12), ts=0, parts=2))
     table = Table.open(hudi_table.path, MAINTAIN)
     written: list[tuple[str, int, list[int]]] = []  # (instant, ts, keys) of acknowledged writes
+    theirs: list[tuple[list[str], int, list[int]]] = []  # (commits completed meanwhile, ts, keys)
     conflicts = {"ours": 0, "hudi": 0}
     stop = time.monotonic() + 60
     errors: list[BaseException] = []
@@ -170,14 +171,19 @@ def test_our_writer_and_hudis_share_one_lock_and_lose_no_update(
                 raise
             conflicts["hudi"] += 1
             continue
-        (instant,) = [
+        # the commits completed during Hudi's write: its own, and any of ours that landed then
+        landed = [
             i["timestamp"]
             for i in result["instants"]
             if i["action"] == "commit" and i["state"] == "COMPLETED"
         ]
-        written.append((instant, 2_000_000 + m, keys))
+        theirs.append((landed, 2_000_000 + m, keys))
     thread.join()
     assert not errors, errors
+    ours_done = {instant for instant, _, _ in written}
+    for landed, ts, keys in theirs:
+        (instant,) = [t for t in landed if t not in ours_done]
+        written.append((instant, ts, keys))
     assert conflicts["hudi"] > 0, conflicts  # our commits landed inside Hudi's writes
 
     # and a commit of Hudi's landing inside one of ours is a conflict on our side (ours are
