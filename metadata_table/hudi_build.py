@@ -41,7 +41,6 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from itertools import pairwise
 from typing import Any, cast
 
 import numpy as np
@@ -269,20 +268,18 @@ def _write_group(work: _GroupWrite, item: tuple[int, Content]) -> list[WriteStat
     empty = records.delete_block([], partition, stamp)
     storage.create(f"{folder}/{log}", empty)
     stats = [_stat(file_id, f"{partition}/{log}", partition, stamp, 0, len(empty))]
-    if partition == DENSE:  # its blocks are Huffman-coded: laid out cell by cell
-        cells = sorted(cast("list[Cell]", content), key=lambda c: c[0])
-        for (a, _), (b, _) in pairwise(cells):
-            if a == b:
-                raise TableError(f"{partition} of {work.table}: two records of key {a.decode()!r}")
-        count = len(cells)
-        data = records.base_file_of_cells(cells, dense=True) if count else b""
-    else:  # up to millions of cells: sorted and laid out by Arrow
-        if partition == RECORD_INDEX:
-            rows, values = _sorted_arrays(cast("list[Located]", content), work.table)
-        else:
-            rows, values = _sorted_cell_arrays(cast("list[Cell]", content), partition, work.table)
-        count = len(rows)
-        data = records.base_file_of_arrays(rows, values) if count else b""
+    if partition == RECORD_INDEX:
+        rows, values = _sorted_arrays(cast("list[Located]", content), work.table)
+    else:
+        rows, values = _sorted_cell_arrays(cast("list[Cell]", content), partition, work.table)
+    count = len(rows)
+    if not count:
+        data = b""
+    elif partition == DENSE:  # its blocks are Huffman-coded: laid out cell by cell
+        cells = list(zip(rows.to_pylist(), values.to_pylist(), strict=True))
+        data = records.base_file_of_cells(cells, dense=True)
+    else:  # up to millions of cells: laid out by Arrow
+        data = records.base_file_of_arrays(rows, values)
     if count:
         name = f"{file_id}_{LOG_WRITE_TOKEN}_{stamp}.hfile"
         storage.create(f"{folder}/{name}", data)

@@ -227,7 +227,8 @@ def _duckdb_chunks(
         column = _quote(COMMIT_TIME)
         where.append(f"{column} > {_string(begin)} AND {column} <= {_string(end)}")
     # files of several schemas (columns added over time) are read by name; binding by name
-    # reads every file's schema first, which one file does not need (0.6 of a 3.8 ms read)
+    # reads every file's schema first, which one file does not need (0.3 to 0.6 ms of a 3 to
+    # 3.8 ms read of a 0.4 MB file)
     union = "true" if len(paths) > 1 else "false"
     query = (
         f"SELECT {', '.join(_quote(name) for name in names)} FROM read_parquet({files}, "
