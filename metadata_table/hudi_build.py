@@ -453,8 +453,8 @@ class HudiPartitionWriter:
 
     def source_files(self, upto: str) -> list[SourceFile]:
         """The committed base files up to ``upto``, each marked latest of its group or not: from
-        a listing of the data folders by name alone (a build reads no size from it: 0.3 s
-        against 1.9 with a stat a file at 100,000 local files)."""
+        a listing of the data folders by name alone (:func:`data_file_paths`: no stat a file;
+        a build reads no size from the listing, each footer gives its own)."""
         listing = functools.partial(data_file_paths, self.table.storage)
         timeline = self.table.timeline.load()
         view = FileSystemView(self.table.timeline, timeline, as_of=upto, listing=listing)
