@@ -463,15 +463,15 @@ def hudi_column_stats(footer: Any, partition_path: str, name: str) -> Iterator[d
     whose statistics a writer left out, has no record: Hudi's reader keeps the file for every
     filter on it. A column of nulls only has null bounds and its null count, as Hudi writes."""
     file_id = records.file_id(name)
-    for column, low, high, values, nulls, size, uncompressed in _column_stats(footer):
+    for column, wrapper, low, high, values, nulls, size, uncompressed in _column_stats(footer):
         yield {
             "key": records.column_stats_prefix(column, partition_path) + file_id,
             "type": records.RecordType.COLUMN_STATS,
             "ColumnStatsMetadata": {
                 "fileName": name,
                 "columnName": column,
-                "minValue": low,
-                "maxValue": high,
+                "minValue": None if low is None else records.wrap(wrapper, low),
+                "maxValue": None if high is None else records.wrap(wrapper, high),
                 "valueCount": values,
                 "nullCount": nulls,
                 "totalSize": size,
@@ -485,25 +485,41 @@ def hudi_column_stats_cells(
     footer: Any, partition_path: str, name: str
 ) -> Iterator[tuple[str, bytes]]:
     """(key, encoded record) of each of :func:`hudi_column_stats`'s records, made without the
-    records (a build makes one for every column of every data file)."""
+    records (a build makes one for every column of every data file): the bounds encoded from
+    their values (:func:`~timeline.formats.metadata_records.bound_encoder`)."""
     file_id = records.file_id(name)
-    for column, low, high, values, nulls, size, uncompressed in _column_stats(footer):
-        key = records.column_stats_prefix(column, partition_path) + file_id
-        value = records.column_stats_value(
-            name, column, low, high, values, nulls, size, uncompressed
+    for column, wrapper, low, high, values, nulls, size, uncompressed in _column_stats(footer):
+        encode = records.bound_encoder(wrapper)
+        yield (
+            records.column_stats_prefix(column, partition_path) + file_id,
+            records.column_stats_bytes(
+                name,
+                column,
+                _NULL_BOUND if low is None else encode(low),
+                _NULL_BOUND if high is None else encode(high),
+                values,
+                nulls,
+                size,
+                uncompressed,
+            ),
         )
-        yield key, value
 
 
-def _column_stats(footer: Any) -> Iterator[tuple[str, Any, Any, int, int, int, int]]:
-    """(column, min, max, values, nulls, size, uncompressed size) of the columns
-    :func:`hudi_column_stats` keeps."""
+#: a null min or max, encoded
+_NULL_BOUND = b"\x00"
+
+
+def _column_stats(footer: Any) -> Iterator[tuple[str, str, Any, Any, int, int, int, int]]:
+    """(column, wrapper, min, max, values, nulls, size, uncompressed size) of the columns
+    :func:`hudi_column_stats` keeps, the bounds Hudi's values in ``wrapper`` (None: a column
+    of nulls)."""
     row_groups = [footer.row_group(i) for i in range(footer.num_row_groups)]
     if not row_groups:
         return
     for at, path, wrapper in _indexed_columns(footer.schema):
         values = nulls = size = uncompressed = 0
-        bounded = []
+        low: Any = None
+        high: Any = None
         for row_group in row_groups:  # one pass a column (most files have one row group)
             chunk = row_group.column(at)
             found = chunk.statistics
@@ -515,18 +531,23 @@ def _column_stats(footer: Any) -> Iterator[tuple[str, Any, Any, int, int, int, i
             size += chunk.total_compressed_size
             uncompressed += chunk.total_uncompressed_size
             if found.has_min_max:
-                bounded.append(found)
+                # a decimal's raw statistic is its unscaled bytes: pyarrow's Decimal instead
+                if wrapper == "DecimalWrapper":
+                    first, last = found.min, found.max
+                else:
+                    first, last = found.min_raw, found.max_raw
+                # min() and max() of the chunks' bounds, as they would take them
+                low = first if low is None or first < low else low
+                high = last if high is None or last > high else high
             elif none != count:
                 break  # a chunk with values and no bounds: unknown
         else:
-            low: Any = None
-            high: Any = None
-            if bounded:
-                bounds = _hudi_bounds(wrapper, bounded)
+            if low is not None:
+                bounds = _hudi_bounds(wrapper, low, high)
                 if bounds is None:
                     continue
                 low, high = bounds
-            yield path, low, high, values, nulls, size, uncompressed
+            yield path, wrapper, low, high, values, nulls, size, uncompressed
 
 
 #: the last footer schema's columns Hudi indexes (files of a table share one schema)
@@ -590,31 +611,28 @@ def _wrapper_of(column: Any) -> str | None:
     return _HUDI_TYPES.get((physical, logical))
 
 
-def _hudi_bounds(wrapper: str, stats: list[Any]) -> tuple[Any, Any] | None:
-    """The (min, max) of a column's chunks' statistics in ``wrapper`` as Hudi wraps them, or
-    None when Hudi's value is not made exactly here."""
+def _hudi_bounds(wrapper: str, low: Any, high: Any) -> tuple[Any, Any] | None:
+    """A column's (min, max) over its chunks (raw statistics; a decimal's as pyarrow's
+    Decimal) as the values Hudi puts in ``wrapper``, or None when Hudi's value is not made
+    exactly here."""
     if wrapper == "DecimalWrapper":
         # Hudi sets the scale to 15 and refuses more than 30 digits (its build then fails; the
         # column is left out here)
         quantum = decimal.Decimal(1).scaleb(-records.DECIMAL_SCALE)
         with decimal.localcontext(prec=2 * records.DECIMAL_PRECISION):
-            low = min(s.min for s in stats).quantize(quantum)
-            high = max(s.max for s in stats).quantize(quantum)
+            low, high = low.quantize(quantum), high.quantize(quantum)
         if max(len(low.as_tuple().digits), len(high.as_tuple().digits)) > records.DECIMAL_PRECISION:
             return None
-        return records.wrap(wrapper, low), records.wrap(wrapper, high)
-    low_value = min(s.min_raw for s in stats)
-    high_value = max(s.max_raw for s in stats)
-    if wrapper in ("DoubleWrapper", "FloatWrapper"):
-        if math.isnan(low_value) or math.isnan(high_value):
+    elif wrapper in ("DoubleWrapper", "FloatWrapper"):
+        if math.isnan(low) or math.isnan(high):
             return None
         # a zero bound is -0.0 as a minimum and +0.0 as a maximum, as Parquet's writers store
         # it (the footer reader gives 0.0 either way)
-        low_value = -0.0 if low_value == 0 else low_value
-        high_value = 0.0 if high_value == 0 else high_value
+        low = -0.0 if low == 0 else low
+        high = 0.0 if high == 0 else high
     elif wrapper == "StringWrapper":
-        low_value, high_value = _text(low_value), _text(high_value)
-    return records.wrap(wrapper, low_value), records.wrap(wrapper, high_value)
+        low, high = _text(low), _text(high)
+    return low, high
 
 
 def _text(value: Any) -> str:

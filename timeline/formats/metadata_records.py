@@ -291,6 +291,15 @@ def _bound(wrapped: Any) -> bytes:
     return branch + encoder(record["value"])
 
 
+@cache
+def bound_encoder(wrapper: str) -> Callable[[Any], bytes]:
+    """The encoder of a column-stats min or max in ``wrapper`` (``IntWrapper``, ...) from the
+    value alone: what :func:`column_stats_value` makes of :func:`wrap`'s pair, without it (a
+    build encodes two bounds for every column of every data file)."""
+    branch, encoder = _bound_branches()[f"{_NAMESPACE}.{wrapper}"]
+    return lambda value: branch + encoder(value)
+
+
 def _optional_long(value: int | None) -> bytes:
     return b"\x00" if value is None else b"\x02" + _zigzag(value)
 
@@ -329,13 +338,31 @@ def column_stats_value(
 ) -> bytes:
     """:func:`encode` of a column-stats record of these fields (bounds wrapped by
     :func:`wrap`), without the record."""
+    return column_stats_bytes(
+        file_name, column, _bound(low), _bound(high), values, nulls, size, uncompressed, deleted
+    )
+
+
+def column_stats_bytes(
+    file_name: str | None,
+    column: str | None,
+    low: bytes,
+    high: bytes,
+    values: int | None,
+    nulls: int | None,
+    size: int | None,
+    uncompressed: int | None,
+    deleted: bool = False,
+) -> bytes:
+    """:func:`column_stats_value` of bounds already encoded (:func:`bound_encoder`; a null
+    bound is ``b"\\x00"``)."""
     return b"".join(
         (
             _STATS_HEAD,
             _optional_text(file_name),
             _optional_text(column),
-            _bound(low),
-            _bound(high),
+            low,
+            high,
             _optional_long(values),
             _optional_long(nulls),
             _optional_long(size),
