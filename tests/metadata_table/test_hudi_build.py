@@ -67,10 +67,12 @@ def test_a_key_in_two_files_fails_the_record_index_naming_it(tmp_path: Path) -> 
 
 
 def _group_write(tmp_path: Path, partition: str, cells: list[tuple[bytes, bytes]]) -> bytes:
-    """The base HFile :func:`hudi_build._write_group` writes of one file group's ``cells``."""
+    """The base HFile :func:`hudi_build._write_group` writes of one file group's ``cells``
+    (given as two pieces: two chunks of data files read)."""
     storage = Storage(str(tmp_path / partition))
     work = hudi_build._GroupWrite(storage, partition, "20261202000000000004", "t")
-    stats = hudi_build._write_group(work, (0, list(cells)))
+    pieces = [hudi_build._as_cells(cells[:2]), hudi_build._as_cells(cells[2:])]
+    stats = hudi_build._write_group(work, (0, pieces))
     base = next(s.path for s in stats if s.path.endswith(".hfile"))
     return storage.read(f".hoodie/metadata/{base}")
 
