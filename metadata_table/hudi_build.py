@@ -36,7 +36,6 @@ merge-on-read file slice whose log files are not indexed is kept by Hudi's data 
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import math
@@ -62,7 +61,7 @@ from metadata_table.hudi_table import (
 )
 from metadata_table.records import RECORD_KEY, ROW_DELETED, info_of, read_record_keys, virtual_keys
 from metadata_table.validate import PartitionReport, data_files_by_partition, hudi_files_report
-from metadata_table.workers import chunked, map_chunks, workers_for
+from metadata_table.workers import chunked, map_chunks, start_processes, workers_for
 from timeline.commit_metadata import NULL_COMMIT, CommitMetadata, WriteStat
 from timeline.config import (
     BLOOM_FILTER_FILE_GROUPS,
@@ -478,13 +477,18 @@ class HudiPartitionWriter:
         estimated = expected // max(per_group, 1)
         return max(1, min(most, max(fewest, estimated)))
 
-    def source_files(self, upto: str) -> list[SourceFile]:
+    def source_files(
+        self, upto: str, listed: Callable[[int], None] | None = None
+    ) -> list[SourceFile]:
         """The committed base files up to ``upto``, each marked latest of its group or not: from
         a listing of the data folders by name alone (:func:`data_file_paths`: no stat a file;
-        a build reads no size from the listing, each footer gives its own)."""
-        listing = functools.partial(data_file_paths, self.table.storage)
+        a build reads no size from the listing, each footer gives its own). ``listed`` is told
+        the listing's count of files before the base files are worked out of it."""
+        paths = data_file_paths(self.table.storage)
+        if listed is not None:
+            listed(paths.num_rows)
         timeline = self.table.timeline.load()
-        view = FileSystemView(self.table.timeline, timeline, as_of=upto, listing=listing)
+        view = FileSystemView(self.table.timeline, timeline, as_of=upto, listing=lambda: paths)
         latest = {(b.partition_path, b.file_name) for b in view.latest_base_files()}
         return [
             SourceFile(partition, name, instant, (partition, name) in latest)
@@ -548,7 +552,14 @@ class HudiPartitionWriter:
         if FILES in partitions:
             self.create_metadata_table()
         reads = any(p in FROM_DATA_FILES for p in partitions)
-        files = self.source_files(upto) if reads else []
+
+        def listed(count: int) -> None:
+            # enough files for worker processes: their fork server starts on another core
+            # while the base files are worked out of the listing (it takes a second)
+            if count >= _PROCESS_MIN_FILES and workers_for(count, workers)[0] > 1:
+                start_processes(__name__)
+
+        files = self.source_files(upto, listed) if reads else []
         keys = 0
         if RECORD_INDEX in partitions:
             keys = sum(
