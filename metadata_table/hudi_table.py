@@ -33,10 +33,10 @@ import math
 import re
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property, partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from timeline.archiver import (
     ArchivalPolicy,
@@ -463,13 +463,14 @@ def hudi_column_stats(footer: Any, partition_path: str, name: str) -> Iterator[d
     whose statistics a writer left out, has no record: Hudi's reader keeps the file for every
     filter on it. A column of nulls only has null bounds and its null count, as Hudi writes."""
     file_id = records.file_id(name)
-    for column, wrapper, low, high, values, nulls, size, uncompressed in _column_stats(footer):
+    for column, low, high, values, nulls, size, uncompressed in _column_stats(footer):
+        wrapper = column.wrapper
         yield {
-            "key": records.column_stats_prefix(column, partition_path) + file_id,
+            "key": records.column_stats_prefix(column.path, partition_path) + file_id,
             "type": records.RecordType.COLUMN_STATS,
             "ColumnStatsMetadata": {
                 "fileName": name,
-                "columnName": column,
+                "columnName": column.path,
                 "minValue": None if low is None else records.wrap(wrapper, low),
                 "maxValue": None if high is None else records.wrap(wrapper, high),
                 "valueCount": values,
@@ -485,22 +486,15 @@ def hudi_column_stats_cells(
     footer: Any, partition_path: str, name: str
 ) -> Iterator[tuple[str, bytes]]:
     """(key, encoded record) of each of :func:`hudi_column_stats`'s records, made without the
-    records (a build makes one for every column of every data file): the bounds encoded from
-    their values (:func:`~timeline.formats.metadata_records.bound_encoder`)."""
+    records (a build makes one for every column of every data file): each bound encoded from
+    its value (:func:`~timeline.formats.metadata_records.bound_encoder`), a string's from its
+    UTF-8 bytes as the footer holds them."""
     file_id = records.file_id(name)
-    for column, wrapper, low, high, values, nulls, size, uncompressed in _column_stats(footer):
-        encode = records.bound_encoder(wrapper)
+    for column, low, high, values, nulls, size, uncompressed in _column_stats(footer, True):
         yield (
-            records.column_stats_prefix(column, partition_path) + file_id,
+            records.column_stats_prefix(column.path, partition_path) + file_id,
             records.column_stats_bytes(
-                name,
-                column,
-                _NULL_BOUND if low is None else encode(low),
-                _NULL_BOUND if high is None else encode(high),
-                values,
-                nulls,
-                size,
-                uncompressed,
+                name, column.path, low, high, values, nulls, size, uncompressed
             ),
         )
 
@@ -509,14 +503,27 @@ def hudi_column_stats_cells(
 _NULL_BOUND = b"\x00"
 
 
-def _column_stats(footer: Any) -> Iterator[tuple[str, str, Any, Any, int, int, int, int]]:
-    """(column, wrapper, min, max, values, nulls, size, uncompressed size) of the columns
-    :func:`hudi_column_stats` keeps, the bounds Hudi's values in ``wrapper`` (None: a column
-    of nulls)."""
+class _Indexed(NamedTuple):
+    """A footer column Hudi's column stats take."""
+
+    at: int  # its index in the footer's schema
+    path: str
+    wrapper: str
+    encode: Callable[[Any], bytes]  # a bound in ``wrapper``, encoded
+
+
+def _column_stats(
+    footer: Any, encoded: bool = False
+) -> Iterator[tuple[_Indexed, Any, Any, int, int, int, int]]:
+    """(column, min, max, values, nulls, size, uncompressed size) of the columns
+    :func:`hudi_column_stats` keeps, the bounds Hudi's values in ``column.wrapper`` (None: a
+    column of nulls), or with ``encoded`` those values encoded (a null bound ``b"\\x00"``)."""
+    columns = _indexed_columns(footer.schema)
     row_groups = [footer.row_group(i) for i in range(footer.num_row_groups)]
     if not row_groups:
         return
-    for at, path, wrapper in _indexed_columns(footer.schema):
+    for column in columns:
+        at, wrapper = column.at, column.wrapper
         values = nulls = size = uncompressed = 0
         low: Any = None
         high: Any = None
@@ -542,22 +549,32 @@ def _column_stats(footer: Any) -> Iterator[tuple[str, str, Any, Any, int, int, i
             elif none != count:
                 break  # a chunk with values and no bounds: unknown
         else:
-            if low is not None:
+            if low is None:
+                if encoded:
+                    low = high = _NULL_BOUND
+            elif encoded and wrapper == "StringWrapper":
+                # the UTF-8 bytes Hudi's string encodes to, checked as text (bytes that are not
+                # UTF-8 fail as they did decoded)
+                low.decode(), high.decode()
+                low, high = column.encode(low), column.encode(high)
+            else:
                 bounds = _hudi_bounds(wrapper, low, high)
                 if bounds is None:
                     continue
                 low, high = bounds
-            yield path, wrapper, low, high, values, nulls, size, uncompressed
+                if encoded:
+                    low, high = column.encode(low), column.encode(high)
+            yield column, low, high, values, nulls, size, uncompressed
 
 
 #: the last footer schema's columns Hudi indexes (files of a table share one schema)
-_LAST_COLUMNS: list[tuple[Any, list[tuple[int, str, str]]]] = []
+_LAST_COLUMNS: list[tuple[Any, list[_Indexed]]] = []
 
 
-def _indexed_columns(schema: Any) -> list[tuple[int, str, str]]:
-    """(index, name, wrapper) of a footer schema's columns Hudi's column stats take: top-level
-    (Hudi leaves nested ones out), of a type whose bounds are made exactly here
-    (:func:`_wrapper_of`). The last schema's answer is kept."""
+def _indexed_columns(schema: Any) -> list[_Indexed]:
+    """The columns of a footer schema Hudi's column stats take: top-level (Hudi leaves nested
+    ones out), of a type whose bounds are made exactly here (:func:`_wrapper_of`). The last
+    schema's answer is kept."""
     last = _LAST_COLUMNS[:1]
     if last and last[0][0].equals(schema):
         return last[0][1]
@@ -566,7 +583,9 @@ def _indexed_columns(schema: Any) -> list[tuple[int, str, str]]:
         column = schema.column(at)
         wrapper = _wrapper_of(column)
         if "." not in column.path and wrapper is not None:
-            found.append((at, column.path, wrapper))
+            # a string's bound encoded from the footer's UTF-8 bytes, not decoded and encoded
+            encode = records.bound_encoder(wrapper, from_utf8=wrapper == "StringWrapper")
+            found.append(_Indexed(at, column.path, wrapper, encode))
     _LAST_COLUMNS[:] = [(schema, found)]
     return found
 

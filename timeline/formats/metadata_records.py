@@ -105,8 +105,10 @@ def column_stats_key(column: str, partition_path: str, file_name: str) -> str:
     return column_stats_prefix(column, partition_path) + file_id(file_name)
 
 
+@lru_cache(maxsize=65_536)
 def column_stats_prefix(column: str, partition_path: str | None = None) -> str:
-    """The key prefix of a column's records (in one data partition, or in all)."""
+    """The key prefix of a column's records (in one data partition, or in all; kept: a build
+    asks for every column of every data file)."""
     prefix = _hash_id(column)
     if partition_path is not None:
         prefix += _hash_id(partition_identifier(partition_path))
@@ -214,6 +216,8 @@ _STATS_FIELDS = frozenset(
 _STATS_HEAD = b"\x00\x00\x00\x00\x00\x00\x06\x00\x00\x02"
 #: ... and after it: no record-index entry
 _STATS_TAIL = b"\x00"
+#: the end of a column-stats value: isDeleted, then the tail
+_LIVE_TAIL, _DELETED_TAIL = b"\x00" + _STATS_TAIL, b"\x01" + _STATS_TAIL
 
 
 #: the one-byte varints
@@ -292,15 +296,23 @@ def _bound(wrapped: Any) -> bytes:
 
 
 @cache
-def bound_encoder(wrapper: str) -> Callable[[Any], bytes]:
+def bound_encoder(wrapper: str, from_utf8: bool = False) -> Callable[[Any], bytes]:
     """The encoder of a column-stats min or max in ``wrapper`` (``IntWrapper``, ...) from the
     value alone: what :func:`column_stats_value` makes of :func:`wrap`'s pair, without it (a
-    build encodes two bounds for every column of every data file)."""
+    build encodes two bounds for every column of every data file). ``from_utf8``: a
+    ``StringWrapper``'s value given as its UTF-8 bytes."""
     branch, encoder = _bound_branches()[f"{_NAMESPACE}.{wrapper}"]
+    if from_utf8:
+        if wrapper != "StringWrapper":
+            raise ValueError(f"{wrapper} does not hold text")
+        encoder = _VALUE_ENCODERS["BytesWrapper"]
     return lambda value: branch + encoder(value)
 
 
+@lru_cache(maxsize=65_536)
 def _optional_long(value: int | None) -> bytes:
+    """An optional long as Avro writes it, kept: a build's records repeat their counts and
+    sizes."""
     return b"\x00" if value is None else b"\x02" + _zigzag(value)
 
 
@@ -367,8 +379,7 @@ def column_stats_bytes(
             _optional_long(nulls),
             _optional_long(size),
             _optional_long(uncompressed),
-            b"\x01" if deleted else b"\x00",
-            _STATS_TAIL,
+            _DELETED_TAIL if deleted else _LIVE_TAIL,
         )
     )
 
