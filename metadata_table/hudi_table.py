@@ -509,7 +509,7 @@ class _Indexed(NamedTuple):
     at: int  # its index in the footer's schema
     path: str
     wrapper: str
-    encode: Callable[[Any], bytes]  # a bound in ``wrapper``, encoded
+    encode: Callable[[Any], bytes]  # a bound in ``wrapper``, encoded (a string's from its UTF-8)
 
 
 def _column_stats(
