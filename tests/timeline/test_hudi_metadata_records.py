@@ -421,4 +421,35 @@ def test_file_group_indexes_of_many_keys_equal_javas_hash_of_each() -> None:
         assert file_group_indexes(pa.array(keys[:-2]), count).tolist() == expected[:-2]
         assert file_group_indexes(pa.chunked_array([keys]), count).tolist() == expected
         assert file_group_indexes(pa.array(keys).slice(7, 50), count).tolist() == expected[7:57]
+        # a slice to the end of keys whose bytes end where their buffer ends (read past it)
+        tail = _exact(keys[:-2]).slice(4000)  # ASCII, so hashed with numpy
+        assert file_group_indexes(tail, count).tolist() == expected[4000:-2]
     assert file_group_index("polygenelubricants", 10) == abs(-(2**31)) % 10  # Integer.MIN_VALUE
+
+
+def _exact(keys: list[str]) -> Any:
+    """``keys`` as an Arrow string array whose data buffer holds their bytes and no more."""
+    import numpy as np
+    import pyarrow as pa
+
+    data = [k.encode() for k in keys]
+    offsets = np.concatenate([[0], np.cumsum([len(d) for d in data])]).astype(np.int32)
+    buffers = [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(b"".join(data))]
+    return pa.Array.from_buffers(pa.string(), len(keys), buffers)
+
+
+def test_file_group_indexes_hash_in_batches_as_one_key_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Keys hashed in batches of a few bytes (a key longer than a batch in one of its own) are
+    routed as one at a time: the kept powers of 31 serve every batch."""
+    import pyarrow as pa
+
+    from timeline.formats import metadata_records
+    from timeline.formats.metadata_records import file_group_index, file_group_indexes
+
+    monkeypatch.setattr(metadata_records, "_HASH_BATCH_BYTES", 64)
+    keys = [f"key-{i}" * (1 + i % 9) for i in range(3000)] + ["x" * 500, "", "y"]
+    expected = [file_group_index(k, 13) for k in keys]
+    assert file_group_indexes(pa.array(keys), 13).tolist() == expected
+    assert file_group_indexes(pa.array(keys).slice(1001), 13).tolist() == expected[1001:]

@@ -133,7 +133,8 @@ def file_group_index(key: str, count: int) -> int:
 def file_group_indexes(keys: pa.Array | pa.ChunkedArray, count: int) -> np.ndarray:
     """:func:`file_group_index` of many keys at once: Java's ``String.hashCode`` of ASCII keys
     worked out over their bytes with numpy (a polynomial in 31 modulo 2**32, whose prefix sums
-    are taken with 31's inverse, so every key's hash is a difference of two of them); other
+    are taken with 31's inverse, so every key's hash is a difference of two of them), in
+    batches of about :data:`_HASH_BATCH_BYTES` (the powers of 31 they take are kept); other
     keys one at a time."""
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()
@@ -143,17 +144,36 @@ def file_group_indexes(keys: pa.Array | pa.ChunkedArray, count: int) -> np.ndarr
     if keys.null_count or not pc.all(pc.string_is_ascii(keys)).as_py():
         return np.array([file_group_index(k, count) for k in keys.to_pylist()], np.int64)
     offsets = np.frombuffer(keys.buffers()[1], np.int64, len(keys) + 1, keys.offset * 8)
+    data = np.frombuffer(keys.buffers()[2], np.uint8, int(offsets[-1]))
+    hashes = np.empty(len(keys), np.uint32)
+    first = 0
+    while first < len(keys):
+        # the keys from first whose bytes fit in a batch (at least one)
+        last = int(np.searchsorted(offsets, offsets[first] + _HASH_BATCH_BYTES, "right")) - 1
+        last = max(last, first + 1)
+        hashes[first:last] = _string_hashes(data, offsets[first : last + 1])
+        first = last
+    signed = hashes.view(np.int32).astype(np.int64)
+    groups: np.ndarray = np.abs(signed) % count
+    return groups
+
+
+def _string_hashes(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Java's ``String.hashCode`` (as uint32) of the ASCII strings at ``offsets`` in ``data``."""
     start, end = offsets[:-1] - offsets[0], offsets[1:] - offsets[0]
-    data = np.frombuffer(keys.buffers()[2], np.uint8, int(offsets[-1]), int(offsets[0]))
+    data = data[offsets[0] : offsets[-1]]
     with np.errstate(over="ignore"):
         inverse = _powers(_INVERSE_31, len(data))  # 31**-j
         prefix = np.concatenate(
             [np.zeros(1, np.uint32), np.cumsum(data.astype(np.uint32) * inverse, dtype=np.uint32)]
         )
-        raw = (prefix[end] - prefix[start]) * _powers(31, len(data) + 1)[np.maximum(end - 1, 0)]
-    signed = raw.astype(np.uint32).view(np.int32).astype(np.int64)
-    groups: np.ndarray = np.abs(signed) % count
-    return groups
+        powers = _powers(31, len(data) + 1)[np.maximum(end - 1, 0)]
+        hashes: np.ndarray = (prefix[end] - prefix[start]) * powers
+    return hashes
+
+
+#: the key bytes :func:`file_group_indexes` hashes at once
+_HASH_BATCH_BYTES = 1 << 20
 
 
 #: 31's inverse modulo 2**32 (31 is odd)
@@ -161,12 +181,23 @@ _INVERSE_31 = pow(31, -1, 1 << 32)
 
 
 def _powers(base: int, count: int) -> np.ndarray:
-    """``base ** j`` modulo 2**32 for j = 0 .. count - 1 (uint32 products wrap)."""
-    factors = np.full(count, base, np.uint32)
-    if count:
+    """``base ** j`` modulo 2**32 for j = 0 .. count - 1 (uint32 products wrap), read-only: the
+    powers are kept, grown to the next power of two past the longest asked for (worked out for
+    every data file, they were a third of hashing its keys)."""
+    kept = _POWERS.get(base)
+    if kept is None or len(kept) < count:
+        size = 1 << max(count - 1, 0).bit_length()
+        factors = np.full(size, base, np.uint32)
         factors[0] = 1
-    with np.errstate(over="ignore"):
-        return np.cumprod(factors, dtype=np.uint32)
+        with np.errstate(over="ignore"):
+            kept = np.cumprod(factors, dtype=np.uint32)
+        kept.flags.writeable = False
+        _POWERS[base] = kept  # one assignment: threads see the old powers or the new
+    return kept[:count]
+
+
+#: :func:`_powers` by base
+_POWERS: dict[int, np.ndarray] = {}
 
 
 def file_group_id(partition: str, index: int) -> str:
