@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from timeline.errors import HFileFormatError
 from timeline.formats.hfile import (
-    GZIP_OS_JAVA,
+    HBASE_JAVA_GZIP,
     HEADER,
     HUDI_COMPARATOR,
     Compression,
@@ -139,7 +139,7 @@ def _rewrite(name: str, block_size: int) -> tuple[bytes, bytes]:
         block_size=block_size,
         compression=Compression(reader.trailer.compression_codec),
         unique="non_unique" not in name,
-        gzip_os=GZIP_OS_JAVA,  # these were written by HBase's Java gzip
+        deflate=HBASE_JAVA_GZIP,  # these were written by HBase's Java gzip
     )
     return raw, ours
 
