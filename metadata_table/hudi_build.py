@@ -128,13 +128,17 @@ Cell = tuple[bytes, bytes]
 #: cells of a file group from some data files: their rows (keys) and values, as two Arrow binary
 #: arrays (handed between processes as buffers, where a list of pairs is pickled pair by pair)
 Cells = tuple[pa.Array, pa.Array]
-#: a record-index group's entries from one data file: its keys, and the one value they share
-Located = tuple[pa.Array, bytes]
+#: a record-index group's entries from a chunk of data files: their keys, each key's value as
+#: its position in the values (one a data file: a cell's value holds no key), and the values
+Located = tuple[pa.Array, pa.Array, pa.Array]
 #: what a file group of a new partition holds: cells, or (the record index) located keys
 Content = list[Cells] | list[Located]
-#: record-index entries from which the data files are read, and the record index's file groups
-#: written, by worker processes
+#: record-index entries from which the data files are read by worker processes
 _PROCESS_MIN_KEYS = 1_000_000
+#: data files of a record index's build from which the fork server starts with the listing,
+#: before their footers tell whether there are :data:`_PROCESS_MIN_KEYS` keys (10M keys in
+#: 1,000 files: the keys read in 1.8-2.0 s against 2.0-2.4 with the server started after)
+_PROCESS_EARLY_FILES = 200
 #: data files from which they are read by worker processes: a file's footer costs about 250 us
 #: here, so the fork server's half second of start pays back from about 5,000 files (measured:
 #: at 2,000 files threads took 1.3 s against 1.7, at 5,000 both 2.3); the native build reads
@@ -226,14 +230,15 @@ def _rows(files: list[SourceFile]) -> list[tuple[str, str, str, bool]]:
 
 def _cells_of(work: _Work, chunk: Sequence[Iterable[Any]]) -> dict[str, list[Content]]:
     """The records of a chunk of data files, by partition and file group: each file's footer
-    read once for every partition; encoded cells (routed to their groups together, with
-    numpy), but for the record index each file's keys of a group with their one value (Arrow
-    arrays: cheap to hand between processes)."""
+    read once for every partition; encoded cells, but for the record index the keys with
+    their files' values (:data:`Located`); both routed to their groups together, with numpy,
+    as Arrow arrays (cheap to hand between processes)."""
     out: dict[str, list[Content]] = {p: [[] for _ in range(n)] for p, n in work.groups.items()}
     found: dict[str, tuple[list[str], list[bytes]]] = {
         p: ([], []) for p in (BLOOM_FILTERS, COLUMN_STATS) if p in out
     }
-    located = cast("list[list[Located]]", out.get(RECORD_INDEX, []))
+    record_keys: list[pa.Array] = []
+    locations: list[bytes] = []  # the value of each array of record_keys
     for source in map(SourceFile._make, chunk):
         footer = parquet_metadata(work.storage, source.path)
         if BLOOM_FILTERS in found:
@@ -246,13 +251,15 @@ def _cells_of(work: _Work, chunk: Sequence[Iterable[Any]]) -> dict[str, list[Con
             for key, value in hudi_column_stats_cells(footer, source.partition_path, source.name):
                 keys_of.append(key)
                 values_of.append(value)
-        if located and source.latest:
+        if RECORD_INDEX in out and source.latest:
             keys = read_record_keys(work.storage, source.path, work.keygen).column(RECORD_KEY)
-            keys = keys.combine_chunks()
-            groups = records.file_group_indexes(keys, len(located))
-            value = records.encode(_location(source.partition_path, source.name, source.instant))
-            for group in np.unique(groups):
-                located[group].append((keys.filter(pa.array(groups == group)), value))
+            record_keys.extend(keys.cast(pa.large_string()).chunks)
+            locations.extend(
+                [records.encode(_location(source.partition_path, source.name, source.instant))]
+                * keys.num_chunks
+            )
+    if record_keys:
+        _route_keys(record_keys, locations, cast("list[list[Located]]", out[RECORD_INDEX]))
     for partition, (keys_of, values_of) in found.items():
         by_group = cast("list[list[Cells]]", out[partition])
         keys = pa.array(keys_of, pa.string())
@@ -262,6 +269,23 @@ def _cells_of(work: _Work, chunk: Sequence[Iterable[Any]]) -> dict[str, list[Con
             mask = pa.array(routed == group)
             by_group[group].append((rows.filter(mask), values.filter(mask)))
     return out
+
+
+def _route_keys(
+    keys_of: list[pa.Array], values: list[bytes], by_group: list[list[Located]]
+) -> None:
+    """Record keys (arrays of them, ``values`` the value of each array's keys) added to the
+    record-index file groups that hold them: one hash, one stable sort by group and one take
+    per group for a chunk of files (where a filter per file and group took twice as long)."""
+    keys = pa.concat_arrays(keys_of)
+    owners = np.repeat(np.arange(len(keys_of), dtype=np.int32), [len(k) for k in keys_of])
+    groups = records.file_group_indexes(keys, len(by_group))
+    order = np.argsort(groups, kind="stable")
+    bounds = np.searchsorted(groups[order], np.arange(len(by_group) + 1))
+    values_of = pa.array(values, pa.binary())
+    for group in np.flatnonzero(np.diff(bounds)):
+        taken = order[bounds[group] : bounds[group + 1]]  # copies: a slice pickles all its buffers
+        by_group[group].append((keys.take(taken), pa.array(owners[taken]), values_of))
 
 
 def _cells(content: Content, partition: str, table: str) -> Iterator[Cell]:
@@ -322,14 +346,17 @@ def _write_group(work: _GroupWrite, item: tuple[int, Content]) -> list[WriteStat
 
 
 def _sorted_arrays(found: list[Located], table: str) -> tuple[pa.Array, pa.Array]:
-    """Record-index cells of several files' keys (each file's keys with its one value), in key
+    """Record-index cells of a group's keys (each chunk's with their values), in key
     order (Arrow sorts strings by their UTF-8 bytes, as HBase compares cells), as two binary
     arrays (rows, values); a key in two files fails the build."""
     if not found:
         return pa.array([], pa.large_binary()), pa.array([], pa.binary())
-    keys = pa.concat_arrays([k.cast(pa.large_string()) for k, _ in found])
-    values = pa.array([v for _, v in found], pa.binary())
-    owner = np.repeat(np.arange(len(found)), [len(k) for k, _ in found])
+    keys = pa.concat_arrays([k for k, _, _ in found])
+    starts = np.cumsum([0] + [len(v) for _, _, v in found[:-1]])
+    owner = np.concatenate(
+        [o.to_numpy() + start for (_, o, _), start in zip(found, starts, strict=True)]
+    )
+    values = pa.concat_arrays([v for _, _, v in found])
     order = pc.sort_indices(keys).to_numpy()
     ordered = keys.take(pa.array(order))
     where = _repeated_at(ordered)
@@ -556,7 +583,8 @@ class HudiPartitionWriter:
         def listed(count: int) -> None:
             # enough files for worker processes: their fork server starts on another core
             # while the base files are worked out of the listing (it takes a second)
-            if count >= _PROCESS_MIN_FILES and workers_for(count, workers)[0] > 1:
+            enough = _PROCESS_EARLY_FILES if RECORD_INDEX in partitions else _PROCESS_MIN_FILES
+            if count >= enough and workers_for(count, workers)[0] > 1:
                 start_processes(__name__)
 
         files = self.source_files(upto, listed) if reads else []
@@ -601,9 +629,10 @@ class HudiPartitionWriter:
         """The build in this process: the files' records read on worker threads, or processes
         when there is enough to read to pay for the fork server's start (from
         :data:`_PROCESS_MIN_FILES` files, or a record index of :data:`_PROCESS_MIN_KEYS` keys),
-        gathered here; then each partition's groups written, a record index of millions of
-        keys on worker processes (sorting, encoding and writing a group's cells is Python's
-        work, one group per core), the others on threads."""
+        gathered here; then each partition's groups written on threads: sorting, laying out
+        and deflating a group's cells runs in Arrow and ISA-L, outside the GIL (10 groups of
+        a record index of 10M keys: 1.0 s on two threads, where processes, given the keys
+        through pipes, took 2.4 s)."""
         count = workers_for(len(files), workers)[0]
         processes = count > 1 and (len(files) >= _PROCESS_MIN_FILES or keys >= _PROCESS_MIN_KEYS)
         chunks = chunked(_rows(files), count, _CHUNK_FILES)
@@ -613,20 +642,16 @@ class HudiPartitionWriter:
         ):
             for partition, by_group in part.items():
                 for group, found in enumerate(by_group):
-                    contents[partition][group].extend(found)
+                    cast("list[Any]", contents[partition][group]).extend(found)  # of one kind
             done += len(chunk)
             if progress is not None:
                 progress(done, len(files))
         stats: list[WriteStat] = []
         for partition in list(contents):
             items = list(enumerate(contents.pop(partition)))  # the items hold the contents now
-            # a record index of millions of keys on processes; other groups on threads, whose
-            # gzip runs outside the GIL (the two column_stats groups of 100,000 files: 2.4 s
-            # of gzip one after the other)
-            many = partition == RECORD_INDEX and keys >= _PROCESS_MIN_KEYS
             count = workers_for(len(items), workers)[0]
             write = self._group_write(partition, work.stamp)
-            for written in map_chunks(_write_group, write, items, count, many and count > 1):
+            for written in map_chunks(_write_group, write, items, count, False):
                 stats.extend(written)
         return stats
 

@@ -1,6 +1,6 @@
 """The files of a ``--format hudi`` build (metadata_table/hudi_build.py), without Apache Hudi
 (tests/indexer/test_hudi_format_build.py checks them against Hudi's own build): a record index
-written by worker processes is the same bytes as one written here, Hudi's file-group counts, and
+whose keys worker processes read is the same bytes as one read here, Hudi's file-group counts, and
 a key in two files fails the build naming it; the Spark engine writes the same bytes as this
 process."""
 
@@ -38,7 +38,7 @@ def _files(table: Table, partition: str) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
-def test_worker_processes_write_the_same_record_index(
+def test_keys_read_by_worker_processes_make_the_same_record_index(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     table = written_table(tmp_path)
