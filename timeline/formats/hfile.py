@@ -40,7 +40,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from enum import IntEnum
 from functools import cached_property
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import google_crc32c
 import numpy as np
@@ -317,13 +317,17 @@ def _compress(payload: bytes, codec: Compression, deflate: Deflate, dense: bool 
     raise ValueError(f"HFile compression {codec.name}: only GZ and NONE are written")
 
 
+#: what ISA-L's inflate raises (its stubs declare it an instance, not a class)
+_INFLATE_ERROR = cast("type[Exception]", isal_zlib.error)
+
+
 def _decompress(data: bytes, codec: int, size: int, path: str) -> bytes:
     if codec == Compression.NONE:
         out = data
     elif codec == Compression.GZ:
-        try:
-            out = zlib.decompress(data, wbits=31)  # one gzip member
-        except zlib.error as e:
+        try:  # one gzip member, by ISA-L's inflate: 3x zlib's speed on a record-index group
+            out = isal_zlib.decompress(data, wbits=31)
+        except _INFLATE_ERROR as e:
             raise HFileFormatError(path, f"a GZ block does not inflate: {e}") from e
     else:
         try:
