@@ -139,6 +139,11 @@ class _Backend:
         for name, _size, _is_dir, _mtime in self.list(path, True):
             yield name
 
+    def relative_file_paths(self, root: str, path: str) -> Iterator[str]:
+        """:meth:`file_paths` below ``root`` (as :meth:`relative` gives them)."""
+        for full in self.file_paths(path):
+            yield self.relative(root, full)
+
     def file_names(self, path: str) -> Iterator[str]:
         """The names of the files directly below ``path`` (what :meth:`list` gives, less the
         sizes and times a store may have to ask for file by file)."""
@@ -240,6 +245,19 @@ class _LocalBackend(_Backend):
             for name in files:
                 if not name.startswith(_TEMP_PREFIX):
                     yield os.path.join(folder, name)
+
+    def relative_file_paths(self, root: str, path: str) -> Iterator[str]:
+        # a folder's relative path worked out once for its files, not a join and a cut a file
+        prefix = root.rstrip(os.sep) + os.sep
+        if path != root and not path.startswith(prefix):
+            yield from super().relative_file_paths(root, path)
+            return
+        for folder, _dirs, files in os.walk(path):
+            below = folder[len(prefix) :].replace(os.sep, "/")
+            below = below + "/" if below else ""
+            for name in files:
+                if not name.startswith(_TEMP_PREFIX):
+                    yield below + name
 
     def list(self, path: str, recursive: bool) -> Iterator[tuple[str, int, bool, float | None]]:
         if not os.path.isdir(path):
@@ -618,9 +636,7 @@ class Storage:
         full = self.uri(path)
         self._count("list")
         with self._translate("list", path):
-            return sorted(
-                self._backend.relative(self._root, p) for p in self._backend.file_paths(full)
-            )
+            return sorted(self._backend.relative_file_paths(self._root, full))
 
     def list(self, path: str = "", recursive: bool = False) -> list[FileInfo]:
         """Entries below ``path`` (files only when recursive); a missing folder lists as empty."""

@@ -287,6 +287,10 @@ def test_a_listing_by_name_counts_what_a_listing_with_sizes_does(tmp_path: Path)
         (tmp_path / path).write_bytes(b"xyz")
     storage = Storage(str(tmp_path))
     assert storage.file_paths("a") == sorted(p for p in files if p.startswith("a/"))
+    assert storage.file_paths("a/b") == sorted(p for p in files if p.startswith("a/b/"))
+    hoodie = ".hoodie/f9-0_0-1-2_20240101000000000.parquet"
+    assert storage.file_paths() == sorted([*files, hoodie])  # from the root: no leading "/"
+    assert Storage(str(tmp_path) + "/").file_paths("a") == storage.file_paths("a")
     named = data_file_paths(storage)
     assert sorted(named.column("path").to_pylist()) == sorted(files)
     assert set(named.column("size").to_pylist()) == {0}
