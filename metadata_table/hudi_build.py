@@ -516,7 +516,14 @@ class HudiPartitionWriter:
             listed(paths.num_rows)
         timeline = self.table.timeline.load()
         view = FileSystemView(self.table.timeline, timeline, as_of=upto, listing=lambda: paths)
-        latest = {(b.partition_path, b.file_name) for b in view.latest_base_files()}
+        newest = view.latest_base_table  # no object a file
+        latest = set(
+            zip(
+                newest.column("partition_path").to_pylist(),
+                newest.column("file_name").to_pylist(),
+                strict=True,
+            )
+        )
         return [
             SourceFile(partition, name, instant, (partition, name) in latest)
             for partition, name, _, instant in view.committed_base_files(upto)
