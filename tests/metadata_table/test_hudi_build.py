@@ -124,3 +124,18 @@ def test_the_spark_engine_writes_the_same_files(tmp_path: Path, spark: Any) -> N
     key = lambda s: s.path  # noqa: E731
     assert sorted(stats, key=key) == sorted(here_stats, key=key)
     assert len([n for n in here["record_index"] if ".log." in n]) == 10  # every group written
+
+
+def test_chunks_hold_at_most_so_many_files_and_about_so_many_keys() -> None:
+    files = [
+        hudi_build.SourceFile(f"p{n % 3}", f"f{n}.parquet", "20261204000000000", n % 2 == 0)
+        for n in range(3000)
+    ]
+    by_files = hudi_build._chunks(files, 2, 0)
+    assert max(len(c) for c in by_files) <= hudi_build._CHUNK_FILES
+    assert len(by_files) % 2 == 0  # as many for each worker
+    # 1,500 latest files of 10,000 keys: 100 files make the chunk's million keys
+    by_keys = hudi_build._chunks(files, 2, 15_000_000)
+    assert max(len(c) for c in by_keys) <= 200 and len(by_keys) >= 15
+    for chunks in (by_files, by_keys):
+        assert [row for c in chunks for row in c] == hudi_build._rows(files)
