@@ -371,7 +371,7 @@ def _sorted_arrays(found: list[Located], table: str) -> tuple[pa.Array, pa.Array
         [o.to_numpy() + start for (_, o, _), start in zip(found, starts, strict=True)]
     )
     values = pa.concat_arrays([v for _, _, v in found])
-    order = pc.sort_indices(keys).to_numpy()
+    order = _key_order(keys)
     ordered = keys.take(pa.array(order))
     where = _repeated_at(ordered)
     if where is not None:
@@ -383,20 +383,40 @@ def _sorted_arrays(found: list[Located], table: str) -> tuple[pa.Array, pa.Array
 
 
 def _sorted_cell_arrays(cells: list[Cells], partition: str, table: str) -> Cells:
-    """Encoded cells in key order as two Arrow binary arrays (rows, values), sorted by Arrow
-    (the two column_stats groups of 100,000 files, 1.1M cells: 3.4 s, most of it gzip, where a
-    Python sort and the HFile laid out cell by cell took 4.1 s); two cells of one key fail the
-    build."""
+    """Encoded cells in key order as two Arrow binary arrays (rows, values), sorted by
+    :func:`_key_order` (a Python sort, with the HFile laid out cell by cell, took seconds at
+    100,000 files); two cells of one key fail the build."""
     if not cells:
         return pa.array([], pa.large_binary()), pa.array([], pa.large_binary())
     rows = pa.concat_arrays([r for r, _ in cells])
-    order = pc.sort_indices(rows)
+    order = pa.array(_key_order(rows))
     rows = rows.take(order)
     where = _repeated_at(rows)
     if where is not None:
         key = rows[where].as_py().decode()
         raise TableError(f"{partition} of {table}: two records of key {key!r}")
     return rows, pa.concat_arrays([v for _, v in cells]).take(order)
+
+
+def _key_order(keys: pa.Array) -> np.ndarray:
+    """The positions of ``keys`` (binary or string, no nulls) in the order of their bytes
+    compared unsigned, as HBase compares rows: keys of one length (every column-stats and
+    bloom-filter key, many record keys) by numpy's stable lexsort of their big-endian 8-byte
+    words (550,000 keys of 48 bytes: 99 ms against Arrow's sort_indices' 223), others by
+    Arrow (stable too)."""
+    lengths = pc.min_max(pc.binary_length(keys))
+    width = lengths["min"].as_py()
+    if not width or width != lengths["max"].as_py() or keys.null_count:
+        return np.asarray(pc.sort_indices(keys).to_numpy())
+    large = pa.types.is_large_binary(keys.type) or pa.types.is_large_string(keys.type)
+    kind = np.dtype(np.int64 if large else np.int32)
+    first = np.frombuffer(keys.buffers()[1], kind, 1, keys.offset * kind.itemsize)
+    data = np.frombuffer(keys.buffers()[2], np.uint8, len(keys) * width, int(first[0]))
+    words = -(-width // 8)
+    padded = np.zeros((len(keys), words * 8), np.uint8)  # zeros after: order kept
+    padded[:, :width] = data.reshape(len(keys), width)
+    columns = padded.view(">u8")
+    return np.lexsort(columns.T[::-1])  # the last key given sorts first
 
 
 def _repeated_at(ordered: pa.Array) -> int | None:

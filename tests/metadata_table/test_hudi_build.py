@@ -139,3 +139,22 @@ def test_chunks_hold_at_most_so_many_files_and_about_so_many_keys() -> None:
     assert max(len(c) for c in by_keys) <= 200 and len(by_keys) >= 15
     for chunks in (by_files, by_keys):
         assert [row for c in chunks for row in c] == hudi_build._rows(files)
+
+
+def test_keys_are_ordered_by_their_bytes_unsigned_as_arrow_orders_them() -> None:
+    import random
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    rng = random.Random(7)
+    for width in (1, 7, 8, 13, 48):  # of one length: by words; a width of 8k or not
+        keys = [
+            bytes(rng.choice(b"az\x00\x7f\x80\xc3\xff") for _ in range(width)) for _ in range(3000)
+        ]
+        for array in (pa.array(keys, pa.binary()), pa.array(keys, pa.large_binary())):
+            for part in (array, array.slice(1000)):
+                expected = pc.sort_indices(part).to_pylist()
+                assert hudi_build._key_order(part).tolist() == expected  # stable: ties alike
+    mixed = pa.array(["b", "é", "a", "z", "ab", ""])  # of several lengths: by Arrow
+    assert hudi_build._key_order(mixed).tolist() == [5, 2, 4, 0, 3, 1]
