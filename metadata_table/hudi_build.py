@@ -360,9 +360,9 @@ def _write_group(work: _GroupWrite, item: tuple[int, Content]) -> list[WriteStat
 
 
 def _sorted_arrays(found: list[Located], table: str) -> tuple[pa.Array, pa.Array]:
-    """Record-index cells of a group's keys (each chunk's with their values), in key
-    order (Arrow sorts strings by their UTF-8 bytes, as HBase compares cells), as two binary
-    arrays (rows, values); a key in two files fails the build."""
+    """Record-index cells of a group's keys (each chunk's with their values), in key order
+    (:func:`_key_order`: by their UTF-8 bytes, as HBase compares cells), as two binary arrays
+    (rows, values); a key in two files fails the build."""
     if not found:
         return pa.array([], pa.large_binary()), pa.array([], pa.binary())
     keys = pa.concat_arrays([k for k, _, _ in found])
@@ -563,12 +563,12 @@ class HudiPartitionWriter:
             for partition, name, _, instant in view.committed_base_files(upto)
         ]
 
-    # --- claims: which pending Avro indexing instants are ours ----------------------------------
-
     def _keys(self, files: Sequence[SourceFile]) -> int:
         """The record keys of the latest of ``files``, from their footers."""
         storage = self.table.storage
         return sum(parquet_metadata(storage, f.path).num_rows for f in files if f.latest)
+
+    # --- claims: which pending Avro indexing instants are ours ----------------------------------
 
     def claim(self, claim: Claim) -> None:
         self.table.storage.overwrite(f"{CLAIMS}/{claim.instant}.json", claim.to_bytes())
