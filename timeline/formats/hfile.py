@@ -295,8 +295,10 @@ class Deflate(NamedTuple):
     zlib: bool = False
 
 
-#: how we deflate; and HBase's own bytes (its Java gzip), to compare a rewrite with HBase's file
-OUR_GZIP, HBASE_JAVA_GZIP = Deflate(), Deflate(GZIP_OS_JAVA, zlib=True)
+#: how we deflate; and the bytes of HBase's Java gzip and of Hudi 0.15's writer (Hadoop's native
+#: zlib), to compare a rewrite with a file either wrote
+OUR_GZIP = Deflate()
+HBASE_JAVA_GZIP, HUDI_ZLIB_GZIP = Deflate(GZIP_OS_JAVA, zlib=True), Deflate(zlib=True)
 
 
 def _compress(payload: bytes, codec: Compression, deflate: Deflate, dense: bool = False) -> bytes:

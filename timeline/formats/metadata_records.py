@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import xxhash
 
-from timeline.formats.hfile import write_hfile, write_hfile_arrays
+from timeline.formats.hfile import OUR_GZIP, Deflate, write_hfile, write_hfile_arrays
 from timeline.log_format import BlockType, DeleteRecord, HeaderKey, delete_content, encode_block
 
 #: the writer schema Hudi 0.15 puts in its metadata table's HFiles and log block headers
@@ -544,20 +544,25 @@ def _cells(metadata: Iterable[Mapping[str, Any]]) -> list[tuple[bytes, bytes]]:
     return sorted(((str(r["key"]).encode(), encode(r)) for r in metadata), key=lambda c: c[0])
 
 
-def base_file(metadata: Iterable[Mapping[str, Any]], dense: bool = False) -> bytes:
+def base_file(
+    metadata: Iterable[Mapping[str, Any]], dense: bool = False, deflate: Deflate = OUR_GZIP
+) -> bytes:
     """A base HFile of one file group: the records by key (one per key), the schema and the
     first and last keys in its file info, as Hudi's writer leaves them (without the bloom filter
     of the keys Hudi adds as a meta block, which its metadata readers do not consult).
-    ``dense``: the records are bloom filters (see :func:`~timeline.formats.hfile.write_hfile`)."""
-    return base_file_of_cells(_cells(metadata), dense)
+    ``dense``: the records are bloom filters (see :func:`~timeline.formats.hfile.write_hfile`);
+    ``deflate``: how its blocks are (:class:`~timeline.formats.hfile.Deflate`)."""
+    return base_file_of_cells(_cells(metadata), dense, deflate)
 
 
-def base_file_of_cells(cells: list[tuple[bytes, bytes]], dense: bool = False) -> bytes:
+def base_file_of_cells(
+    cells: list[tuple[bytes, bytes]], dense: bool = False, deflate: Deflate = OUR_GZIP
+) -> bytes:
     """:func:`base_file` of records already encoded: (key, value) cells in key order."""
     info = {b"schema": SCHEMA_JSON.encode()}
     if cells:
         info[b"minRecordKey"], info[b"maxRecordKey"] = cells[0][0], cells[-1][0]
-    return write_hfile(cells, info, dense=dense)
+    return write_hfile(cells, info, dense=dense, deflate=deflate)
 
 
 def base_file_of_arrays(rows: pa.Array, values: pa.Array) -> bytes:
@@ -569,12 +574,16 @@ def base_file_of_arrays(rows: pa.Array, values: pa.Array) -> bytes:
     return write_hfile_arrays(rows, values, info)
 
 
-def log_block(metadata: Iterable[Mapping[str, Any]], instant: str, dense: bool = False) -> bytes:
+def log_block(
+    metadata: Iterable[Mapping[str, Any]],
+    instant: str,
+    dense: bool = False,
+    deflate: Deflate = OUR_GZIP,
+) -> bytes:
     """An HFile data block of records (a key may repeat) written at ``instant``, as Hudi
-    appends one to a file group's log file; ``dense``: as in :func:`base_file`."""
-    content = write_hfile(
-        _cells(metadata), {b"schema": SCHEMA_JSON.encode()}, unique=False, dense=dense
-    )
+    appends one to a file group's log file; ``dense`` and ``deflate``: as in :func:`base_file`."""
+    info = {b"schema": SCHEMA_JSON.encode()}
+    content = write_hfile(_cells(metadata), info, unique=False, deflate=deflate, dense=dense)
     header = {HeaderKey.INSTANT_TIME: instant, HeaderKey.SCHEMA: SCHEMA_JSON}
     return encode_block(BlockType.HFILE_DATA, header, content)
 
