@@ -142,7 +142,7 @@ _PROCESS_MIN_KEYS = 1_000_000
 #: before their footers tell whether there are :data:`_PROCESS_MIN_KEYS` keys (10M keys in
 #: 1,000 files: the keys read in 1.8-2.0 s against 2.0-2.4 with the server started after)
 _PROCESS_EARLY_FILES = 200
-#: data files from which they are read by worker processes: a file's footer costs about 250 us
+#: data files from which the files are read by worker processes: a footer costs about 250 us
 #: here, so the fork server's half second of start pays back from about 5,000 files (measured:
 #: at 2,000 files threads took 1.3 s against 1.7, at 5,000 both 2.3); the native build reads
 #: less a file and forks from 2,000 (:data:`~metadata_table.workers.PROCESS_MIN_FILES`)
