@@ -87,6 +87,21 @@ from timeline.timeline import Timeline
 
 logger = logging.getLogger(__name__)
 
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def abort_reason(error: BaseException) -> str:
+    """One line naming why a build failed. An error raised in a Spark task arrives carrying the
+    task's whole Python traceback (PySpark's ``PythonException``): the reason keeps its last line,
+    the error the task raised, so the log, the daemon's request and ``indexer status`` say what
+    failed in one line (the whole error is logged at debug)."""
+    message = str(error)
+    if _TRACEBACK in message:
+        lines = [line.strip() for line in message.splitlines() if line.strip()]
+        message = lines[-1] if lines else message
+    return f"{type(error).__name__}: {message}"
+
+
 DEFAULT_TIMEOUT_SECONDS = 900.0
 ENGINES = ("auto", "local", "spark")
 #: a sync rebuilds what it cannot apply, then applies what came after; bounded passes
@@ -343,7 +358,8 @@ class AsyncIndexer:
         try:
             return self._execute(instant, plan, deadline)
         except BaseException as e:
-            reason = f"{type(e).__name__}: {e}"
+            reason = abort_reason(e)
+            logger.debug("build %s failed", instant, exc_info=True)
             # a key in two file groups is the data's fault, not the build's: not retried (a
             # Spark task's error arrives as Spark's, naming it)
             duplicated = isinstance(e, DuplicateRecordKeyError) or (

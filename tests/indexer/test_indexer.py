@@ -167,6 +167,28 @@ def test_catch_up_timeout_aborts_gracefully(tmp_path: Path, spark: Any) -> None:
     assert_exact(table)
 
 
+def test_a_spark_tasks_failure_is_reported_in_one_line(
+    tmp_path: Path, spark: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Spark task's error carries the task's whole Python traceback: the abort's reason (the
+    log line, the error, a daemon's request) is its last line, the error the task raised."""
+    table = make_table(tmp_path / "t")
+    monkeypatch.setenv(ENV, "build.task")  # the first attempt of a build's task raises
+    indexer = AsyncIndexer(table, IndexerOptions(engine="spark"), spark=spark)
+    with (
+        caplog.at_level("WARNING", "indexer.indexer"),
+        pytest.raises(IndexBuildAbortedError) as aborted,
+    ):
+        indexer.run([COLUMN_STATS])
+    reason = aborted.value.reason
+    assert "\n" not in reason and "Traceback" not in reason, reason
+    assert reason.startswith("PythonException: ") and "InjectedFailure" in reason, reason
+    assert "build.task" in reason, reason
+    logged = [r.getMessage() for r in caplog.records if r.name == "indexer.indexer"]
+    assert logged == [f"aborting {aborted.value.instant}: {reason}"]
+    assert_untouched(table, [COLUMN_STATS])
+
+
 @pytest.mark.parametrize("point", [p for p in POINTS if not p.startswith("abort")])
 def test_injected_failure_then_run_completes(
     tmp_path: Path, spark: Any, point: str, monkeypatch: pytest.MonkeyPatch
