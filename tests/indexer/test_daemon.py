@@ -62,25 +62,32 @@ lock_url = "{lock}"
 
 
 class Daemon:
+    """``indexer serve`` in a process of its own. Its log (stderr: its warnings, Spark's) goes to
+    a file beside its config, never to a pipe: a pipe nobody reads fills after 64 KB, and the
+    daemon then blocks in its next log line, with its scheduler's lock held, so it never stops."""
+
     def __init__(self, config: Path, failpoint: str | None = None) -> None:
         env = dict(os.environ)
         env.pop("AIX_FAILPOINT", None)
         if failpoint:
             env["AIX_FAILPOINT"] = failpoint
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "indexer", "serve", "--config", str(config)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
+        self.log = config.with_name(f"daemon-{time.time_ns()}.log")
+        with self.log.open("w") as log:  # the child keeps its own descriptor
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "indexer", "serve", "--config", str(config)],
+                stdout=subprocess.PIPE,  # a few lines: "serving ... API at", "stopping", "stopped"
+                stderr=log,
+                text=True,
+                env=env,
+            )
         assert self.process.stdout is not None
         line = self.process.stdout.readline()
         match = re.search(r"API at (http://\S+)", line)
-        assert match, (
-            f"daemon did not start: {line!r} {self.process.stderr.read() if self.process.poll() is not None else ''}"
-        )
+        assert match, f"daemon did not start: {line!r}\n{self.log_tail()}"
         self.url = match.group(1)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
     def get(self, path: str) -> Any:
         return json.loads(HTTP.request("GET", self.url + path).data)
@@ -95,7 +102,11 @@ class Daemon:
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 120) -> int:
         if self.process.poll() is None:
             self.process.send_signal(sig)
-        return self.process.wait(timeout=timeout)
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            tail = self.log_tail()
+            raise AssertionError(f"the daemon did not stop in {timeout:.0f} s:\n{tail}") from e
 
 
 @pytest.fixture
