@@ -14,6 +14,7 @@ import pytest
 from timeline.errors import (
     FileAlreadyExistsError,
     InvalidPathError,
+    StorageError,
     StorageFileNotFoundError,
     UnsupportedStorageError,
 )
@@ -237,6 +238,28 @@ def test_read_range(storage: Storage) -> None:
     assert storage.read_range("r/f", 7) == b"789"
     assert storage.read_range("r/f", -3) == b"789"
     assert storage.read_range("r/f", -100) == b"0123456789"
+    assert storage.read_range("r/f", 8, 100) == b"89"  # an end past the file: up to its end
+    storage.create("r/empty", b"")
+    assert storage.read_range("r/empty", -8) == b"" and storage.read("r/empty") == b""
+    with pytest.raises(StorageFileNotFoundError):
+        storage.read_range("r/missing", -8)
+
+
+def test_a_colon_is_a_name_and_a_scheme_is_refused(storage: Storage) -> None:
+    storage.create("p/a:b.parquet", b"x")  # a name with a colon is no URI
+    assert storage.read("p/a:b.parquet") == b"x"
+    for bad in ("file:x", "s3:/x", "hdfs://h/x"):
+        with pytest.raises(InvalidPathError):
+            storage.read(bad)
+
+
+def test_reading_a_folder_is_an_error_naming_it(tmp_path: Any) -> None:
+    storage = Storage(str(tmp_path / "t"))
+    storage.create("d/f", b"x")
+    for read in (storage.read, lambda p: storage.read_range(p, -8)):
+        with pytest.raises(StorageError, match="d") as err:
+            read("d")
+        assert err.value.path == "d"
 
 
 def test_hadoop_checksums_of_files_we_rewrite_are_dropped(tmp_path: Any) -> None:
