@@ -239,6 +239,7 @@ def test_read_range(storage: Storage) -> None:
     assert storage.read_range("r/f", -3) == b"789"
     assert storage.read_range("r/f", -100) == b"0123456789"
     assert storage.read_range("r/f", 8, 100) == b"89"  # an end past the file: up to its end
+    assert storage.read_range("r/f", 5, 5) == b"" and storage.read_range("r/f", 20) == b""
     storage.create("r/empty", b"")
     assert storage.read_range("r/empty", -8) == b"" and storage.read("r/empty") == b""
     with pytest.raises(StorageFileNotFoundError):
