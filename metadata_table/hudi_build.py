@@ -261,10 +261,9 @@ def _cells_of(work: _Work, chunk: Sequence[Iterable[Any]]) -> dict[str, list[Con
                 found[BLOOM_FILTERS][0].append(bloom["key"])
                 found[BLOOM_FILTERS][1].append(records.encode(bloom))
         if COLUMN_STATS in found:
-            keys_of, values_of = found[COLUMN_STATS]
-            for key, value in hudi_column_stats_cells(footer, source.partition_path, source.name):
-                keys_of.append(key)
-                values_of.append(value)
+            keys, values = hudi_column_stats_cells(footer, source.partition_path, source.name)
+            found[COLUMN_STATS][0].extend(keys)
+            found[COLUMN_STATS][1].extend(values)
         if RECORD_INDEX in out and source.latest:
             keys = read_record_keys(work.storage, source.path, work.keygen).column(RECORD_KEY)
             record_keys.extend(keys.cast(pa.large_string()).chunks)

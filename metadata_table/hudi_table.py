@@ -484,19 +484,18 @@ def hudi_column_stats(footer: Any, partition_path: str, name: str) -> Iterator[d
 
 def hudi_column_stats_cells(
     footer: Any, partition_path: str, name: str
-) -> Iterator[tuple[str, bytes]]:
-    """(key, encoded record) of each of :func:`hudi_column_stats`'s records, made without the
+) -> tuple[list[str], list[bytes]]:
+    """The keys and encoded records of :func:`hudi_column_stats`'s records, made without the
     records (a build makes one for every column of every data file): each bound encoded from
     its value (:func:`~timeline.formats.metadata_records.bound_encoder`), a string's from its
     UTF-8 bytes as the footer holds them."""
     file_id = records.file_id(name)
-    for column, low, high, values, nulls, size, uncompressed in _column_stats(footer, True):
-        yield (
-            records.column_stats_prefix(column.path, partition_path) + file_id,
-            records.column_stats_bytes(
-                name, column.path, low, high, values, nulls, size, uncompressed
-            ),
-        )
+    value = records.column_stats_encoder(name)
+    keys, values = [], []
+    for column, low, high, count, nulls, size, uncompressed in _column_stats(footer, True):
+        keys.append(records.column_stats_prefix(column.path, partition_path) + file_id)
+        values.append(value(column.path, low, high, count, nulls, size, uncompressed))
+    return keys, values
 
 
 #: a null min or max, encoded
@@ -509,7 +508,9 @@ class _Indexed(NamedTuple):
     at: int  # its index in the footer's schema
     path: str
     wrapper: str
-    encode: Callable[[Any], bytes]  # a bound in ``wrapper``, encoded (a string's from its UTF-8)
+    #: a column's (min, max) of raw statistics as Hudi's values in ``wrapper``, encoded (None:
+    #: not made exactly here), chosen once a schema (:func:`_bounds_encoder`)
+    encode: Callable[[Any, Any], tuple[bytes, bytes] | None]
 
 
 def _column_stats(
@@ -521,7 +522,16 @@ def _column_stats(
     columns = _indexed_columns(footer.schema)
     row_groups = [footer.row_group(i) for i in range(footer.num_row_groups)]
     if not row_groups:
-        return
+        return iter(())
+    if len(row_groups) == 1:  # most files: each chunk's statistics are the column's
+        return _one_group_stats(row_groups[0], columns, encoded)
+    return _aggregated_stats(row_groups, columns, encoded)
+
+
+def _aggregated_stats(
+    row_groups: list[Any], columns: list[_Indexed], encoded: bool
+) -> Iterator[tuple[_Indexed, Any, Any, int, int, int, int]]:
+    """:func:`_column_stats` aggregated over the row groups' chunks of each column."""
     for column in columns:
         at, wrapper = column.at, column.wrapper
         values = nulls = size = uncompressed = 0
@@ -552,19 +562,44 @@ def _column_stats(
             if low is None:
                 if encoded:
                     low = high = _NULL_BOUND
-            elif encoded and wrapper == "StringWrapper":
-                # the UTF-8 bytes Hudi's string encodes to, checked as text (bytes that are not
-                # UTF-8 fail as they did decoded)
-                low.decode(), high.decode()
-                low, high = column.encode(low), column.encode(high)
             else:
-                bounds = _hudi_bounds(wrapper, low, high)
+                bounds = column.encode(low, high) if encoded else _hudi_bounds(wrapper, low, high)
                 if bounds is None:
                     continue
                 low, high = bounds
-                if encoded:
-                    low, high = column.encode(low), column.encode(high)
             yield column, low, high, values, nulls, size, uncompressed
+
+
+def _one_group_stats(
+    row_group: Any, columns: list[_Indexed], encoded: bool
+) -> Iterator[tuple[_Indexed, Any, Any, int, int, int, int]]:
+    """:func:`_column_stats` of a footer of one row group, without the aggregation over
+    chunks (a build reads every data file's; 7 us less a file of 11 columns here)."""
+    for column in columns:
+        chunk = row_group.column(column.at)
+        found = chunk.statistics
+        if found is None or not found.has_null_count:
+            continue  # no null count: unknown
+        values, nulls = chunk.num_values, found.null_count
+        if found.has_min_max:
+            # a decimal's raw statistic is its unscaled bytes: pyarrow's Decimal instead
+            if column.wrapper == "DecimalWrapper":
+                low, high = found.min, found.max
+            else:
+                low, high = found.min_raw, found.max_raw
+            if encoded:
+                bounds = column.encode(low, high)
+            else:
+                bounds = _hudi_bounds(column.wrapper, low, high)
+            if bounds is None:
+                continue
+            low, high = bounds
+        elif nulls != values:
+            continue  # values and no bounds: unknown
+        else:
+            low = high = _NULL_BOUND if encoded else None
+        size, uncompressed = chunk.total_compressed_size, chunk.total_uncompressed_size
+        yield column, low, high, values, nulls, size, uncompressed
 
 
 #: the last footer schema's columns Hudi indexes (files of a table share one schema)
@@ -583,11 +618,33 @@ def _indexed_columns(schema: Any) -> list[_Indexed]:
         column = schema.column(at)
         wrapper = _wrapper_of(column)
         if "." not in column.path and wrapper is not None:
-            # a string's bound encoded from the footer's UTF-8 bytes, not decoded and encoded
-            encode = records.bound_encoder(wrapper, from_utf8=wrapper == "StringWrapper")
-            found.append(_Indexed(at, column.path, wrapper, encode))
+            found.append(_Indexed(at, column.path, wrapper, _bounds_encoder(wrapper)))
     _LAST_COLUMNS[:] = [(schema, found)]
     return found
+
+
+def _bounds_encoder(wrapper: str) -> Callable[[Any, Any], tuple[bytes, bytes] | None]:
+    """:func:`_hudi_bounds` of raw statistics in ``wrapper``, each bound then encoded: for
+    integers (Hudi's value is the raw one) and strings (encoded from the footer's UTF-8 bytes,
+    checked as text: bytes that are not UTF-8 fail as they would decoded) without the values
+    made in between (a build encodes the bounds of every column of every data file)."""
+    if wrapper == "StringWrapper":
+        text = records.bound_encoder(wrapper, from_utf8=True)
+
+        def encode_text(low: bytes, high: bytes) -> tuple[bytes, bytes]:
+            low.decode(), high.decode()
+            return text(low), text(high)
+
+        return encode_text
+    encode = records.bound_encoder(wrapper)
+    if wrapper in ("IntWrapper", "LongWrapper", "DateWrapper"):
+        return lambda low, high: (encode(low), encode(high))
+
+    def encode_value(low: Any, high: Any) -> tuple[bytes, bytes] | None:
+        bounds = _hudi_bounds(wrapper, low, high)
+        return None if bounds is None else (encode(bounds[0]), encode(bounds[1]))
+
+    return encode_value
 
 
 #: (Parquet physical type, logical type) -> Hudi's wrapper of the footer's raw statistic (a

@@ -12,6 +12,7 @@ import io
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from metadata_table import hudi_table
 from metadata_table.hudi_table import hudi_column_stats, hudi_column_stats_cells
 from timeline.formats import metadata_records as records
 
@@ -24,9 +25,16 @@ def _stats(table: pa.Table, **options: object) -> dict[str, dict[str, object]]:
     footer = pq.ParquetFile(pa.BufferReader(sink.getvalue())).metadata
     made = list(hudi_column_stats(footer, "p1", "f1_0-0-0_20240101000000000.parquet"))
     # a build's cells, made without the records: fastavro's bytes of each record
-    assert list(hudi_column_stats_cells(footer, "p1", "f1_0-0-0_20240101000000000.parquet")) == [
+    keys, values = hudi_column_stats_cells(footer, "p1", "f1_0-0-0_20240101000000000.parquet")
+    assert list(zip(keys, values, strict=True)) == [
         (r["key"], records.encode_avro(r)) for r in made
     ]
+    if footer.num_row_groups == 1:  # a footer of one row group: the aggregation's answer
+        columns = hudi_table._indexed_columns(footer.schema)
+        for encoded in (False, True):
+            one = hudi_table._one_group_stats(footer.row_group(0), columns, encoded)
+            aggregated = hudi_table._aggregated_stats([footer.row_group(0)], columns, encoded)
+            assert list(one) == list(aggregated)
     out = {}
     for record in made:
         value = record["ColumnStatsMetadata"]

@@ -336,7 +336,9 @@ def bound_encoder(wrapper: str, from_utf8: bool = False) -> Callable[[Any], byte
     if from_utf8:
         if wrapper != "StringWrapper":
             raise ValueError(f"{wrapper} does not hold text")
-        encoder = _VALUE_ENCODERS["BytesWrapper"]
+        return lambda value: branch + _zigzag(len(value)) + bytes(value)
+    if encoder is _zigzag:  # the integers: a call less than through the encoder
+        return lambda value: branch + _zigzag(value)
     return lambda value: branch + encoder(value)
 
 
@@ -413,6 +415,23 @@ def column_stats_bytes(
             _DELETED_TAIL if deleted else _LIVE_TAIL,
         )
     )
+
+
+def column_stats_encoder(
+    file_name: str,
+) -> Callable[[str, bytes, bytes, int, int, int, int], bytes]:
+    """:func:`column_stats_bytes` of one data file's columns (not deleted): the file's part
+    of the value made once (a build makes a value for every column of every data file)."""
+    head = _STATS_HEAD + _optional_text(file_name)
+
+    def encode(
+        column: str, low: bytes, high: bytes, values: int, nulls: int, size: int, unzipped: int
+    ) -> bytes:
+        long = _optional_long
+        parts = (head, _optional_text(column), low, high, long(values), long(nulls))
+        return b"".join((*parts, long(size), long(unzipped), _LIVE_TAIL))
+
+    return encode
 
 
 def decode(key: str, value: bytes) -> dict[str, Any]:
