@@ -6,6 +6,7 @@ import datetime as dt
 import decimal
 import io
 import itertools
+import os
 import random
 from pathlib import Path
 
@@ -325,6 +326,33 @@ def test_a_malformed_footer_is_a_clear_error_not_a_crash(tmp_path: Path) -> None
     ):
         with pytest.raises(NotParquetError, match=r"p/bad\.parquet"):
             read()
+
+
+def test_a_footer_read_from_a_local_path_names_what_it_is_and_keeps_no_descriptor(
+    tmp_path: Path,
+) -> None:
+    """A local footer is read from a descriptor the reader owns: a missing file, a folder and a
+    file of other bytes each fail naming the path, and no failed or finished read leaves its
+    descriptor open."""
+    from metadata_table.records import NotParquetError
+    from timeline.errors import StorageFileNotFoundError
+    from timeline.fs_view import parquet_metadata
+
+    storage = Storage(str(tmp_path))
+    storage.create("p/junk.parquet", b"not a parquet file at all")
+    (tmp_path / "p" / "folder.parquet").mkdir()
+    sink = io.BytesIO()
+    pq.write_table(pa.table({"k": ["a"]}), sink)
+    storage.create("p/f.parquet", sink.getvalue())
+    open_before = len(os.listdir("/proc/self/fd"))
+    for _ in range(50):
+        assert parquet_metadata(storage, "p/f.parquet").num_rows == 1
+        with pytest.raises(StorageFileNotFoundError, match=r"p/gone\.parquet"):
+            parquet_metadata(storage, "p/gone.parquet")
+        for bad in ("p/junk.parquet", "p/folder.parquet"):
+            with pytest.raises(NotParquetError, match=bad.replace(".", r"\.")):
+                parquet_metadata(storage, bad)
+    assert len(os.listdir("/proc/self/fd")) == open_before
 
 
 def test_footers_parsed_every_way_are_the_same(tmp_path: Path) -> None:
