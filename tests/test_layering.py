@@ -4,6 +4,8 @@ the indexer reaches the metadata table's files only through its partition-writer
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,3 +65,21 @@ def test_the_indexer_uses_partition_names_and_the_writer_interface_only() -> Non
         text = path.read_text()
         for verb in ("storage.delete(", "storage.create(", "storage.overwrite(", "METADATA_FOLDER"):
             assert verb not in text, f"indexer/{path.name} uses {verb}"
+
+
+def test_what_a_worker_or_a_reader_imports() -> None:
+    """A build's worker process (forked with its work's module imported) and a process that
+    only reads do not import what they never use: SQLAlchemy (the SQL lock's, a quarter of a
+    second) and, for the worker, the read side that ``metadata_table`` exports."""
+    probe = """
+import sys
+import metadata_table.hudi_build, metadata_table.group_records
+worker = {m for m in ("sqlalchemy", "metadata_table.read.scan") if m in sys.modules}
+from metadata_table import load_table
+reader = {m for m in ("sqlalchemy",) if m in sys.modules}
+print(sorted(worker), sorted(reader), load_table.__module__)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.split()
+    assert out == ["[]", "[]", "metadata_table.read.scan"]

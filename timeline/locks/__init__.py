@@ -22,6 +22,7 @@ other storage uses ``storage`` (SQLite on one host cannot coordinate writers on 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING, Any
 
 from timeline.config import (
     HUDI_AWS_ACCESS_KEY,
@@ -55,7 +56,6 @@ from timeline.locks.hudi_dynamodb import (
 )
 from timeline.locks.hudi_filesystem import HUDI_PROVIDER_CLASS, HudiFileSystemLockProvider
 from timeline.locks.inprocess import InProcessLockProvider
-from timeline.locks.sql import SqlLockProvider, default_sqlite_url
 from timeline.locks.storage_lock import StorageLockProvider
 from timeline.storage import Storage
 
@@ -78,6 +78,20 @@ __all__ = [
 
 _SQL_PREFIXES = ("sqlite:", "postgresql:", "postgresql+", "postgres:")
 
+if TYPE_CHECKING:
+    from timeline.locks.sql import SqlLockProvider, default_sqlite_url
+
+
+def __getattr__(name: str) -> Any:
+    """The SQL lock provider, imported when first named: SQLAlchemy takes a quarter of a
+    second to import, which a process that takes no SQL lock (a reader, a build's workers)
+    does not pay."""
+    if name in ("SqlLockProvider", "default_sqlite_url"):
+        from timeline.locks import sql
+
+        return getattr(sql, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 def lock_provider_for(
     url: str | None,
@@ -85,9 +99,14 @@ def lock_provider_for(
     lease_seconds: float = DEFAULT_LEASE_SECONDS,
 ) -> LockProvider:
     """The provider a lock URL names (see the module docstring), for the table at ``table_storage``."""
-    if not url:
-        url = default_sqlite_url() if table_storage.is_local else "storage"
+    if not url and table_storage.is_local:
+        from timeline.locks.sql import default_sqlite_url
+
+        url = default_sqlite_url()
+    url = url or "storage"
     if url.startswith(_SQL_PREFIXES):
+        from timeline.locks.sql import SqlLockProvider
+
         return SqlLockProvider(url, lease_seconds=lease_seconds)
     if url == "storage":
         return StorageLockProvider(table_storage, lease_seconds=lease_seconds)
