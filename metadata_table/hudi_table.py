@@ -626,13 +626,16 @@ def _indexed_columns(schema: Any) -> list[_Indexed]:
 def _bounds_encoder(wrapper: str) -> Callable[[Any, Any], tuple[bytes, bytes] | None]:
     """:func:`_hudi_bounds` of raw statistics in ``wrapper``, each bound then encoded: for
     integers (Hudi's value is the raw one) and strings (encoded from the footer's UTF-8 bytes,
-    checked as text: bytes that are not UTF-8 fail as they would decoded) without the values
-    made in between (a build encodes the bounds of every column of every data file)."""
+    checked as text) without the values made in between (a build encodes the bounds of every
+    column of every data file)."""
     if wrapper == "StringWrapper":
         text = records.bound_encoder(wrapper, from_utf8=True)
 
-        def encode_text(low: bytes, high: bytes) -> tuple[bytes, bytes]:
-            low.decode(), high.decode()
+        def encode_text(low: bytes, high: bytes) -> tuple[bytes, bytes] | None:
+            try:
+                low.decode(), high.decode()
+            except UnicodeDecodeError:
+                return None  # as _hudi_bounds: no exact value
             return text(low), text(high)
 
         return encode_text
@@ -707,7 +710,12 @@ def _hudi_bounds(wrapper: str, low: Any, high: Any) -> tuple[Any, Any] | None:
         low = -0.0 if low == 0 else low
         high = 0.0 if high == 0 else high
     elif wrapper == "StringWrapper":
-        low, high = _text(low), _text(high)
+        try:
+            low, high = _text(low), _text(high)
+        except UnicodeDecodeError:
+            # bytes a writer put in a string column that are not UTF-8: Hudi's reader would
+            # compare them as its decoding mends them, so no record (the file is kept)
+            return None
     return low, high
 
 

@@ -19,16 +19,27 @@ from timeline.formats import metadata_records as records
 UTC = dt.UTC
 
 
-def _stats(table: pa.Table, **options: object) -> dict[str, dict[str, object]]:
+def _footer(table: pa.Table, **options: object) -> pq.FileMetaData:
     sink = io.BytesIO()
     pq.write_table(table, sink, **options)  # type: ignore[arg-type]
-    footer = pq.ParquetFile(pa.BufferReader(sink.getvalue())).metadata
-    made = list(hudi_column_stats(footer, "p1", "f1_0-0-0_20240101000000000.parquet"))
-    # a build's cells, made without the records: fastavro's bytes of each record
-    keys, values = hudi_column_stats_cells(footer, "p1", "f1_0-0-0_20240101000000000.parquet")
+    return pq.ParquetFile(pa.BufferReader(sink.getvalue())).metadata
+
+
+def _cells(footer: pq.FileMetaData, partition: str, name: str) -> list[tuple[str, bytes]]:
+    """A build's cells of a file, made without the records, against fastavro's bytes of each
+    record :func:`hudi_column_stats` makes."""
+    keys, values = hudi_column_stats_cells(footer, partition, name)
+    made = list(hudi_column_stats(footer, partition, name))
     assert list(zip(keys, values, strict=True)) == [
         (r["key"], records.encode_avro(r)) for r in made
     ]
+    return list(zip(keys, values, strict=True))
+
+
+def _stats(table: pa.Table, **options: object) -> dict[str, dict[str, object]]:
+    footer = _footer(table, **options)
+    made = list(hudi_column_stats(footer, "p1", "f1_0-0-0_20240101000000000.parquet"))
+    _cells(footer, "p1", "f1_0-0-0_20240101000000000.parquet")
     if footer.num_row_groups == 1:  # a footer of one row group: the aggregation's answer
         columns = hudi_table._indexed_columns(footer.schema)
         for encoded in (False, True):
@@ -116,3 +127,44 @@ def test_row_groups_aggregate_and_nulls_add_up() -> None:
     table = pa.table({"v": pa.array([5, None, 1, 9, None, None], pa.int32())})
     found = _stats(table, row_group_size=2)
     assert found["v"] == {"min": ("IntWrapper", 1), "max": ("IntWrapper", 9), "nulls": 3}
+
+
+def test_cells_of_files_of_several_partitions_and_schemas() -> None:
+    """Cells of files of several partitions and schemas (a column some files lack, one of
+    another type, row groups to aggregate, zeros, empty strings, the extremes of a long, a
+    column of nulls) are each file's records, byte for byte."""
+    first = pa.table(
+        {
+            "k": ["a", "", "Zürich"],
+            "n": pa.array([1, -(2**63), None], pa.int64()),
+            "x": [0.0, -2.5, 1.5],
+            "f": pa.array([0.0, -1.5, 2.0], pa.float32()),
+            "d": pa.array([dt.date(2024, 1, 2), None, None], pa.date32()),
+            "empty": pa.array([None, None, None], pa.string()),
+        }
+    )
+    second = pa.table(
+        {
+            "k": ["b", "c", "d", "e"],
+            "n": pa.array([7, 8, 2**63 - 1, -3], pa.int64()),
+            "x": [-0.0, 3.0, -2.0, 0.0],
+            "t": pa.array([1, 2, 3, 4], pa.timestamp("us")),
+        }
+    )
+    third = pa.table({"k": ["q"], "n": pa.array([5], pa.int32())})  # n of another type
+    made = [
+        _cells(_footer(first), "p1", "f1_0-0-0_20240101000000000.parquet"),
+        _cells(_footer(second, row_group_size=2), "p2/x", "f2_0-0-0_20240101000000000.parquet"),
+        _cells(_footer(first), "", "f3_0-0-0_20240101000000000.parquet"),
+        _cells(_footer(third), "p1", "f4_0-0-0_20240101000000000.parquet"),
+    ]
+    assert [len(cells) for cells in made] == [6, 4, 6, 2]
+    assert len({key for cells in made for key, _ in cells}) == 18
+
+
+def test_a_string_column_whose_bounds_are_not_utf8_has_no_record() -> None:
+    """Bytes that are not UTF-8 in a string column have no exact value for Hudi's reader to
+    compare: that column of that file has no record (Hudi's reader keeps the file), and the
+    build goes on."""
+    bad = pa.array([b"\xff\xfe", b"a"], pa.binary()).view(pa.string())
+    assert set(_stats(pa.table({"s": bad, "n": [1, 2]}))) == {"n"}
