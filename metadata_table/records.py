@@ -570,13 +570,15 @@ def _raw_is_value(kind: str, arrow_type: pa.DataType, column: pq.ColumnSchema) -
     return kind != "int" or pa.types.is_signed_integer(arrow_type)
 
 
-def _raw_bounds(kind: str, stats: pq.Statistics) -> tuple[Any, Any]:
+def _raw_bounds(kind: str, stats: pq.Statistics) -> tuple[Any, Any] | None:
+    """A chunk's raw min and max as values; None for a string chunk whose bounds are not UTF-8
+    (bytes a writer put in a string column), which no filter can compare: unknown."""
     lo, hi = stats.min_raw, stats.max_raw
     if kind == "string":
         try:
             return lo.decode(), hi.decode()
-        except UnicodeDecodeError:  # not UTF-8: as pyarrow's own conversion takes it
-            return stats.min, stats.max
+        except UnicodeDecodeError:
+            return None
     return lo, hi
 
 
@@ -608,7 +610,11 @@ def column_aggregates(
                 agg.min_known = False
                 continue
             if raw:
-                lo, hi = _raw_bounds(kind, stats)
+                bounds = _raw_bounds(kind, stats)
+                if bounds is None:
+                    agg.min_known = False
+                    continue
+                lo, hi = bounds
             else:
                 lo, hi = _normalize(kind, stats.min), _normalize(kind, stats.max)
             if agg.minimum is None or _decimal_key(kind, lo) < _decimal_key(kind, agg.minimum):

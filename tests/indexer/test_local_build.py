@@ -257,3 +257,30 @@ def test_worker_processes_never_run_the_callers_script_again(tmp_path: Path) -> 
     assert_exact(
         Table.open(str(base), Config.resolve(explicit=lock_config(base))), ["column_stats"]
     )
+
+
+def test_a_string_column_whose_bounds_are_not_utf8_is_indexed_as_unknown(tmp_path: Path) -> None:
+    """A writer may put bytes that are not UTF-8 in a string column: the build and a later
+    commit's index update go on (they failed decoding the footer's bounds), and the column's
+    bounds in those files are unknown, so no filter on it drops them."""
+    import pyarrow as pa
+
+    from metadata_table import load_table
+    from metadata_table.validate import validate
+    from writer.client import WriteClient
+
+    def rows(keys: list[str], texts: list[bytes]) -> pa.Table:
+        text = pa.array(texts, pa.binary()).view(pa.string())  # not checked as UTF-8
+        return pa.table({"k": keys, "s": text, "ts": list(range(len(keys)))})
+
+    config = Config.resolve(explicit=lock_config(tmp_path / "t"))
+    table = Table.create(str(tmp_path / "t"), "t", ["k"], [], config=config)
+    WriteClient(table).insert(rows(["a", "b"], [b"\xff\xfe", b"ok"]))
+    AsyncIndexer(table, IndexerOptions(engine="local")).run(["column_stats"])
+    WriteClient(table).insert(rows(["c"], [b"\xc3"]))
+    WriteClient(table).insert(rows(["d", "e"], [b"x", b"y"]))
+    assert all(report.ok for report in validate(table))
+    scan = load_table(table.base_uri).scan("s = 'ok'")
+    assert scan.to_arrow().column("k").to_pylist() == ["b"]
+    plan = scan.plan()  # the bounds x..y rule their file out; the others' are unknown
+    assert (plan.total, plan.kept) == (3, 2)
