@@ -515,6 +515,11 @@ class FileSystemView:
         """(partition path, file name, size, instant) of each committed base file (written at
         or before ``upto``, if given), in :meth:`all_base_files`' order: from the listing's
         columns, with no object made per file (what an index build and a rebuild read)."""
+        bases = self.committed_base_table(upto)
+        return list(zip(*(bases.column(c).to_pylist() for c in bases.column_names), strict=True))
+
+    def committed_base_table(self, upto: str | None = None) -> pa.Table:
+        """:meth:`committed_base_files` as a table of those four columns."""
         bases = self._ordered_bases
         encoded = pc.dictionary_encode(bases.column("instant_time")).combine_chunks()
         limit = None if upto is None else normalize_timestamp(upto)
@@ -523,8 +528,7 @@ class FileSystemView:
             for t in encoded.dictionary.to_pylist()
         ]
         bases = bases.filter(pc.take(pa.array(wanted, pa.bool_()), encoded.indices))
-        columns = ("partition_path", "file_name", "size", "instant_time")
-        return list(zip(*(bases.column(c).to_pylist() for c in columns), strict=True))
+        return bases.select(["partition_path", "file_name", "size", "instant_time"])
 
     @cached_property
     def all_base_files(self) -> list[BaseFile]:

@@ -18,6 +18,7 @@ from timeline import Table
 from timeline.errors import TableError
 from timeline.formats import metadata_records as records
 from timeline.formats.hfile import HFileReader
+from timeline.fs_view import FileSystemView
 from timeline.storage import Storage
 from writer.client import WriteClient
 
@@ -158,3 +159,26 @@ def test_keys_are_ordered_by_their_bytes_unsigned_as_arrow_orders_them() -> None
                 assert hudi_build._key_order(part).tolist() == expected  # stable: ties alike
     mixed = pa.array(["b", "é", "a", "z", "ab", ""])  # of several lengths: by Arrow
     assert hudi_build._key_order(mixed).tolist() == [5, 2, 4, 0, 3, 1]
+
+
+def test_the_source_files_of_a_build_are_the_committed_files_each_marked_latest_or_not(
+    tmp_path: Path,
+) -> None:
+    """Up to ``upto``: every committed base file, older versions of a file group too (their
+    column stats are Hudi's, as its listing of storage finds them), and only the latest of
+    each group marked (its keys go in the record index); a file committed after ``upto`` is
+    not a source."""
+    table = written_table(tmp_path)
+    with WriteClient(table) as client:
+        client.upsert(rows(keys(0, 10), ts=9))  # new versions of the groups holding those keys
+        upto = table.timeline.load().completed().last()
+        assert upto is not None
+        client.insert(rows(keys(5000, 5010)))
+    view = FileSystemView(table.timeline, table.timeline.load(), as_of=upto.timestamp)
+    latest = {b.path for b in view.latest_base_files()}
+    committed = {f"{p}/{n}" for p, n, _, _ in view.committed_base_files(upto.timestamp)}
+    sources = HudiPartitionWriter(table).source_files(upto.timestamp)
+    assert {s.path for s in sources} == committed and len(sources) == len(committed)
+    assert {s.path for s in sources if s.latest} == latest
+    assert len(latest) < len(committed)  # older versions are there, not marked
+    assert all(s.instant <= upto.timestamp for s in sources)
