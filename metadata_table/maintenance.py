@@ -303,6 +303,7 @@ def compact(
         len(reader.slices(partition)),
         progress=progress,
         layout=table.reload_index_state().layout(partition),
+        unless_dropped=True,
     )
 
 

@@ -171,11 +171,15 @@ class MetadataTable:
         progress: Callable[[int, int], None] | None = None,
         *,
         layout: int,
-    ) -> Instant:
+        unless_dropped: bool = False,
+    ) -> Instant | None:
         """Write one sorted base file per file group (all groups, empty ones too) as metadata
         compaction instant ``instant_time``, the records routed as the partition's ``layout``
         routes them; visible once that instant completes. ``progress`` is called with (groups
-        written, groups)."""
+        written, groups). With ``unless_dropped`` (a compaction, which writes outside the table
+        lock), the instant completes under the lock and only while the partition is still a
+        completed index: when it was dropped meanwhile, its files are deleted and None
+        returned."""
         count = groups or len(self.file_groups(partition)) or DEFAULT_FILE_GROUPS.get(partition, 1)
         inflight = self.begin_base_files(partition, covers_upto, instant_time, count)
         try:
@@ -189,10 +193,29 @@ class MetadataTable:
                 )
                 if progress is not None:
                     progress(index + 1, count)
-            return self.complete_base_files(inflight, sizes, lock)
+            if not unless_dropped:
+                return self.complete_base_files(inflight, sizes, lock)
+            with self.table.lock(f"complete metadata compaction {instant_time}") as held:
+                # a drop deletes the partition's pending compactions: a rebuild since is not it
+                kept = self.timeline.load().get(instant_time, Action.COMPACTION) is not None
+                if kept and partition in self.table.reload_index_state().completed:
+                    return self.complete_base_files(inflight, sizes, held)
+            logger.info("metadata compaction %s discarded: %s was dropped", instant_time, partition)
+            self._discard_base_files(partition, instant_time)
+            return None
         except BaseException:
-            self.discard_pending_base_files([partition], instants=[instant_time])
+            self._discard_base_files(partition, instant_time)
             raise
+
+    def _discard_base_files(self, partition: str, instant_time: str) -> None:
+        """The base files of compaction ``instant_time`` that did not complete, and the instant;
+        its files too when a drop of the partition deleted the instant before they were all
+        written."""
+        self.discard_pending_base_files([partition], instants=[instant_time])
+        for entry in self.storage.list(partition):
+            if entry.name.endswith(f"_{instant_time}.parquet"):
+                self.storage.delete(entry.path)
+        self._stop_beating(instant_time)
 
     def discard_pending_base_files(
         self,

@@ -305,8 +305,7 @@ class _LocalBackend(_Backend):
         with contextlib.suppress(FileNotFoundError):
             if os.path.isdir(path) and not os.path.islink(path):
                 if recursive:
-                    # a file another process deletes meanwhile is skipped, not the end of it
-                    shutil.rmtree(path, onerror=_unless_gone)
+                    _remove_tree(path)
                 else:
                     os.rmdir(path)
             else:
@@ -316,6 +315,24 @@ class _LocalBackend(_Backend):
     def info(self, path: str) -> tuple[int, bool, float]:
         st = os.stat(path)
         return st.st_size, os.path.isdir(path), st.st_mtime
+
+
+#: passes over a folder that other processes keep writing into before its delete fails
+_REMOVE_TREE_PASSES = 5
+
+
+def _remove_tree(path: str) -> None:
+    """Delete a folder and what it holds. A file another process deletes meanwhile is skipped,
+    not the end of it; one written into it meanwhile (a metadata compaction still writing into
+    a partition being dropped) leaves it not empty, and the next pass deletes that too."""
+    for passes_left in range(_REMOVE_TREE_PASSES - 1, -1, -1):
+        try:
+            shutil.rmtree(path, onerror=_unless_gone)
+            return
+        except OSError as e:
+            if e.errno != errno.ENOTEMPTY or not passes_left:
+                raise
+            logger.debug("%s: written into while deleted, deleting again", path)
 
 
 def _unless_gone(function: Any, path: str, exc_info: Any) -> None:

@@ -287,13 +287,15 @@ def test_drop_while_writers_run(tmp_path: Path, spark: Any) -> None:
 
     thread = threading.Thread(target=ingest)
     thread.start()
-    time.sleep(1.0)
-    assert AsyncIndexer(table, spark=spark).drop([COLUMN_STATS]) == [COLUMN_STATS]
-    before = commits["n"]
-    while commits["n"] < before + 3:
-        time.sleep(0.05)
-    stop.set()
-    thread.join()
+    try:  # the writer stops whatever happens (it went on writing into the worker's next tests)
+        time.sleep(1.0)
+        assert AsyncIndexer(table, spark=spark).drop([COLUMN_STATS]) == [COLUMN_STATS]
+        before = commits["n"]
+        while commits["n"] < before + 3 and not errors:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join()
     assert errors == []
     state = table.reload_index_state()
     assert COLUMN_STATS not in state.completed and FILES in state.completed

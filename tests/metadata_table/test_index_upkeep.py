@@ -164,6 +164,40 @@ def test_a_dropped_partitions_compactions_leave_the_timeline(tmp_path: Path) -> 
     assert PARTITIONS[1] not in partitions and done.trimmed_instants >= 1
 
 
+def test_a_compaction_during_which_its_partition_is_dropped_leaves_nothing(
+    tmp_path: Path, monkeypatch: MonkeyPatch
+) -> None:
+    """A compaction writes outside the table lock: when a drop of its partition comes in while
+    it writes, it completes nothing and its files go (it completed a dropped partition's base
+    files, which stayed, and with a writer's file landing in the folder meanwhile the drop
+    itself failed)."""
+    from metadata_table import table as mdt_module
+    from metadata_table.partition_writer import PartitionWriter
+
+    table = indexed(tmp_path, **{"indexer.metadata.upkeep.automatic": "false"})
+    upsert(table, 2)
+    partition = PARTITIONS[1]
+    real = mdt_module.write_base_file
+    dropped: list[str] = []
+
+    def write_then_drop(*args: Any, **kwargs: Any) -> int:
+        size = real(*args, **kwargs)
+        if not dropped:
+            dropped.append(partition)
+            with table.lock("drop") as lock:
+                table.update_metadata_partitions(lock, remove=[partition])
+                PartitionWriter(table).drop([partition])
+        return size
+
+    mdt = MetadataTable(table)
+    before = list(mdt.timeline.load().with_actions(Action.COMPACTION))
+    monkeypatch.setattr(mdt_module, "write_base_file", write_then_drop)
+    assert compact(table, partition) is None
+    assert dropped and mdt.storage.list(partition) == []
+    assert list(mdt.timeline.load().with_actions(Action.COMPACTION)) == before
+    assert_exact(table, [p for p in PARTITIONS if p != partition])
+
+
 def test_upkeep_compacts_only_what_is_due(tmp_path: Path) -> None:
     table = indexed(
         tmp_path,

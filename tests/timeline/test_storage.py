@@ -307,3 +307,28 @@ def test_a_folder_is_deleted_whole_while_another_process_deletes_some_of_its_fil
     storage.delete("part", recursive=True)
     monkeypatch.setattr(os, "unlink", real)
     assert taken and not storage.exists("part")
+
+
+def test_a_folder_is_deleted_whole_while_another_process_writes_into_it(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recursive delete goes on past a file someone else wrote meanwhile (a metadata
+    compaction writing a base file into a partition a drop deletes): it failed, "Directory not
+    empty", and the drop with it."""
+    import os
+
+    storage = Storage(str(tmp_path))
+    storage.create("part/a", b"x")
+    real = os.rmdir
+    late: list[str] = []
+
+    def rmdir(path: Any, *args: Any, **kwargs: Any) -> None:
+        if not late and str(path).endswith("part"):  # written after the folder was listed
+            late.append("b")
+            (tmp_path / "part" / "b").write_bytes(b"y")
+        real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rmdir", rmdir)
+    storage.delete("part", recursive=True)
+    monkeypatch.setattr(os, "rmdir", real)
+    assert late and not storage.exists("part")
