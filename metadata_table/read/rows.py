@@ -16,6 +16,9 @@ case (DuckDB's names are case-insensitive); and, in a process that has not loade
 when the kept files hold less than :data:`DUCKDB_MIN_BYTES` (loading it and opening a
 connection cost about 90 ms, more than such a read). And a group of files none of which has a
 column the query names yet (a column added since) is read by pyarrow, which fills it with nulls.
+DuckDB refuses a string column holding bytes that are not UTF-8 (another writer may write them;
+pyarrow and Spark read them as they are): the files of the query that met one are read again by
+pyarrow, less the rows DuckDB handed out already.
 
 Exactness: every literal is the Arrow scalar the pyarrow path compares with
 (:func:`~metadata_table.read.filters.row_literal`), cast to its column's DuckDB type, so both
@@ -246,18 +249,44 @@ def _duckdb_chunks(
             logger.debug("pyarrow reads %d file(s): %s", len(paths), e)
             yield from _arrow_chunks(read, paths, limit, started)
             return
-        # to_arrow_reader since DuckDB 1.4, fetch_arrow_reader before
-        stream = getattr(relation, "to_arrow_reader", None) or relation.fetch_arrow_reader
-        reader = stream(BATCH_ROWS)
-        started(len(paths))
-        for batch in reader:
-            batch = _conform(batch, schema)
-            if again is not None:
-                batch = batch.filter(again.expression(read.schema))
-                batch = batch.select(read.output.names)
-            yield batch
+        handed = 0
+        try:
+            # to_arrow_reader since DuckDB 1.4, fetch_arrow_reader before
+            stream = getattr(relation, "to_arrow_reader", None) or relation.fetch_arrow_reader
+            reader = stream(BATCH_ROWS)
+            started(len(paths))
+            for batch in reader:
+                batch = _conform(batch, schema)
+                if again is not None:
+                    batch = batch.filter(again.expression(read.schema))
+                    batch = batch.select(read.output.names)
+                handed += batch.num_rows
+                yield batch
+        except (duckdb.InvalidInputException, OSError) as e:  # OSError: from Arrow's stream
+            if _NOT_UTF8 not in str(e):
+                raise
+            # a string column holding bytes that are not UTF-8 (another writer's file): DuckDB
+            # refuses to read it, pyarrow reads it as it is. DuckDB hands the rows over in the
+            # files' order (insertion order is kept), as pyarrow does: the rows handed out
+            # already are pyarrow's first ones
+            logger.info("pyarrow reads %d file(s): %s", len(paths), str(e).splitlines()[0])
+            yield from _skipped(_arrow_chunks(read, paths, limit, lambda _: None), handed)
     finally:
         cursor.close()
+
+
+#: the start of DuckDB's error for a string that is not UTF-8 in a Parquet file
+_NOT_UTF8 = "Invalid string encoding found in Parquet file"
+
+
+def _skipped(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
+    """``batches`` less their first ``rows`` rows."""
+    for batch in batches:
+        if rows >= batch.num_rows:
+            rows -= batch.num_rows
+            continue
+        yield batch.slice(rows) if rows else batch
+        rows = 0
 
 
 def _refilter(read: RowRead) -> Expr | None:

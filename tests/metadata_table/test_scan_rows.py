@@ -287,3 +287,37 @@ def test_a_forked_process_makes_its_own_duckdb_connection(
     assert child.execute("SELECT 42").fetchone() == (42,)
     child.close()
     assert rows._connection[1] is not parent
+
+
+@pytest.mark.parametrize("bad_at", [0, 3])
+def test_strings_that_are_not_utf8_are_read_as_pyarrow_reads_them(
+    tmp_path: Path, bad_at: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DuckDB refuses a file whose string column holds bytes that are not UTF-8 (another
+    writer's); the query's files are read by pyarrow instead, the rows DuckDB handed out
+    already not handed out again, whether DuckDB met the file first or after other files' rows
+    (the read failed, in a process that had loaded DuckDB)."""
+    schema = pa.schema([("k", pa.int64()), ("s", pa.string())])
+    paths = []
+    for n in range(4):
+        size = 3 if n == bad_at else 100_000
+        texts = pa.array([b"\xff\xfe" if n == bad_at else b"ok"] * size, pa.binary())
+        keys = range(n * 100_000, n * 100_000 + size)
+        table = pa.table({"k": keys, "s": texts.view(pa.string())})
+        paths.append(str(tmp_path / f"f{n}.parquet"))
+        pq.write_table(table, paths[-1], row_group_size=20_000)
+    skipped: list[int] = []
+    real = rows._skipped
+
+    def skipping(batches: Any, count: int) -> Any:
+        skipped.append(count)
+        return real(batches, count)
+
+    monkeypatch.setattr(rows, "_skipped", skipping)
+    whole, some = parse_filter("k < 50000 OR k >= 150000"), 250_000
+    for expr, limit in ((None, None), (whole, None), (None, some)):
+        read = RowRead(pafs.LocalFileSystem(), paths, [1] * 4, schema, schema, expr, limit=limit)
+        got, expected = _both(read)
+        assert got.equals(expected)
+        assert got.num_rows == (limit or expected.num_rows)
+    assert skipped  # (how many rows DuckDB handed out first is up to its threads)
