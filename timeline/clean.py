@@ -33,8 +33,12 @@ own clean right after planning it, without our lock, and fails if another proces
 
 Planning is incremental by default (``hoodie.cleaner.incremental.mode``): only partitions
 written since the last clean's earliest retained commit are listed, so a clean after every
-commit lists the partitions that commit's predecessors wrote, not the table. Like Hudi 0.15, an
-empty plan writes no instant.
+commit lists the partitions that commit's predecessors wrote, not the table. An empty plan
+writes no instant, as in Hudi 0.15, unless it had to list the whole table (no clean yet to count
+from, or the commits since the last one archived): then it is completed as a clean that deletes
+nothing, so that the next plan is incremental. Hudi 0.15 writes none, and so lists a table that
+only ever receives new files whole at every commit (apache/hudi#6953, HUDI-5053; on 100,000
+files, 1.5 to 2.5 s a commit here before this rule).
 """
 
 from __future__ import annotations
@@ -133,6 +137,9 @@ class CleanPlan:
     files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     #: the engine that scheduled the plan ("" for another engine's, e.g. Apache Hudi's)
     scheduler: str = SCHEDULER
+    #: made from a listing of every partition where an incremental plan was asked for (no clean
+    #: to count from yet, or the commits since it archived): worth recording even when empty
+    listed_table: bool = field(default=False, compare=False)
 
     @property
     def is_ours(self) -> bool:
@@ -356,7 +363,10 @@ class CleanPlanner:
             else list_partitions(self.table.storage, sorted(partitions))
         )
         files = self._deletable(timeline, listed, bound)
-        return CleanPlan(policy.name, earliest, empty.last_completed_commit, files)
+        full = partitions is None and policy.incremental and earliest is not None
+        return CleanPlan(
+            policy.name, earliest, empty.last_completed_commit, files, listed_table=full
+        )
 
     def _guard(self, timeline: Timeline, now: float) -> Instant | None:
         """The newest completed write that no pending write, compaction or clustering started
@@ -634,8 +644,11 @@ def clean(
     if not force and not planner.needs_cleaning(timeline):
         return results
     plan = planner.plan(timeline)
-    if not plan:
+    if not plan and not plan.listed_table:
         return results
+    # an empty plan that listed the whole table is carried out too: its instant records the
+    # earliest commit retained, from which the next plan lists only the partitions written since
+    # (without it, a table no commit rewrites, appends only, was listed whole at every commit)
     requested = schedule_clean(table, plan)
     if requested is not None:
         results.append(execute_clean(table, requested, on_removal))

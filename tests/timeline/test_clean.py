@@ -21,6 +21,7 @@ from timeline.clean import (
     CleanPlanner,
     CleanPolicy,
     clean,
+    clean_metadata,
     cleans_left,
     execute_clean,
     schedule_clean,
@@ -317,6 +318,38 @@ def test_incremental_planning_lists_the_partitions_written_since_the_last_clean(
     assert set(result.plan.files) == {"la"}
 
 
+def test_a_table_that_only_receives_new_files_is_not_listed_whole_at_every_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each commit writes a new partition, so no clean ever has a file to delete: the first plan
+    past the retained commits lists the table and is completed as an empty clean, which later
+    plans count from (Hudi 0.15 writes none, and lists the table at every commit)."""
+    import timeline.clean as clean_module
+
+    table = make_table(
+        tmp_path, **{"hoodie.clean.automatic": "true", "hoodie.cleaner.commits.retained": "2"}
+    )
+    whole: list[int] = []
+    original = clean_module.list_data_files
+
+    def spy(storage: Any) -> Any:
+        whole.append(1)
+        return original(storage)
+
+    monkeypatch.setattr(clean_module, "list_data_files", spy)
+    with WriteClient(table) as client:
+        for ts in range(8):
+            client.insert(rows([f"k{ts}"], ts, f"c{ts}"))
+    assert len(whole) == 1
+    cleans = table.timeline.load().with_actions(Action.CLEAN).completed()
+    assert len(cleans) == 1
+    (empty,) = cleans
+    metadata = clean_metadata(table, empty)
+    assert metadata["totalFilesDeleted"] == 0 and metadata["partitionMetadata"] == {}
+    assert metadata["earliestCommitToRetain"]
+    assert len(snapshot(table)) == 8
+
+
 def test_the_plan_reads_hudi_paths_and_version_1_plans(tmp_path: Path) -> None:
     table = make_table(tmp_path)
     root = table.storage.uri("").rstrip("/")
@@ -384,11 +417,14 @@ def test_our_writers_clean_after_each_commit_by_default(tmp_path: Path) -> None:
         times = []
         for ts in range(6):
             times.append(client.upsert(rows(["a", "b"], ts)).timestamp)
-            # from the third commit on, each commit makes one more version cleanable
-            assert len(client.last_cleans) == (1 if ts >= 2 else 0), ts
+            # from the third commit on, each commit makes one more version cleanable; the
+            # second's plan, the first past the retained commits, listed the table and found
+            # nothing: it is recorded, for the next plans to list only what was written since
+            assert len(client.last_cleans) == (1 if ts >= 1 else 0), ts
+            assert all(bool(c.plan) == (ts >= 2) for c in client.last_cleans), ts
         assert versions(tmp_path) == times[-3:]
     cleans = table.timeline.load().with_actions(Action.CLEAN)
-    assert len(cleans.completed()) == 4 and not cleans.pending()
+    assert len(cleans.completed()) == 5 and not cleans.pending()
     reader = MetadataTable(table).reader(table.timeline.load())
     assert reader.unapplied(FILES) == []
     # off: nothing cleaned
