@@ -34,11 +34,10 @@ own clean right after planning it, without our lock, and fails if another proces
 Planning is incremental by default (``hoodie.cleaner.incremental.mode``): only partitions
 written since the last clean's earliest retained commit are listed, so a clean after every
 commit lists the partitions that commit's predecessors wrote, not the table. An empty plan
-writes no instant, as in Hudi 0.15, unless it had to list the whole table (no clean yet to count
-from, or the commits since the last one archived): then it is completed as a clean that deletes
-nothing, so that the next plan is incremental. Hudi 0.15 writes none, and so lists a table that
-only ever receives new files whole at every commit (apache/hudi#6953, HUDI-5053; on 100,000
-files, 1.5 to 2.5 s a commit here before this rule).
+writes no instant unless it had to list the whole table (no clean yet to count from, or the
+commits since the last one archived): that one is completed as a clean that deletes nothing, so
+that the next plan is incremental. Hudi 0.15 writes no empty clean, and so lists a table that
+only ever receives new files whole at every commit (apache/hudi#6953, HUDI-5053).
 """
 
 from __future__ import annotations
