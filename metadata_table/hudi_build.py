@@ -51,10 +51,10 @@ from metadata_table.hudi_table import (
     DENSE,
     FOLDER,
     LOG_WRITE_TOKEN,
+    HudiColumnStatsCells,
     HudiMetadataTable,
     bloom_record,
     commit_records,
-    hudi_column_stats_cells,
     removal_records,
     undo_deltacommit,
     write_deltacommit,
@@ -248,22 +248,19 @@ def _cells_of(work: _Work, chunk: Sequence[Iterable[Any]]) -> dict[str, list[Con
     their files' values (:data:`Located`); both routed to their groups together, with numpy,
     as Arrow arrays (cheap to hand between processes)."""
     out: dict[str, list[Content]] = {p: [[] for _ in range(n)] for p, n in work.groups.items()}
-    found: dict[str, tuple[list[str], list[bytes]]] = {
-        p: ([], []) for p in (BLOOM_FILTERS, COLUMN_STATS) if p in out
-    }
+    blooms: tuple[list[str], list[bytes]] | None = ([], []) if BLOOM_FILTERS in out else None
+    stats = HudiColumnStatsCells() if COLUMN_STATS in out else None
     record_keys: list[pa.Array] = []
     locations: list[bytes] = []  # the value of each array of record_keys
     for source in map(SourceFile._make, chunk):
         footer = parquet_metadata(work.storage, source.path)
-        if BLOOM_FILTERS in found:
+        if blooms is not None:
             bloom = bloom_record(footer, source.partition_path, source.name, work.stamp)
             if bloom is not None:
-                found[BLOOM_FILTERS][0].append(bloom["key"])
-                found[BLOOM_FILTERS][1].append(records.encode(bloom))
-        if COLUMN_STATS in found:
-            keys, values = hudi_column_stats_cells(footer, source.partition_path, source.name)
-            found[COLUMN_STATS][0].extend(keys)
-            found[COLUMN_STATS][1].extend(values)
+                blooms[0].append(bloom["key"])
+                blooms[1].append(records.encode(bloom))
+        if stats is not None:
+            stats.add(footer, source.partition_path, source.name)
         if RECORD_INDEX in out and source.latest:
             keys = read_record_keys(work.storage, source.path, work.keygen).column(RECORD_KEY)
             record_keys.extend(keys.cast(pa.large_string()).chunks)
@@ -273,15 +270,22 @@ def _cells_of(work: _Work, chunk: Sequence[Iterable[Any]]) -> dict[str, list[Con
             )
     if record_keys:
         _route_keys(record_keys, locations, cast("list[list[Located]]", out[RECORD_INDEX]))
-    for partition, (keys_of, values_of) in found.items():
-        by_group = cast("list[list[Cells]]", out[partition])
-        keys = pa.array(keys_of, pa.string())
-        rows, values = keys.cast(pa.large_binary()), pa.array(values_of, pa.large_binary())
-        routed = records.file_group_indexes(keys, len(by_group))
-        for group in np.unique(routed):
-            mask = pa.array(routed == group)
-            by_group[group].append((rows.filter(mask), values.filter(mask)))
+    if blooms is not None:
+        made = pa.array(blooms[0], pa.string()), pa.array(blooms[1], pa.binary())
+        _route_cells(*made, cast("list[list[Cells]]", out[BLOOM_FILTERS]))
+    if stats is not None:
+        _route_cells(*stats.cells(), cast("list[list[Cells]]", out[COLUMN_STATS]))
     return out
+
+
+def _route_cells(keys: pa.Array, values: pa.Array, by_group: list[list[Cells]]) -> None:
+    """Cells (string keys, binary values) added to the file groups that hold them."""
+    rows = keys.cast(pa.large_binary())
+    values = values.cast(pa.large_binary())
+    routed = records.file_group_indexes(keys, len(by_group))
+    for group in np.unique(routed):
+        mask = pa.array(routed == group)
+        by_group[group].append((rows.filter(mask), values.filter(mask)))
 
 
 def _route_keys(

@@ -33,10 +33,14 @@ import math
 import re
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property, partial
 from typing import Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from timeline.archiver import (
     ArchivalPolicy,
@@ -463,8 +467,13 @@ def hudi_column_stats(footer: Any, partition_path: str, name: str) -> Iterator[d
     whose statistics a writer left out, has no record: Hudi's reader keeps the file for every
     filter on it. A column of nulls only has null bounds and its null count, as Hudi writes."""
     file_id = records.file_id(name)
-    for column, low, high, values, nulls, size, uncompressed in _column_stats(footer):
+    for column, values, nulls, low, high, size, uncompressed in _raw_stats(footer):
         wrapper = column.wrapper
+        if low is not None:
+            bounds = _hudi_bounds(wrapper, low, high)
+            if bounds is None:
+                continue
+            low, high = bounds
         yield {
             "key": records.column_stats_prefix(column.path, partition_path) + file_id,
             "type": records.RecordType.COLUMN_STATS,
@@ -482,24 +491,63 @@ def hudi_column_stats(footer: Any, partition_path: str, name: str) -> Iterator[d
         }
 
 
-def hudi_column_stats_cells(
-    footer: Any, partition_path: str, name: str
-) -> tuple[list[str], list[bytes]]:
-    """The keys and encoded records of :func:`hudi_column_stats`'s records, made without the
-    records (a build makes one for every column of every data file): each bound encoded from
-    its value (:func:`~timeline.formats.metadata_records.bound_encoder`), a string's from its
-    UTF-8 bytes as the footer holds them."""
-    file_id = records.file_id(name)
-    value = records.column_stats_encoder(name)
-    keys, values = [], []
-    for column, low, high, count, nulls, size, uncompressed in _column_stats(footer, True):
-        keys.append(records.column_stats_prefix(column.path, partition_path) + file_id)
-        values.append(value(column.path, low, high, count, nulls, size, uncompressed))
-    return keys, values
+class HudiColumnStatsCells:
+    """The cells (keys, encoded values) of :func:`hudi_column_stats`'s records of many data
+    files, made without the records: each footer's statistics gathered as they are
+    (:func:`_raw_stats`), then each column's bounds, counts and keys encoded for all the files
+    at once with Arrow and numpy. A build makes a record for every column of every data file:
+    one at a time, making them cost more than parsing the footers."""
+
+    def __init__(self) -> None:
+        self._names: list[str] = []
+        self._file_keys: list[str] = []  # each file's part of its keys
+        #: each column's statistics: (file, values, nulls, min, max, size, uncompressed size)
+        self._found: defaultdict[_Indexed, list[tuple[Any, ...]]] = defaultdict(list)
+
+    def add(self, footer: Any, partition_path: str, name: str) -> None:
+        """Gathers the statistics of the data file ``name`` of ``partition_path``."""
+        at = len(self._names)
+        self._names.append(name)
+        self._file_keys.append(records.file_key(partition_path, name))
+        found = self._found
+        for column, values, nulls, low, high, size, uncompressed in _raw_stats(footer):
+            found[column].append((at, values, nulls, low, high, size, uncompressed))
+
+    def cells(self) -> tuple[pa.Array, pa.Array]:
+        """The keys (strings) and encoded values (binary) of the files' records."""
+        by_wrapper: defaultdict[str, list[tuple[str, list[tuple[Any, ...]]]]] = defaultdict(list)
+        for column, rows in self._found.items():
+            by_wrapper[column.wrapper].append((column.path, rows))
+        parts = []
+        for wrapper, columns in by_wrapper.items():  # a wrapper's bounds encoded at once
+            rows = [row for _, of_column in columns for row in of_column]
+            at, counts, nulls, lows, highs, sizes, unzipped = zip(*rows, strict=True)
+            low, high, kept = _bounds_arrays(wrapper, lows, highs)
+            paths = [path for path, of_column in columns for _ in of_column]
+            numbers = [pa.array(n, pa.int64()) for n in (at, counts, nulls, sizes, unzipped)]
+            part = pa.Table.from_arrays([pa.array(paths), low, high, *numbers], _CELL_PARTS)
+            parts.append(part if kept is None else part.filter(kept))
+        found = pa.concat_tables(parts).combine_chunks() if parts else None
+        if found is None or found.num_rows == 0:
+            return pa.array([], pa.string()), pa.array([], pa.binary())
+        at = found.column("at").chunk(0)
+        column = found.column("column").chunk(0).dictionary_encode()
+        prefixes = pa.array(map(records.column_stats_prefix, column.dictionary.to_pylist()))
+        file_keys = pa.array(self._file_keys, pa.string()).take(at)
+        keys = pc.binary_join_element_wise(prefixes.take(column.indices), file_keys, "")
+        values = records.column_stats_array(
+            pa.array(self._names, pa.string()).take(at),
+            found.column("column").chunk(0),
+            found.column("low").chunk(0),
+            found.column("high").chunk(0),
+            *(found.column(name).chunk(0).to_numpy() for name in _COUNTS),
+        )
+        return keys, values
 
 
-#: a null min or max, encoded
-_NULL_BOUND = b"\x00"
+#: what :meth:`HudiColumnStatsCells.cells` makes a file's column's cell of
+_CELL_PARTS = ["column", "low", "high", "at", "values", "nulls", "size", "uncompressed"]
+_COUNTS = _CELL_PARTS[4:]  # in a record's order
 
 
 class _Indexed(NamedTuple):
@@ -508,30 +556,27 @@ class _Indexed(NamedTuple):
     at: int  # its index in the footer's schema
     path: str
     wrapper: str
-    #: a column's (min, max) of raw statistics as Hudi's values in ``wrapper``, encoded (None:
-    #: not made exactly here), chosen once a schema (:func:`_bounds_encoder`)
-    encode: Callable[[Any, Any], tuple[bytes, bytes] | None]
 
 
-def _column_stats(
-    footer: Any, encoded: bool = False
-) -> Iterator[tuple[_Indexed, Any, Any, int, int, int, int]]:
-    """(column, min, max, values, nulls, size, uncompressed size) of the columns
-    :func:`hudi_column_stats` keeps, the bounds Hudi's values in ``column.wrapper`` (None: a
-    column of nulls), or with ``encoded`` those values encoded (a null bound ``b"\\x00"``)."""
+def _raw_stats(footer: Any) -> Iterator[tuple[_Indexed, int, int, Any, Any, int, int]]:
+    """(column, values, nulls, min, max, size, uncompressed size) of the columns
+    :func:`hudi_column_stats` takes whose statistics are known, as the footer holds them: raw
+    bounds (a decimal's as pyarrow's Decimal; both None for a column of nulls), aggregated over
+    the row groups. A column whose statistics a writer left out (no null count, or values
+    without bounds) is not given."""
     columns = _indexed_columns(footer.schema)
     row_groups = [footer.row_group(i) for i in range(footer.num_row_groups)]
     if not row_groups:
         return iter(())
     if len(row_groups) == 1:  # most files: each chunk's statistics are the column's
-        return _one_group_stats(row_groups[0], columns, encoded)
-    return _aggregated_stats(row_groups, columns, encoded)
+        return _one_group_stats(row_groups[0], columns)
+    return _aggregated_stats(row_groups, columns)
 
 
 def _aggregated_stats(
-    row_groups: list[Any], columns: list[_Indexed], encoded: bool
-) -> Iterator[tuple[_Indexed, Any, Any, int, int, int, int]]:
-    """:func:`_column_stats` aggregated over the row groups' chunks of each column."""
+    row_groups: list[Any], columns: list[_Indexed]
+) -> Iterator[tuple[_Indexed, int, int, Any, Any, int, int]]:
+    """:func:`_raw_stats` aggregated over the row groups' chunks of each column."""
     for column in columns:
         at, wrapper = column.at, column.wrapper
         values = nulls = size = uncompressed = 0
@@ -559,22 +604,14 @@ def _aggregated_stats(
             elif none != count:
                 break  # a chunk with values and no bounds: unknown
         else:
-            if low is None:
-                if encoded:
-                    low = high = _NULL_BOUND
-            else:
-                bounds = column.encode(low, high) if encoded else _hudi_bounds(wrapper, low, high)
-                if bounds is None:
-                    continue
-                low, high = bounds
-            yield column, low, high, values, nulls, size, uncompressed
+            yield column, values, nulls, low, high, size, uncompressed
 
 
 def _one_group_stats(
-    row_group: Any, columns: list[_Indexed], encoded: bool
-) -> Iterator[tuple[_Indexed, Any, Any, int, int, int, int]]:
-    """:func:`_column_stats` of a footer of one row group, without the aggregation over
-    chunks (a build reads every data file's)."""
+    row_group: Any, columns: list[_Indexed]
+) -> Iterator[tuple[_Indexed, int, int, Any, Any, int, int]]:
+    """:func:`_raw_stats` of a footer of one row group, without the aggregation over chunks (a
+    build reads every data file's)."""
     for column in columns:
         chunk = row_group.column(column.at)
         found = chunk.statistics
@@ -587,19 +624,74 @@ def _one_group_stats(
                 low, high = found.min, found.max
             else:
                 low, high = found.min_raw, found.max_raw
-            if encoded:
-                bounds = column.encode(low, high)
-            else:
-                bounds = _hudi_bounds(column.wrapper, low, high)
-            if bounds is None:
-                continue
-            low, high = bounds
         elif nulls != values:
             continue  # values and no bounds: unknown
         else:
-            low = high = _NULL_BOUND if encoded else None
+            low = high = None
         size, uncompressed = chunk.total_compressed_size, chunk.total_uncompressed_size
-        yield column, low, high, values, nulls, size, uncompressed
+        yield column, values, nulls, low, high, size, uncompressed
+
+
+def _bounds_arrays(
+    wrapper: str, lows: Sequence[Any], highs: Sequence[Any]
+) -> tuple[pa.Array, pa.Array, np.ndarray | None]:
+    """Raw bounds of one column (:func:`_raw_stats`; None: a column of nulls) as Hudi's values
+    in ``wrapper``, encoded (:func:`~timeline.formats.metadata_records.bounds_array`), and
+    which to keep (None: all): a bound without an exact value here has no record, as in
+    :func:`_hudi_bounds`, which does for one file what this does for many."""
+    if wrapper in _ENCODED_AS_INTEGERS:
+        low, high = pa.array(lows, pa.int64()), pa.array(highs, pa.int64())
+        kept = None
+    elif wrapper in ("DoubleWrapper", "FloatWrapper"):
+        low, high = pa.array(lows, pa.float64()), pa.array(highs, pa.float64())
+        nan = pc.or_(pc.is_nan(low), pc.is_nan(high)).fill_null(False).to_numpy(False)
+        kept = ~nan if nan.any() else None
+        # a zero bound is -0.0 as a minimum and +0.0 as a maximum (:func:`_hudi_bounds`)
+        low = pc.if_else(pc.equal(low, 0.0), pa.scalar(-0.0), low)
+        high = pc.if_else(pc.equal(high, 0.0), pa.scalar(0.0), high)
+    elif wrapper in ("StringWrapper", "BytesWrapper"):
+        low, high = pa.array(lows, pa.binary()), pa.array(highs, pa.binary())
+        kept = None
+        if wrapper == "StringWrapper" and not (_utf8(low) and _utf8(high)):
+            # bytes that are not UTF-8: no exact value (:func:`_hudi_bounds`)
+            kept = np.array(
+                [
+                    a is None or _hudi_bounds(wrapper, a, b) is not None
+                    for a, b in zip(lows, highs, strict=True)
+                ]
+            )
+    else:  # decimals and booleans (few): one value at a time
+        encode = records.bound_encoder(wrapper)
+        made = [
+            (None, None) if a is None else _hudi_bounds(wrapper, a, b)
+            for a, b in zip(lows, highs, strict=True)
+        ]
+        kept = np.array([bounds is not None for bounds in made])
+        encoded = [
+            (encode(b[0]), encode(b[1])) if b is not None and b[0] is not None else (_NULL, _NULL)
+            for b in made
+        ]
+        return (
+            pa.array([e[0] for e in encoded], pa.binary()),
+            pa.array([e[1] for e in encoded], pa.binary()),
+            None if kept.all() else kept,
+        )
+    return records.bounds_array(wrapper, low), records.bounds_array(wrapper, high), kept
+
+
+#: the wrappers of integers (the raw statistic is Hudi's value)
+_ENCODED_AS_INTEGERS = ("IntWrapper", "LongWrapper", "DateWrapper")
+#: a null bound, encoded
+_NULL = b"\x00"
+
+
+def _utf8(values: pa.Array) -> bool:
+    """Whether every one of binary ``values`` is UTF-8."""
+    try:
+        values.cast(pa.string())
+    except pa.ArrowInvalid:
+        return False
+    return True
 
 
 #: the last footer schema's columns Hudi indexes (files of a table share one schema)
@@ -618,36 +710,9 @@ def _indexed_columns(schema: Any) -> list[_Indexed]:
         column = schema.column(at)
         wrapper = _wrapper_of(column)
         if "." not in column.path and wrapper is not None:
-            found.append(_Indexed(at, column.path, wrapper, _bounds_encoder(wrapper)))
+            found.append(_Indexed(at, column.path, wrapper))
     _LAST_COLUMNS[:] = [(schema, found)]
     return found
-
-
-def _bounds_encoder(wrapper: str) -> Callable[[Any, Any], tuple[bytes, bytes] | None]:
-    """:func:`_hudi_bounds` of raw statistics in ``wrapper``, each bound then encoded: for
-    integers (Hudi's value is the raw one) and strings (encoded from the footer's UTF-8 bytes,
-    checked as text) without the values made in between (a build encodes the bounds of every
-    column of every data file)."""
-    if wrapper == "StringWrapper":
-        text = records.bound_encoder(wrapper, from_utf8=True)
-
-        def encode_text(low: bytes, high: bytes) -> tuple[bytes, bytes] | None:
-            try:
-                low.decode(), high.decode()
-            except UnicodeDecodeError:
-                return None  # as _hudi_bounds: no exact value
-            return text(low), text(high)
-
-        return encode_text
-    encode = records.bound_encoder(wrapper)
-    if wrapper in ("IntWrapper", "LongWrapper", "DateWrapper"):
-        return lambda low, high: (encode(low), encode(high))
-
-    def encode_value(low: Any, high: Any) -> tuple[bytes, bytes] | None:
-        bounds = _hudi_bounds(wrapper, low, high)
-        return None if bounds is None else (encode(bounds[0]), encode(bounds[1]))
-
-    return encode_value
 
 
 #: (Parquet physical type, logical type) -> Hudi's wrapper of the footer's raw statistic (a

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from metadata_table import hudi_table
-from metadata_table.hudi_table import hudi_column_stats, hudi_column_stats_cells
+from metadata_table.hudi_table import HudiColumnStatsCells, hudi_column_stats
 from timeline.formats import metadata_records as records
 
 UTC = dt.UTC
@@ -25,27 +25,28 @@ def _footer(table: pa.Table, **options: object) -> pq.FileMetaData:
     return pq.ParquetFile(pa.BufferReader(sink.getvalue())).metadata
 
 
-def _cells(footer: pq.FileMetaData, partition: str, name: str) -> list[tuple[str, bytes]]:
-    """A build's cells of a file, made without the records, against fastavro's bytes of each
-    record :func:`hudi_column_stats` makes."""
-    keys, values = hudi_column_stats_cells(footer, partition, name)
-    made = list(hudi_column_stats(footer, partition, name))
-    assert list(zip(keys, values, strict=True)) == [
-        (r["key"], records.encode_avro(r)) for r in made
-    ]
-    return list(zip(keys, values, strict=True))
+def _cells(*files: tuple[pq.FileMetaData, str, str]) -> list[tuple[str, bytes]]:
+    """A build's cells of some files (footer, partition, name), made together without the
+    records, against fastavro's bytes of each record :func:`hudi_column_stats` makes."""
+    made = HudiColumnStatsCells()
+    for file in files:
+        made.add(*file)
+    keys, values = made.cells()
+    cells = list(zip(keys.to_pylist(), values.to_pylist(), strict=True))
+    expected = [(r["key"], records.encode_avro(r)) for f in files for r in hudi_column_stats(*f)]
+    assert sorted(cells) == sorted(expected)
+    return cells
 
 
 def _stats(table: pa.Table, **options: object) -> dict[str, dict[str, object]]:
     footer = _footer(table, **options)
     made = list(hudi_column_stats(footer, "p1", "f1_0-0-0_20240101000000000.parquet"))
-    _cells(footer, "p1", "f1_0-0-0_20240101000000000.parquet")
+    _cells((footer, "p1", "f1_0-0-0_20240101000000000.parquet"))
     if footer.num_row_groups == 1:  # a footer of one row group: the aggregation's answer
         columns = hudi_table._indexed_columns(footer.schema)
-        for encoded in (False, True):
-            one = hudi_table._one_group_stats(footer.row_group(0), columns, encoded)
-            aggregated = hudi_table._aggregated_stats([footer.row_group(0)], columns, encoded)
-            assert list(one) == list(aggregated)
+        one = hudi_table._one_group_stats(footer.row_group(0), columns)
+        aggregated = hudi_table._aggregated_stats([footer.row_group(0)], columns)
+        assert list(one) == list(aggregated)
     out = {}
     for record in made:
         value = record["ColumnStatsMetadata"]
@@ -152,14 +153,15 @@ def test_cells_of_files_of_several_partitions_and_schemas() -> None:
         }
     )
     third = pa.table({"k": ["q"], "n": pa.array([5], pa.int32())})  # n of another type
-    made = [
-        _cells(_footer(first), "p1", "f1_0-0-0_20240101000000000.parquet"),
-        _cells(_footer(second, row_group_size=2), "p2/x", "f2_0-0-0_20240101000000000.parquet"),
-        _cells(_footer(first), "", "f3_0-0-0_20240101000000000.parquet"),
-        _cells(_footer(third), "p1", "f4_0-0-0_20240101000000000.parquet"),
+    files = [
+        (_footer(first), "p1", "f1_0-0-0_20240101000000000.parquet"),
+        (_footer(second, row_group_size=2), "p2/x", "f2_0-0-0_20240101000000000.parquet"),
+        (_footer(first), "", "f3_0-0-0_20240101000000000.parquet"),
+        (_footer(third), "p1", "f4_0-0-0_20240101000000000.parquet"),
     ]
-    assert [len(cells) for cells in made] == [6, 4, 6, 2]
-    assert len({key for cells in made for key, _ in cells}) == 18
+    assert [len(_cells(file)) for file in files] == [6, 4, 6, 2]
+    together = _cells(*files)  # as a build makes them: the files' columns encoded at once
+    assert len({key for key, _ in together}) == len(together) == 18
 
 
 def test_a_string_column_whose_bounds_are_not_utf8_has_no_record() -> None:
@@ -168,3 +170,49 @@ def test_a_string_column_whose_bounds_are_not_utf8_has_no_record() -> None:
     build goes on."""
     bad = pa.array([b"\xff\xfe", b"a"], pa.binary()).view(pa.string())
     assert set(_stats(pa.table({"s": bad, "n": [1, 2]}))) == {"n"}
+    assert _stats(pa.table({"s": bad})) == {}  # no record at all
+
+
+def test_cells_of_many_files_leave_out_only_the_bounds_without_an_exact_value() -> None:
+    """Made together, the files whose bounds have no exact value (bytes that are not UTF-8, a
+    NaN, a decimal of more than 30 digits at scale 15) lose those columns' records alone; the
+    other files' records of the same columns, and their nulls-only columns, are kept."""
+    bad_text = pa.array([b"\xff\xfe", b"a"], pa.binary()).view(pa.string())
+
+    def table(text: pa.Array, number: list[float | None], dec: str, flag: bool | None) -> pa.Table:
+        return pa.table(
+            {
+                "s": text,
+                "x": pa.array(number, pa.float64()),
+                "dec": pa.array([decimal.Decimal(dec)] * 2, pa.decimal128(20, 1)),
+                "b": pa.array([flag, None], pa.bool_()),
+            }
+        )
+
+    files = [
+        table(pa.array(["b", "a"]), [1.0, 0.0], "1.5", True),
+        table(bad_text, [float("nan"), float("nan")], "12345678901234567.5", None),
+        table(pa.array([None, None], pa.string()), [None, None], "-2.5", False),
+    ]
+    footers = [
+        (_footer(t), f"p{i}", f"f{i}_0-0-0_20240101000000000.parquet") for i, t in enumerate(files)
+    ]
+    made = _cells(*footers)
+    columns = [records.decode(k, v)["ColumnStatsMetadata"]["columnName"] for k, v in made]
+    # file 1 keeps only its booleans' (nulls only); files 0 and 2 keep every column
+    assert sorted(columns) == sorted(["s", "x", "dec", "b"] * 2 + ["b"])
+    # a NaN bound (pyarrow's writer leaves NaN out of statistics; older writers did not)
+    lows, highs = [1.0, float("nan"), None, 0.0, -0.0], [2.0, 3.0, None, 0.0, 0.0]
+    low, high, kept = hudi_table._bounds_arrays("DoubleWrapper", lows, highs)
+    assert kept is not None and kept.tolist() == [True, False, True, True, True]
+    encode = records.bound_encoder("DoubleWrapper")
+    for at in (0, 2, 3, 4):
+        bounds = (None, None) if lows[at] is None else _bounds("DoubleWrapper", lows, highs, at)
+        want = [b"\x00" if v is None else encode(v) for v in bounds]
+        assert [low[at].as_py(), high[at].as_py()] == want
+
+
+def _bounds(wrapper: str, lows: list[float | None], highs: list[float | None], at: int) -> tuple:
+    made = hudi_table._hudi_bounds(wrapper, lows[at], highs[at])
+    assert made is not None
+    return made

@@ -4,10 +4,14 @@ both encodings. test_hudi_metadata_records.py checks all of it on files Hudi wri
 
 from __future__ import annotations
 
+import io
 import json
+import random
 from datetime import UTC
 from decimal import Decimal
 
+import fastavro
+import numpy as np
 import pytest
 
 from timeline.formats import metadata_records as records
@@ -157,3 +161,22 @@ def test_files_and_log_blocks_read_back() -> None:
     base = HFileReader(records.base_file(listed[1:]))
     assert base.file_info[b"minRecordKey"] == records.ALL_PARTITIONS_KEY.encode()
     assert [k for k, _ in base] == [records.ALL_PARTITIONS_KEY.encode(), b"p"]
+
+
+def test_many_varints_at_once_are_each_avros() -> None:
+    """:func:`zigzag_array` gives each value's Avro long (zig-zag, then base-128), after a
+    prefix: every length from one byte to ten, both signs, the extremes of a long."""
+    rng = random.Random(7)
+    values = [0, 1, -1, 63, -64, 64, -65, 2**31 - 1, -(2**31), 2**63 - 1, -(2**63)]
+    values += [rng.randrange(-(2**bits), 2**bits) for bits in range(1, 64) for _ in range(20)]
+    for prefix in (b"", b"\x02", b"\x00\x06\x02"):
+        made = records.zigzag_array(np.array(values, np.int64), prefix).to_pylist()
+        expected = [prefix + fastavro_long(v) for v in values]
+        assert made == expected
+    assert records.zigzag_array(np.zeros(0, np.int64), b"\x02").to_pylist() == []
+
+
+def fastavro_long(value: int) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, "long", value)
+    return out.getvalue()

@@ -105,6 +105,12 @@ def column_stats_key(column: str, partition_path: str, file_name: str) -> str:
     return column_stats_prefix(column, partition_path) + file_id(file_name)
 
 
+def file_key(partition_path: str, file_name: str) -> str:
+    """A data file's part of its column-stats keys (after its column's :func:`_hash_id`), and
+    its bloom-filter key."""
+    return _hash_id(partition_identifier(partition_path)) + file_id(file_name)
+
+
 @lru_cache(maxsize=65_536)
 def column_stats_prefix(column: str, partition_path: str | None = None) -> str:
     """The key prefix of a column's records (in one data partition, or in all; kept: a build
@@ -116,7 +122,7 @@ def column_stats_prefix(column: str, partition_path: str | None = None) -> str:
 
 
 def bloom_filter_key(partition_path: str, file_name: str) -> str:
-    return _hash_id(partition_identifier(partition_path)) + file_id(file_name)
+    return file_key(partition_path, file_name)
 
 
 def file_group_index(key: str, count: int) -> int:
@@ -327,18 +333,10 @@ def _bound(wrapped: Any) -> bytes:
 
 
 @cache
-def bound_encoder(wrapper: str, from_utf8: bool = False) -> Callable[[Any], bytes]:
+def bound_encoder(wrapper: str) -> Callable[[Any], bytes]:
     """The encoder of a column-stats min or max in ``wrapper`` (``IntWrapper``, ...) from the
-    value alone: what :func:`column_stats_value` makes of :func:`wrap`'s pair, without it (a
-    build encodes two bounds for every column of every data file). ``from_utf8``: a
-    ``StringWrapper``'s value given as its UTF-8 bytes."""
+    value alone: what :func:`column_stats_value` makes of :func:`wrap`'s pair, without it."""
     branch, encoder = _bound_branches()[f"{_NAMESPACE}.{wrapper}"]
-    if from_utf8:
-        if wrapper != "StringWrapper":
-            raise ValueError(f"{wrapper} does not hold text")
-        return lambda value: branch + _zigzag(len(value)) + bytes(value)
-    if encoder is _zigzag:  # the integers: a call less than through the encoder
-        return lambda value: branch + _zigzag(value)
     return lambda value: branch + encoder(value)
 
 
@@ -417,21 +415,88 @@ def column_stats_bytes(
     )
 
 
-def column_stats_encoder(
-    file_name: str,
-) -> Callable[[str, bytes, bytes, int, int, int, int], bytes]:
-    """:func:`column_stats_bytes` of one data file's columns (not deleted): the file's part
-    of the value made once (a build makes a value for every column of every data file)."""
-    head = _STATS_HEAD + _optional_text(file_name)
+def column_stats_array(
+    names: pa.Array,
+    columns: pa.Array,
+    lows: pa.Array,
+    highs: pa.Array,
+    values: np.ndarray,
+    nulls: np.ndarray,
+    sizes: np.ndarray,
+    unzipped: np.ndarray,
+) -> pa.Array:
+    """:func:`column_stats_bytes` of many records (none deleted) at once, the ``i``-th of data
+    file ``names[i]``'s column ``columns[i]``, with bounds ``lows[i]`` and ``highs[i]``
+    (:func:`bounds_array`) and these counts, as one binary array: a build makes a record for
+    every column of every data file, and one at a time the encoding cost more than reading the
+    footer."""
+    texts = [_optional_texts(names, _STATS_HEAD), _optional_texts(columns)]
+    counts = [zigzag_array(v, b"\x02") for v in (values, nulls, sizes, unzipped)]
+    tail = pa.scalar(_LIVE_TAIL, pa.binary())
+    return pc.binary_join_element_wise(*texts, lows, highs, *counts, tail, b"")
 
-    def encode(
-        column: str, low: bytes, high: bytes, values: int, nulls: int, size: int, unzipped: int
-    ) -> bytes:
-        long = _optional_long
-        parts = (head, _optional_text(column), low, high, long(values), long(nulls))
-        return b"".join((*parts, long(size), long(unzipped), _LIVE_TAIL))
 
-    return encode
+def _optional_texts(texts: pa.Array, prefix: bytes = b"") -> pa.Array:
+    """:func:`_optional_text` of each of ``texts`` (none null), each after ``prefix``."""
+    data = texts.cast(pa.binary())
+    lengths = pc.binary_length(data).to_numpy(zero_copy_only=False)
+    return pc.binary_join_element_wise(zigzag_array(lengths, prefix + b"\x02"), data, b"")
+
+
+def bounds_array(wrapper: str, values: pa.Array) -> pa.Array:
+    """:func:`bound_encoder`'s bytes of many values in ``wrapper`` at once, ``b"\\x00"`` for a
+    null (a null bound), as one binary array: the integers' (``IntWrapper``, ``LongWrapper``,
+    ``DateWrapper``...) of int64 values, ``FloatWrapper``'s and ``DoubleWrapper``'s of floats,
+    ``StringWrapper``'s (UTF-8, not checked here) and ``BytesWrapper``'s of binary values.
+    Other wrappers are encoded one value at a time (:class:`ValueError`)."""
+    branch, encoder = _bound_branches()[f"{_NAMESPACE}.{wrapper}"]
+    count = len(values)
+    if encoder is _zigzag:
+        encoded = zigzag_array(values.fill_null(0).to_numpy(), branch)
+    elif wrapper in ("FloatWrapper", "DoubleWrapper"):
+        numbers = (
+            values.fill_null(0).to_numpy().astype("<f4" if wrapper == "FloatWrapper" else "<f8")
+        )
+        width = len(branch) + numbers.itemsize
+        laid = np.empty((count, width), np.uint8)
+        laid[:, : len(branch)] = np.frombuffer(branch, np.uint8)
+        laid[:, len(branch) :] = numbers.view(np.uint8).reshape(count, numbers.itemsize)
+        fixed = pa.FixedSizeBinaryArray.from_buffers(
+            pa.binary(width), count, [None, pa.py_buffer(laid)]
+        )
+        encoded = fixed.cast(pa.binary())
+    elif wrapper in ("StringWrapper", "BytesWrapper"):
+        data = values.cast(pa.binary()).fill_null(b"")
+        lengths = pc.binary_length(data).to_numpy(zero_copy_only=False)
+        encoded = pc.binary_join_element_wise(zigzag_array(lengths, branch), data, b"")
+    else:
+        raise ValueError(f"{wrapper}'s bounds are encoded one at a time")
+    return pc.if_else(values.is_null(), pa.scalar(b"\x00", pa.binary()), encoded)
+
+
+def zigzag_array(values: np.ndarray, prefix: bytes = b"") -> pa.Array:
+    """:func:`_zigzag` of each of ``values`` (64-bit integers), each after ``prefix``, as one
+    binary array, worked out with numpy."""
+    signed = np.asarray(values, np.int64)
+    zigzag = ((signed << 1) ^ (signed >> 63)).view(np.uint64)
+    lengths = np.ones(len(zigzag), np.int64)  # 7 bits a byte
+    rest = zigzag >> np.uint64(7)
+    while rest.any():
+        lengths += rest != 0
+        rest >>= np.uint64(7)
+    most = int(lengths.max(initial=1))
+    byte = np.arange(most)
+    laid = (zigzag[:, None] >> (7 * byte).astype(np.uint64)).astype(np.uint8) & 0x7F
+    laid |= (byte < lengths[:, None] - 1).astype(np.uint8) << 7  # more bytes follow
+    if prefix:
+        head = np.broadcast_to(np.frombuffer(prefix, np.uint8), (len(laid), len(prefix)))
+        laid = np.hstack((head, laid))
+    sizes = lengths + len(prefix)
+    offsets = np.zeros(len(sizes) + 1, np.int32)
+    np.cumsum(sizes, out=offsets[1:])
+    data = laid[np.arange(laid.shape[1]) < sizes[:, None]]  # each row's bytes, rows in order
+    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    return pa.Array.from_buffers(pa.binary(), len(sizes), buffers)
 
 
 def decode(key: str, value: bytes) -> dict[str, Any]:
