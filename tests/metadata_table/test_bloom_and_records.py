@@ -418,3 +418,25 @@ def test_raw_statistics_give_the_values_pyarrow_converts(monkeypatch: pytest.Mon
     assert raw == converted
     assert raw["u64"].maximum >= 2**63 or max(table.column("u64").to_pylist()) < 2**63
     assert raw["s"].minimum == min(v for v in table.column("s").to_pylist() if v is not None)
+
+
+@pytest.mark.parametrize("note", [0, 80_000])  # a footer past 64 KB: the filter not in the tail
+def test_a_files_footer_and_native_filter_read_the_same_from_local_and_remote_storage(
+    tmp_path: Path, note: int
+) -> None:
+    """A local file's footer is read by pyarrow's reader from a descriptor and its bloom filter
+    by a ranged read; a remote file's both from its end: the same footer and filter as from the
+    file's bytes, whether or not the filter lies in the remote read of the file's last 64 KB."""
+    keys = [f"k{i:05d}" for i in range(2_000)]
+    table = pa.table({"_hoodie_record_key": keys}).replace_schema_metadata({"note": "n" * note})
+    data = _parquet(table, bloom_filter_options={"_hoodie_record_key": {"ndv": 2_000}})
+    expected = info_from_bytes("p", "f.parquet", "20261207000000000", data)
+    assert expected.bloom is not None and expected.metadata is not None
+    assert (expected.metadata.serialized_size > 64 * 1024) == bool(note)
+    for storage in (Storage(str(tmp_path)), Storage(f"memory://{tmp_path.name}")):
+        assert storage.is_local == (storage.uri("").startswith("/"))
+        storage.create("p/f.parquet", data)
+        info = info_from_storage(storage, "p", "f.parquet", len(data), "20261207000000000")
+        assert info.metadata is not None and info.metadata.equals(expected.metadata)
+        assert info.bloom == expected.bloom
+        assert all(SplitBlockBloomFilter(info.bloom).might_contain(k) for k in keys[:50])
