@@ -530,17 +530,18 @@ class HudiColumnStatsCells:
         found = pa.concat_tables(parts).combine_chunks() if parts else None
         if found is None or found.num_rows == 0:
             return pa.array([], pa.string()), pa.array([], pa.binary())
-        at = found.column("at").chunk(0)
-        column = found.column("column").chunk(0).dictionary_encode()
-        prefixes = pa.array(map(records.column_stats_prefix, column.dictionary.to_pylist()))
+        cells = found.to_batches()[0]  # (one batch: its chunks combined)
+        at, column = cells.column("at"), cells.column("column")
+        named = column.dictionary_encode()
+        prefixes = pa.array(map(records.column_stats_prefix, named.dictionary.to_pylist()))
         file_keys = pa.array(self._file_keys, pa.string()).take(at)
-        keys = pc.binary_join_element_wise(prefixes.take(column.indices), file_keys, "")
+        keys = pc.binary_join_element_wise(prefixes.take(named.indices), file_keys, "")
         values = records.column_stats_array(
             pa.array(self._names, pa.string()).take(at),
-            found.column("column").chunk(0),
-            found.column("low").chunk(0),
-            found.column("high").chunk(0),
-            *(found.column(name).chunk(0).to_numpy() for name in _COUNTS),
+            column,
+            cells.column("low"),
+            cells.column("high"),
+            *(cells.column(name).to_numpy() for name in _COUNTS),
         )
         return keys, values
 
@@ -661,14 +662,14 @@ def _bounds_arrays(
                 ]
             )
     else:  # decimals and booleans (few): one value at a time
-        encode = records.bound_encoder(wrapper)
+        encode, null = records.bound_encoder(wrapper), records.NULL_BOUND
         made = [
             (None, None) if a is None else _hudi_bounds(wrapper, a, b)
             for a, b in zip(lows, highs, strict=True)
         ]
         kept = np.array([bounds is not None for bounds in made])
         encoded = [
-            (encode(b[0]), encode(b[1])) if b is not None and b[0] is not None else (_NULL, _NULL)
+            (encode(b[0]), encode(b[1])) if b is not None and b[0] is not None else (null, null)
             for b in made
         ]
         return (
@@ -681,8 +682,6 @@ def _bounds_arrays(
 
 #: the wrappers of integers (the raw statistic is Hudi's value)
 _ENCODED_AS_INTEGERS = ("IntWrapper", "LongWrapper", "DateWrapper")
-#: a null bound, encoded
-_NULL = b"\x00"
 
 
 def _utf8(values: pa.Array) -> bool:

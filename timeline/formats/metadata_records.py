@@ -324,9 +324,13 @@ def _bound_branches() -> dict[str, tuple[bytes, Callable[[Any], bytes]]]:
     }
 
 
+#: a null column-stats min or max, encoded (the union's null branch)
+NULL_BOUND = b"\x00"
+
+
 def _bound(wrapped: Any) -> bytes:
     if wrapped is None:
-        return b"\x00"
+        return NULL_BOUND
     name, record = wrapped
     branch, encoder = _bound_branches()[name]
     return branch + encoder(record["value"])
@@ -438,9 +442,14 @@ def column_stats_array(
 
 def _optional_texts(texts: pa.Array, prefix: bytes = b"") -> pa.Array:
     """:func:`_optional_text` of each of ``texts`` (none null), each after ``prefix``."""
-    data = texts.cast(pa.binary())
+    return _length_prefixed(texts.cast(pa.binary()), prefix + b"\x02")
+
+
+def _length_prefixed(data: pa.Array, prefix: bytes) -> pa.Array:
+    """Each of binary ``data`` (none null) after ``prefix`` and its length as an Avro long:
+    Avro's bytes or string, as :func:`_text_bytes` lays one out."""
     lengths = pc.binary_length(data).to_numpy(zero_copy_only=False)
-    return pc.binary_join_element_wise(zigzag_array(lengths, prefix + b"\x02"), data, b"")
+    return pc.binary_join_element_wise(zigzag_array(lengths, prefix), data, b"")
 
 
 def bounds_array(wrapper: str, values: pa.Array) -> pa.Array:
@@ -466,12 +475,10 @@ def bounds_array(wrapper: str, values: pa.Array) -> pa.Array:
         )
         encoded = fixed.cast(pa.binary())
     elif wrapper in ("StringWrapper", "BytesWrapper"):
-        data = values.cast(pa.binary()).fill_null(b"")
-        lengths = pc.binary_length(data).to_numpy(zero_copy_only=False)
-        encoded = pc.binary_join_element_wise(zigzag_array(lengths, branch), data, b"")
+        encoded = _length_prefixed(values.cast(pa.binary()).fill_null(b""), branch)
     else:
         raise ValueError(f"{wrapper}'s bounds are encoded one at a time")
-    return pc.if_else(values.is_null(), pa.scalar(b"\x00", pa.binary()), encoded)
+    return pc.if_else(values.is_null(), pa.scalar(NULL_BOUND, pa.binary()), encoded)
 
 
 def zigzag_array(values: np.ndarray, prefix: bytes = b"") -> pa.Array:
