@@ -34,7 +34,7 @@ import datetime as dt
 import decimal
 import functools
 import struct
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,8 +101,7 @@ class DataFileInfo:
     instant: str
     metadata: pq.FileMetaData | None
     bloom: bytes | None = None  # SBBF bitset of the record key column
-    #: column aggregates: a log file's from its records; a base file's from ``metadata``, worked
-    #: out on first use (every index type of a build asks for them)
+    #: a log file's column aggregates, from its records (a base file's come from ``metadata``)
     stats: dict[str, _ColumnAggregate] | None = dataclasses.field(default=None, compare=False)
     #: a log file's data and delete blocks' instants, counted or not
     block_instants: frozenset[str] = frozenset()
@@ -114,13 +113,14 @@ class DataFileInfo:
     #: or moved to another file group): a secondary index drops their old values
     replaced: pa.Table | None = dataclasses.field(default=None, compare=False)
 
-    def aggregates(self, columns: Sequence[str] | None = None) -> dict[str, _ColumnAggregate]:
+    def column_stats(self, columns: Sequence[str] | None = None) -> Iterator[ColumnStats]:
+        """:data:`ColumnStats` of the file's indexed columns (of ``columns`` only, when given)."""
         if self.stats is None:
             assert self.metadata is not None
-            self.stats = column_aggregates(self.metadata)
-        if not columns:
-            return self.stats
-        return {c: self.stats[c] for c in columns if c in self.stats}
+            return footer_stats(self.metadata, columns)
+        stats = self.stats
+        names = [c for c in columns if c in stats] if columns else list(stats)
+        return (_aggregate_row(name, stats[name]) for name in names)
 
     @property
     def path(self) -> str:
@@ -592,15 +592,62 @@ def _raw_bounds(kind: str, stats: pq.Statistics) -> tuple[Any, Any] | None:
     return lo, hi
 
 
-def column_aggregates(
+#: one file's statistics of one column, as a column_stats record takes them: (column, kind,
+#: min, max (both None: unknown, or no value), null count (None: unknown), value count,
+#: compressed size, uncompressed size)
+ColumnStats = tuple[str, str, Any, Any, int | None, int, int, int]
+
+
+def footer_stats(
     metadata: pq.FileMetaData, columns: Sequence[str] | None = None
-) -> dict[str, _ColumnAggregate]:
-    wanted = set(columns) if columns else None
+) -> Iterator[ColumnStats]:
+    """:data:`ColumnStats` of a footer's indexed columns (``columns`` only, when given), over
+    its row groups; as tuples, not objects (a build makes one for every column of every data
+    file)."""
+    indexed = footer_layout(metadata).indexed
+    if columns:
+        wanted = set(columns)
+        indexed = tuple(column for column in indexed if column[0] in wanted)
+    if metadata.num_row_groups == 1:  # most files: each chunk's statistics are the column's
+        return _one_group_stats(metadata.row_group(0), indexed)
+    return _widened_stats(metadata, indexed)
+
+
+def _one_group_stats(
+    row_group: pq.RowGroupMetaData, indexed: Sequence[tuple[str, str, int, bool]]
+) -> Iterator[ColumnStats]:
+    """:func:`footer_stats` of a footer of one row group: nothing to widen."""
+    for name, kind, leaf, raw in indexed:
+        chunk = row_group.column(leaf)
+        values = chunk.num_values
+        stats = chunk.statistics
+        low = high = nulls = None
+        if stats is not None:
+            nulls = stats.null_count if stats.has_null_count else None
+            if values != nulls and stats.has_min_max:
+                if raw:
+                    low, high = _raw_bounds(kind, stats) or (None, None)
+                else:
+                    low, high = _normalize(kind, stats.min), _normalize(kind, stats.max)
+        yield (
+            name,
+            kind,
+            low,
+            high,
+            nulls,
+            values,
+            chunk.total_compressed_size,
+            chunk.total_uncompressed_size,
+        )
+
+
+def _widened_stats(
+    metadata: pq.FileMetaData, indexed: Sequence[tuple[str, str, int, bool]]
+) -> Iterator[ColumnStats]:
+    """:func:`footer_stats` of a footer of any number of row groups: each column's bounds
+    widened over its chunks; unknown when a chunk with values has none."""
     row_groups = [metadata.row_group(rg) for rg in range(metadata.num_row_groups)]
-    out: dict[str, _ColumnAggregate] = {}
-    for name, kind, leaf, raw in footer_layout(metadata).indexed:
-        if wanted is not None and name not in wanted:
-            continue
+    for name, kind, leaf, raw in indexed:
         agg = _ColumnAggregate(kind)
         for row_group in row_groups:
             chunk = row_group.column(leaf)
@@ -631,10 +678,21 @@ def column_aggregates(
                 agg.minimum = lo
             if agg.maximum is None or _decimal_key(kind, hi) > _decimal_key(kind, agg.maximum):
                 agg.maximum = hi
-        if not agg.min_known:
-            agg.minimum = agg.maximum = None
-        out[name] = agg
-    return out
+        yield _aggregate_row(name, agg)
+
+
+def _aggregate_row(name: str, agg: _ColumnAggregate) -> ColumnStats:
+    low, high = (agg.minimum, agg.maximum) if agg.min_known else (None, None)
+    return (
+        name,
+        agg.kind,
+        low,
+        high,
+        agg.null_count,
+        agg.value_count,
+        agg.total_size,
+        agg.uncompressed,
+    )
 
 
 def record_aggregates(records: pa.Table) -> dict[str, _ColumnAggregate]:
@@ -707,36 +765,25 @@ def column_stats_records(
     infos: Iterable[DataFileInfo], columns: Sequence[str] | None = None
 ) -> pa.Table:
     """One record per (indexed column, data file), built column by column (no row objects):
-    the fields of a file's records repeated from one value per file, and each min and max in
-    the struct field of its kind, gathered from one list of values per kind."""
-    names: list[str] = []
-    kinds: list[str] = []
-    lows: list[Any] = []
-    highs: list[Any] = []
-    nulls: list[int | None] = []
-    values: list[int] = []
-    sizes: list[int] = []
-    uncompressed: list[int] = []
+    the files' :data:`ColumnStats` transposed into one sequence per field, the fields of a
+    file's records repeated from one value per file, and each min and max in the struct field
+    of its kind, gathered from one list of values per kind."""
+    found: list[ColumnStats] = []
     per_file: list[int] = []
     partitions: list[str] = []
     files: list[str] = []
     instants: list[str] = []
     for info in infos:
-        aggregates = info.aggregates(columns)
-        per_file.append(len(aggregates))
+        before = len(found)
+        found.extend(info.column_stats(columns))
+        per_file.append(len(found) - before)
         partitions.append(_partition_name(info.partition))
         files.append(info.file_name)
         instants.append(info.instant)
-        names.extend(aggregates)
-        for agg in aggregates.values():
-            kinds.append(agg.kind)
-            lows.append(agg.minimum)
-            highs.append(agg.maximum)
-            nulls.append(agg.null_count)
-            values.append(agg.value_count)
-            sizes.append(agg.total_size)
-            uncompressed.append(agg.uncompressed)
-    n = len(names)
+    n = len(found)
+    names, kinds, lows, highs, nulls, values, sizes, uncompressed = (
+        zip(*found, strict=True) if found else ((),) * 8
+    )
     of_file = pa.array(np.repeat(np.arange(len(per_file), dtype=np.int64), per_file), pa.int64())
 
     def repeated(per: list[str]) -> pa.Array:
@@ -745,7 +792,8 @@ def column_stats_records(
     column_names = pa.array(names, pa.string())
     partition_names = repeated(partitions)
     file_names = repeated(files)
-    kind_codes = pc.dictionary_encode(pa.array(kinds, pa.string()))
+    kind_names_array = pa.array(kinds, pa.string())
+    kind_codes = pc.dictionary_encode(kind_names_array)
     kind_names = kind_codes.dictionary.to_pylist()
     codes = kind_codes.indices.to_numpy(zero_copy_only=False)
     # per kind: the records of that kind, and each record's place among them (null elsewhere)
@@ -756,10 +804,10 @@ def column_stats_records(
         place[of_kind[kind]] = np.arange(len(of_kind[kind]))
         places[kind] = pa.array(place, mask=codes != code)
 
-    def value_struct(bounds: list[Any]) -> pa.StructArray:
+    def value_struct(bounds: Sequence[Any]) -> pa.StructArray:
         """VALUE_TYPE structs: each value in the field of its record's kind."""
         fields = [
-            pa.array([bounds[i] for i in of_kind[f.name]], f.type).take(places[f.name])
+            pa.array([bounds[i] for i in of_kind[f.name].tolist()], f.type).take(places[f.name])
             if f.name in of_kind
             else pa.nulls(n, f.type)
             for f in VALUE_TYPE
@@ -773,7 +821,7 @@ def column_stats_records(
             "column_name": column_names,
             "partition": partition_names,
             "file_name": file_names,
-            "value_type": pa.array(kinds, pa.string()),
+            "value_type": kind_names_array,
             "min_value": value_struct(lows),
             "max_value": value_struct(highs),
             "null_count": pa.array(nulls, pa.int64()),

@@ -10,6 +10,7 @@ import itertools
 import os
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -174,7 +175,10 @@ def test_files_of_one_parquet_schema_and_other_arrow_types_are_indexed_as_each_s
     """What a footer's columns are indexed as is worked out once per schema and reused for the
     next file of that schema; a file whose Parquet schema is the same but whose stored Arrow
     schema gives another type (a duration kept as int64) is worked out again."""
-    from metadata_table.records import column_aggregates
+    from metadata_table.records import footer_stats
+
+    def column_aggregates(footer: pq.FileMetaData) -> dict[str, tuple[Any, ...]]:
+        return {stats[0]: stats for stats in footer_stats(footer)}
 
     durations = pa.table({"d": pa.array([1, 2], pa.duration("s")), "x": [1, 2]})
     integers = pa.table({"d": pa.array([1, 2], pa.int64()), "x": [1, 2]})
@@ -185,7 +189,7 @@ def test_files_of_one_parquet_schema_and_other_arrow_types_are_indexed_as_each_s
     for _ in range(2):
         assert sorted(column_aggregates(first)) == ["x"]  # a duration is not indexed
         assert sorted(column_aggregates(second)) == ["d", "x"]
-    assert column_aggregates(second)["d"].maximum == 2
+    assert column_aggregates(second)["d"][3] == 2  # its max
 
 
 def test_footer_reads_do_not_read_the_data(tmp_path: Path) -> None:
@@ -377,7 +381,7 @@ def test_footers_parsed_every_way_are_the_same(tmp_path: Path) -> None:
 
 
 def test_raw_statistics_give_the_values_pyarrow_converts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Column aggregates read the raw min and max of the types whose raw statistic is the
+    """Column statistics read the raw min and max of the types whose raw statistic is the
     value (a fifth of the cost): for every indexed type they equal those made from pyarrow's
     converted ``min`` and ``max`` (unsigned integers, stored signed, stay converted)."""
     import metadata_table.records as records
@@ -407,17 +411,54 @@ def test_raw_statistics_give_the_values_pyarrow_converts(monkeypatch: pytest.Mon
     pq.write_table(table, sink, row_group_size=15)  # three row groups to widen over
     footer = pq.read_metadata(io.BytesIO(sink.getvalue()))
     records._LAST_LAYOUT.clear()
-    raw = records.column_aggregates(footer)
+    raw = {stats[0]: stats for stats in records.footer_stats(footer)}
     assert {name for name, _, _, is_raw in records.footer_layout(footer).indexed if is_raw} == {
         "s", "bin", "fixed", "i8", "i32", "i64", "f32", "f64", "b", "empty"
     }  # fmt: skip
     monkeypatch.setattr(records, "_raw_is_value", lambda *_: False)
     records._LAST_LAYOUT.clear()
-    converted = records.column_aggregates(footer)
+    converted = {stats[0]: stats for stats in records.footer_stats(footer)}
     records._LAST_LAYOUT.clear()
     assert raw == converted
-    assert raw["u64"].maximum >= 2**63 or max(table.column("u64").to_pylist()) < 2**63
-    assert raw["s"].minimum == min(v for v in table.column("s").to_pylist() if v is not None)
+    assert raw["u64"][3] >= 2**63 or max(table.column("u64").to_pylist()) < 2**63
+    assert raw["s"][2] == min(v for v in table.column("s").to_pylist() if v is not None)
+
+
+def test_a_footer_of_one_row_group_gives_the_statistics_the_widening_gives() -> None:
+    """Most data files have one row group, whose statistics are read without widening them over
+    chunks: the same column statistics as widening gives, for every kind, a column of nulls,
+    one without statistics, and a string column whose bounds are not UTF-8 (unknown)."""
+    import metadata_table.records as records
+
+    table = pa.table(
+        {
+            "s": ["b", None, "a"],
+            "raw": pa.array([b"\xff", b"a", None], pa.binary()).cast(pa.string(), safe=False),
+            "i": pa.array([3, -1, None], pa.int32()),
+            "u": pa.array([2**63 + 1, 1, 0], pa.uint64()),
+            "f": [0.5, None, -2.0],
+            "b": [True, None, False],
+            "d": pa.array([dt.date(2024, 1, 2), None, dt.date(2023, 5, 6)]),
+            "ts": pa.array([5, None, 1], pa.timestamp("ms", "UTC")),
+            "dec": pa.array([decimal.Decimal("1.5"), None, decimal.Decimal("-2.25")]),
+            "none": pa.array([None, None, None], pa.int64()),
+            "unstated": [1, 2, 3],
+        }
+    )
+    sink = io.BytesIO()
+    pq.write_table(table, sink, write_statistics=[c for c in table.column_names if c != "unstated"])
+    footer = pq.read_metadata(io.BytesIO(sink.getvalue()))
+    assert footer.num_row_groups == 1
+    indexed = records.footer_layout(footer).indexed
+    one = list(records.footer_stats(footer))
+    assert one == list(records._widened_stats(footer, indexed))
+    stats = {s[0]: s for s in one}
+    assert stats["s"][2:6] == ("a", "b", 1, 3)  # nulls among the values counted
+    assert stats["raw"][2:4] == (None, None)  # bytes that are not UTF-8: unknown
+    assert stats["none"][2:6] == (None, None, 3, 3)
+    assert stats["unstated"][2:5] == (None, None, None)
+    assert stats["u"][3] == 2**63 + 1
+    assert list(records.footer_stats(footer, ["i", "dec"])) == [stats["i"], stats["dec"]]
 
 
 @pytest.mark.parametrize("note", [0, 80_000])  # a footer past 64 KB: the filter not in the tail

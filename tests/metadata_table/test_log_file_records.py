@@ -113,4 +113,4 @@ def test_partition_stats_reads_a_log_file_again_once_its_counted_blocks_change(
     assert again is both  # kept
     rolled_back = footers.log_info(storage, log, {"001"})  # type: ignore[arg-type]
     assert rolled_back is not None and rolled_back.instant == "001"
-    assert rolled_back.aggregates()["fare"].maximum == 1.0
+    assert rolled_back.stats is not None and rolled_back.stats["fare"].maximum == 1.0
