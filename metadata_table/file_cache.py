@@ -53,6 +53,10 @@ class DecodedFiles:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def __contains__(self, key: Hashable) -> bool:
+        with self._lock:
+            return key in self._entries
+
     def get(self, key: Hashable, read: Callable[[], T], size: Callable[[T], int]) -> T:
         """The value of ``key``, read (outside the lock) and kept when absent; a value larger
         than the whole budget is returned but not kept."""

@@ -38,6 +38,7 @@ from metadata_table.layout import (
     schema_of,
 )
 from metadata_table.records import python_value
+from metadata_table.workers import in_parallel
 from timeline.archived import ArchivedInstant, ArchivedTimeline
 from timeline.commit_metadata import CommitMetadata
 from timeline.config import READ_CACHE_MAX_MB
@@ -421,12 +422,32 @@ class MetadataReader:
             records, covers = read_records(self.storage, file.path, columns, prefix)
             return (records if derive is None else derive(records)), covers
 
-        how = None if derive is None else f"{derive.__module__}.{derive.__qualname__}"
-        projection = None if columns is None else tuple(columns)
-        key = self._cache_key(file, "records", projection, prefix, how)
+        key = self._records_key(file, columns, prefix, derive)
         if key is None or self._cache is None:
             return read()
         return self._cache.records(key, read)
+
+    def _records_key(
+        self,
+        file: MetadataFile,
+        columns: list[str] | None,
+        prefix: str | None,
+        derive: Derive | None,
+    ) -> tuple[Any, ...] | None:
+        how = None if derive is None else f"{derive.__module__}.{derive.__qualname__}"
+        projection = None if columns is None else tuple(columns)
+        return self._cache_key(file, "records", projection, prefix, how)
+
+    def _decoded(
+        self,
+        file: MetadataFile,
+        columns: list[str] | None,
+        prefix: str | None,
+        derive: Derive | None,
+    ) -> bool:
+        """Whether :meth:`_records` of ``file`` is answered from the process's cache."""
+        key = self._records_key(file, columns, prefix, derive)
+        return key is not None and self._cache is not None and key in self._cache
 
     def _column_values(self, file: MetadataFile, column: str, prefix: str) -> set[Any] | None:
         def read() -> set[Any] | None:
@@ -485,10 +506,14 @@ class MetadataReader:
             wanted = list(dict.fromkeys(["key", "is_deleted", "instant", *merged_by, *columns]))
             schema = pa.schema([_projected_field(schema, c) for c in wanted])
         empty = schema.empty_table() if derive is None else derive(schema.empty_table())
-        parts = []
-        for fg, (base, logs) in self.slices(partition).items():
-            if groups is not None and fg not in groups:
-                continue
+        slices = [
+            file_slice
+            for fg, file_slice in self.slices(partition).items()
+            if groups is None or fg in groups
+        ]
+
+        def group_rows(file_slice: tuple[MetadataFile | None, list[MetadataFile]]) -> pa.Table:
+            base, logs = file_slice
             watermark = NOTHING
             base_rows = empty
             if base is not None:
@@ -499,7 +524,16 @@ class MetadataReader:
                 for log in logs
                 if is_after(log.instant, watermark)
             ]
-            parts.append(_merge(partition, base_rows, log_rows))
+            return _merge(partition, base_rows, log_rows)
+
+        # file groups whose base files are not decoded yet are read at once (Parquet's decoding
+        # runs outside the GIL): a new process's first lookup at 100,000 files reads four
+        # bloom_filters file groups of 3.6 MB each
+        undecoded = sum(
+            base is not None and not self._decoded(base, wanted, prefix, derive)
+            for base, _ in slices
+        )
+        parts = in_parallel(group_rows, slices) if undecoded > 1 else list(map(group_rows, slices))
         merged = pa.concat_tables(parts) if parts else empty
         deleted = merged.column("is_deleted")
         if not include_deleted and (deleted.null_count or pc.any(deleted).as_py()):

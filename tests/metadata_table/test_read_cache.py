@@ -6,6 +6,7 @@ content. A column's stats are read with only the min/max field of its value kind
 from __future__ import annotations
 
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,42 @@ def test_a_new_snapshot_decodes_only_the_files_written_since(
     assert all(Path(p).name.startswith(".") for p in decoded)  # log files only
     assert after == _answers(_without_cache(table))
     assert after[1] and after != first
+
+
+def test_file_groups_not_decoded_yet_are_decoded_on_several_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partition's base files that the process has not decoded are read at once on its
+    decoding threads (four bloom_filters file groups: most of a new process's first lookup);
+    the answers are those of reading them one after another, and once decoded they are taken
+    from the cache in the calling thread."""
+    table, _ = _indexed(tmp_path)
+    process_cache(256 * 1024 * 1024).clear()
+    threads: dict[str, set[str]] = {}
+    read = reader_module.read_records
+
+    def noted(storage: Any, path: str, *args: Any, **kwargs: Any) -> Any:
+        threads.setdefault(path.split("/")[-2], set()).add(threading.current_thread().name)
+        return read(storage, path, *args, **kwargs)
+
+    monkeypatch.setattr(reader_module, "read_records", noted)
+    together = _answers(table)
+    assert len(threads[BLOOM_FILTERS]) > 1, threads  # (4 groups on at least 2 threads)
+    assert threading.main_thread().name not in threads[BLOOM_FILTERS]
+    parallel = reader_module.in_parallel
+    calls: list[int] = []
+
+    def counted(work: Any, items: Any) -> Any:
+        calls.append(len(items))
+        return parallel(work, items)
+
+    monkeypatch.setattr(reader_module, "in_parallel", counted)
+    assert _answers(table) == together
+    assert not calls  # decoded: nothing is read in parallel
+
+    process_cache(256 * 1024 * 1024).clear()
+    monkeypatch.setattr(reader_module, "in_parallel", lambda work, items: list(map(work, items)))
+    assert _answers(table) == together
 
 
 def test_a_kept_snapshot_aligns_its_bloom_filters_once(
