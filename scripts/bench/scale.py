@@ -5,8 +5,9 @@ For each size (default 100,000 files; ``--sizes 100000,1000000``), on a table th
 scripts/bench/synthetic.py makes (20 rows a file, 100 partitions, 50 commits, random keys):
 
 - the footer-read bound: every data file's footer read once, in this process (what any build
-  must at least do), just before the build (after the copy for Hudi, below, and its deletion),
-  the best of three passes (two past 100,000 files): warm, as the build then reads;
+  must at least do), just before the build (after the copy for Hudi, below, and its deletion,
+  and the table's writes flushed to disk), the best of three passes (two past 100,000 files):
+  warm, as the build then reads;
 - ``indexer run --index-types files,column_stats,bloom_filters`` in a new process with its
   defaults: seconds, ratio to the bound, peak resident memory of everything it starts;
 - prune() on an equality one file holds, and a one-key lookup, in a new process on the
