@@ -4,6 +4,7 @@ work; work done in parallel on the threads a process keeps comes back in order."
 
 from __future__ import annotations
 
+import gc
 import threading
 
 import pyarrow as pa
@@ -13,6 +14,18 @@ from metadata_table.workers import DEFAULT_WORKERS, in_parallel, map_chunks, sta
 
 def _pool_name(context: object, chunk: int) -> str:
     return str(pa.default_memory_pool().backend_name)
+
+
+def _collecting(context: object, chunk: int) -> bool:
+    return gc.isenabled()
+
+
+def test_a_worker_process_works_on_a_chunk_with_the_cyclic_collector_paused() -> None:
+    """A chunk's objects live until its records are made: the collector is paused for it, so it
+    does not go over them again and again (a quarter of a worker's time), and on after it."""
+    done = list(map_chunks(_collecting, None, [1, 2, 3, 4], 2, processes=True))
+    assert done == [False] * 4
+    assert gc.isenabled()  # (the caller's collector is its own)
 
 
 def test_worker_processes_allocate_with_their_callers_pool() -> None:
