@@ -1,8 +1,8 @@
 """Reading many data files on every core without Spark: chunks of files handed to worker
 processes or threads, results taken in chunk order.
 
-A footer's statistics become Python objects (pyarrow's ``FileMetaData`` and the aggregates made
-of it), so threads reading footers share one core through the GIL; from
+A footer's statistics become Python objects (pyarrow's ``FileMetaData`` and the column statistics
+taken from it), so threads reading footers share one core through the GIL; from
 :data:`PROCESS_MIN_FILES` data files on, the chunks go to worker processes. They are forked from
 multiprocessing's fork server, a clean process started once, with the work's module (pyarrow and
 this project) imported before it forks: so no lock or thread of the caller (a heartbeat, a lock

@@ -44,6 +44,13 @@ from timeline.errors import BloomFilterFormatError
 from timeline.storage import Storage
 
 
+def stats_by_column(footer: pq.FileMetaData) -> dict[str, tuple[Any, ...]]:
+    """:func:`~metadata_table.records.footer_stats` of ``footer`` by column name."""
+    from metadata_table.records import footer_stats
+
+    return {stats[0]: stats for stats in footer_stats(footer)}
+
+
 def _parquet(table: pa.Table, **kwargs: object) -> bytes:
     sink = io.BytesIO()
     pq.write_table(table, sink, **kwargs)  # type: ignore[arg-type]
@@ -175,11 +182,6 @@ def test_files_of_one_parquet_schema_and_other_arrow_types_are_indexed_as_each_s
     """What a footer's columns are indexed as is worked out once per schema and reused for the
     next file of that schema; a file whose Parquet schema is the same but whose stored Arrow
     schema gives another type (a duration kept as int64) is worked out again."""
-    from metadata_table.records import footer_stats
-
-    def column_aggregates(footer: pq.FileMetaData) -> dict[str, tuple[Any, ...]]:
-        return {stats[0]: stats for stats in footer_stats(footer)}
-
     durations = pa.table({"d": pa.array([1, 2], pa.duration("s")), "x": [1, 2]})
     integers = pa.table({"d": pa.array([1, 2], pa.int64()), "x": [1, 2]})
     first, second = (
@@ -187,9 +189,9 @@ def test_files_of_one_parquet_schema_and_other_arrow_types_are_indexed_as_each_s
     )
     assert first.schema.equals(second.schema)
     for _ in range(2):
-        assert sorted(column_aggregates(first)) == ["x"]  # a duration is not indexed
-        assert sorted(column_aggregates(second)) == ["d", "x"]
-    assert column_aggregates(second)["d"][3] == 2  # its max
+        assert sorted(stats_by_column(first)) == ["x"]  # a duration is not indexed
+        assert sorted(stats_by_column(second)) == ["d", "x"]
+    assert stats_by_column(second)["d"][3] == 2  # its max
 
 
 def test_footer_reads_do_not_read_the_data(tmp_path: Path) -> None:
@@ -411,13 +413,13 @@ def test_raw_statistics_give_the_values_pyarrow_converts(monkeypatch: pytest.Mon
     pq.write_table(table, sink, row_group_size=15)  # three row groups to widen over
     footer = pq.read_metadata(io.BytesIO(sink.getvalue()))
     records._LAST_LAYOUT.clear()
-    raw = {stats[0]: stats for stats in records.footer_stats(footer)}
+    raw = stats_by_column(footer)
     assert {name for name, _, _, is_raw in records.footer_layout(footer).indexed if is_raw} == {
         "s", "bin", "fixed", "i8", "i32", "i64", "f32", "f64", "b", "empty"
     }  # fmt: skip
     monkeypatch.setattr(records, "_raw_is_value", lambda *_: False)
     records._LAST_LAYOUT.clear()
-    converted = {stats[0]: stats for stats in records.footer_stats(footer)}
+    converted = stats_by_column(footer)
     records._LAST_LAYOUT.clear()
     assert raw == converted
     assert raw["u64"][3] >= 2**63 or max(table.column("u64").to_pylist()) < 2**63
@@ -452,7 +454,7 @@ def test_a_footer_of_one_row_group_gives_the_statistics_the_widening_gives() -> 
     indexed = records.footer_layout(footer).indexed
     one = list(records.footer_stats(footer))
     assert one == list(records._widened_stats(footer, indexed))
-    stats = {s[0]: s for s in one}
+    stats = stats_by_column(footer)
     assert stats["s"][2:6] == ("a", "b", 1, 3)  # nulls among the values counted
     assert stats["raw"][2:4] == (None, None)  # bytes that are not UTF-8: unknown
     assert stats["none"][2:6] == (None, None, 3, 3)
