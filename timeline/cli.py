@@ -7,6 +7,7 @@ Also the small pieces every command line of the project shares: ``--conf`` and
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import os
@@ -186,7 +187,10 @@ def run(
     """Parse, set up logging, run. An :class:`TableError` becomes one line ``error: ...`` and
     exit 1; so does any other error unless ``-v`` asks for its traceback. Either names Spark's
     log file when this process started Spark quietly. A reader that closes stdout early (a pipe
-    into ``head``) ends the command quietly with exit 0."""
+    into ``head``) ends the command quietly with exit 0. The process's own command (``argv``
+    None) runs with the objects the collector tracks frozen (:func:`gc.freeze`): the modules
+    before it, everything after it, so the collector's passes skip them while it runs and the
+    interpreter's at exit skip them all (0.2 s of an `indexer status` of 0.7 s)."""
     args = parser.parse_args(argv)
     if getattr(args, "help_config", False):
         print(help_config())
@@ -199,6 +203,8 @@ def run(
     if getattr(args, "verbose", False):
         os.environ[spark.VERBOSE_ENV] = "1"  # Spark's own log on stderr too
     use_project_pool()
+    if argv is None:
+        gc.freeze()
     try:
         code = main(args)
         sys.stdout.flush()  # a reader gone since the last write shows here
@@ -216,6 +222,9 @@ def run(
         return 130
     except Exception as e:
         return _unexpected(e, args)
+    finally:
+        if argv is None:
+            gc.freeze()
 
 
 def _unexpected(e: Exception, args: argparse.Namespace) -> int:
