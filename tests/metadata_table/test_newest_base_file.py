@@ -51,7 +51,7 @@ def test_the_newest_base_file_without_a_listing_and_after_a_replace(
         raise AssertionError("the whole table was listed")
 
     with monkeypatch.context() as patched:
-        patched.setattr("timeline.fs_view.list_data_files", no_listing)
+        patched.setattr("timeline.fs_view.data_file_paths", no_listing)
         assert IndexedSnapshot(table).newest_base_file == want
 
     replace(table, want)

@@ -23,6 +23,7 @@ from timeline.fs_view import (
     base_files_of,
     by_partition,
     data_file_paths,
+    list_data_files,
 )
 from timeline.instant import normalize_timestamp
 from timeline.storage import FileInfo, Storage
@@ -267,6 +268,38 @@ def test_a_view_of_the_storage_lists_the_asked_partitions_folders_alone(tmp_path
         ]
     assert listed == list(names) and "_listed" not in view.__dict__
     assert [b.file_name for b in view.latest_base_files()] == sorted(names.values())
+
+
+def test_a_listing_with_sizes_gives_what_a_listing_of_file_objects_gives(tmp_path: Path) -> None:
+    """The data folders listed with their sizes as columns (:func:`data_file_paths` with
+    ``sizes``: no object, time or relative path worked out a file) give the paths and sizes
+    :func:`list_data_files` gives, in its order: on local storage and on an fsspec store,
+    nested partitions and the base path's files in, ``.hoodie/`` and temporary files out."""
+    files = {
+        "f0-0_0-1-2_20240101000000000.parquet": 5,
+        "a/f1-0_0-1-2_20240101000000000.parquet": 7,
+        "a/.f1-0_20240101000000500.log.1_0-1-2": 11,
+        "a/b/f2-0_0-1-2_20240101000000000.parquet": 13,
+        "a-b/f3-0_0-1-2_20240101000000000.parquet": 17,
+        "ab/f4-0_0-1-2_20240101000000000.parquet": 19,
+    }
+    hoodie = ".hoodie/f9-0_0-1-2_20240101000000000.parquet"
+    local = Storage(str(tmp_path))
+    memory = Storage(f"memory://sizes-{tmp_path.name}")
+    # (a temporary file of a local write; an fsspec store's writes leave none)
+    for storage, left_out in ((local, [hoodie, "a/.tmp-aix-x"]), (memory, [hoodie])):
+        for path, size in [*files.items(), *((p, 3) for p in left_out)]:
+            storage.create(path, b"x" * size)
+        listed = data_file_paths(storage, sizes=True)
+        rows = list(
+            zip(listed.column("path").to_pylist(), listed.column("size").to_pylist(), strict=True)
+        )
+        assert rows == [(e.path, e.size) for e in list_data_files(storage)]
+        assert dict(rows) == files
+        assert listed.column("partition_path").to_pylist() == [
+            p.rpartition("/")[0] for p, _ in rows
+        ]
+    memory.delete("", recursive=True)
 
 
 def test_a_listing_by_name_counts_what_a_listing_with_sizes_does(tmp_path: Path) -> None:
