@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from indexer.indexer import AsyncIndexer, IndexerOptions
@@ -173,7 +174,18 @@ def test_worker_processes_write_what_threads_write(
 ) -> None:
     """A large build reads its data files in worker processes (spawned): the same records as a
     build that reads them in threads; a data file that is not Parquet fails the build with its
-    path, raised from the worker as the same error a thread raises."""
+    path, raised from the worker as the same error a thread raises. A worker process's records
+    come back as Arrow IPC bytes (read without a copy), a thread's as tables."""
+    from metadata_table.group_records import PartitionBuild
+
+    received: list[type] = []
+    conformed = PartitionBuild.conformed
+
+    def spied(self: PartitionBuild, part: Any) -> Any:
+        received.append(type(part))
+        return conformed(self, part)
+
+    monkeypatch.setattr(PartitionBuild, "conformed", spied)
     make_table(tmp_path / "threads" / "t")
     shutil.copytree(tmp_path / "threads", tmp_path / "processes")
     shutil.copytree(tmp_path / "threads", tmp_path / "broken")
@@ -186,10 +198,14 @@ def test_worker_processes_write_what_threads_write(
     caplog.set_level("INFO", logger="metadata_table.group_records")
     AsyncIndexer(opened("threads"), IndexerOptions(engine="local")).run(ALL)
     assert "without Spark (2 threads)" in caplog.text
+    assert received and set(received) == {pa.Table}
+    received.clear()
     monkeypatch.setattr("metadata_table.workers.PROCESS_MIN_FILES", 1)
     processes = opened("processes")
     AsyncIndexer(processes, IndexerOptions(engine="local")).run(ALL)
     assert "without Spark (2 processes)" in caplog.text
+    # each part read from its bytes as it arrives (the write conforms the tables held)
+    assert bytes in received
     assert_exact(processes)
     assert read_partitions(processes) == read_partitions(opened("threads"))
 
