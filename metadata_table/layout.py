@@ -621,7 +621,7 @@ def _merged_runs(partition: str, records: pa.Table) -> pa.Table | None:
         return None
     cut = pc.less(keys.slice(1), keys.slice(0, n - 1)).to_numpy(zero_copy_only=False)
     if keyed_by_column(partition):
-        cut = cut | _column_changes(keys)
+        cut = cut | _column_changes(_columns_of(records))
     starts = np.concatenate([[0], np.flatnonzero(cut) + 1])
     if len(starts) > max(64, n // _MOST_PIECES):
         return None
@@ -649,39 +649,61 @@ def _in_hash_order(top: np.ndarray, keys: pa.Array | pa.ChunkedArray) -> bool:
     return bool(pc.all(pc.less_equal(first, second)).as_py())
 
 
-def _write_options(partition: str) -> dict[str, Any]:
+#: columns of the partitions keyed by data file or column whose values are (nearly) all
+#: distinct in a file: written plain, as a dictionary of them saves nothing (a column_stats file
+#: group of 550,000 records: 6.4 MB written in 458 ms, read back 15% faster, against 8.8 MB
+#: in 550 ms with a dictionary tried on every column)
+_DISTINCT = frozenset({"key", "file_name", "min_value", "max_value", "bloom_filter"})
+
+
+def _write_options(partition: str, schema: pa.Schema) -> dict[str, Any]:
+    """The Parquet writer's options for records of ``partition`` (of ``schema``)."""
     if not keyed_by_record(partition):
-        return {}
+        # a dictionary for the columns of few values (names, counts, instants); nested ones none
+        return {
+            "use_dictionary": [
+                f.name for f in schema if f.name not in _DISTINCT and not pa.types.is_nested(f.type)
+            ]
+        }
     # hashes in order: deltas; keys and values in hash order: plain; the rest: few distinct values
     plain = {"key", "value", "record_key"}
     return {
-        "use_dictionary": [
-            f.name for f in schema_of(partition) if f.name not in plain | {"key_hash"}
-        ],
+        "use_dictionary": [f.name for f in schema if f.name not in plain | {"key_hash"}],
         "column_encoding": {"key_hash": "DELTA_BINARY_PACKED"},
         # a lookup picks row groups by their key_hash range; no other column's bounds are read
         "write_statistics": ["key_hash"],
     }
 
 
-def _column_changes(keys: pa.ChunkedArray | pa.Array) -> np.ndarray:
-    """Of a stats partition's keys (at least two), whether each one's column differs from the
-    one before it (one flag per key after the first)."""
-    column = key_columns(keys)
-    changed = pc.not_equal(column.slice(1), column.slice(0, len(column) - 1))
+def _columns_of(records: pa.Table) -> pa.ChunkedArray:
+    """The column each record of a stats partition describes: its ``column_name`` or, when a
+    record has none (a tombstone names its file alone), the column every key starts with
+    (:func:`key_columns`, which splits each key: 85 ms against none for a column_stats file
+    group of 550,000 records). Either changes where the other does (:func:`enc` is one to one)."""
+    if "column_name" in records.column_names:
+        names = records.column("column_name")
+        if not names.null_count:
+            return names
+    return key_columns(records.column("key"))
+
+
+def _column_changes(columns: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Of a stats partition's records' columns (:func:`_columns_of`, at least two), whether each
+    one differs from the one before it (one flag per record after the first)."""
+    changed = pc.not_equal(columns.slice(1), columns.slice(0, len(columns) - 1))
     return np.asarray(changed.to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _row_groups(
-    partition: str, rows: int, keys: pa.ChunkedArray | pa.Array
+    partition: str, rows: int, columns: pa.ChunkedArray | pa.Array | None
 ) -> list[tuple[int, int]]:
     """(start, end) of each row group of a file of ``partition`` of ``rows`` records: at most
-    :data:`ROW_GROUP_ROWS` rows each and, in a stats partition (whose keys, in file order, are
-    ``keys``), each column's records in row groups of their own (a read of one column opens no
-    other's, and the groups' ``value_type`` statistics tell its value kind)."""
+    :data:`ROW_GROUP_ROWS` rows each and, in a stats partition (whose records' columns, in file
+    order, are ``columns``), each column's records in row groups of their own (a read of one
+    column opens no other's, and the groups' ``value_type`` statistics tell its value kind)."""
     starts = [0, rows]
-    if keyed_by_column(partition) and rows > 1:
-        starts = [0, *(np.flatnonzero(_column_changes(keys)) + 1), len(keys)]
+    if columns is not None and rows > 1:
+        starts = [0, *(np.flatnonzero(_column_changes(columns)) + 1), rows]
     return [
         (at, min(at + ROW_GROUP_ROWS, end))
         for start, end in pairwise(starts)
@@ -711,20 +733,21 @@ def write_records(
         else:
             sort = file_order(partition, records)
             order = None if sort is None else sort.to_numpy()
-    keys = records.column("key")
-    if order is not None and keyed_by_column(partition):
-        keys = keys.take(pa.array(order))
-    groups = _row_groups(partition, len(keys) if order is None else len(order), keys)
+    columns = _columns_of(records) if keyed_by_column(partition) else None
+    if order is not None and columns is not None:
+        columns = columns.take(pa.array(order))
+    groups = _row_groups(partition, records.num_rows if order is None else len(order), columns)
     sink = pa.BufferOutputStream()
     if keyed_by_record(partition):
         # dictionary columns written as the record schema's strings (no Arrow schema stored,
         # which would make readers get dictionaries); the watermark as key-value metadata
         schema = records.schema.remove_metadata()
-        options: dict[str, Any] = {"store_schema": False, **_write_options(partition)}
+        options: dict[str, Any] = {"store_schema": False, **_write_options(partition, schema)}
     else:
         if covers_upto is not None:
             records = records.replace_schema_metadata({COVERS_UPTO: covers_upto.encode()})
-        schema, options = records.schema, {}
+        schema = records.schema
+        options = _write_options(partition, schema)
     taken = None if order is None else (Gather(records), order)
 
     def piece(start: int, end: int) -> pa.Table:

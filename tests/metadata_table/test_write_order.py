@@ -125,3 +125,62 @@ def test_the_runs_of_a_large_build_are_laid_end_to_end() -> None:
     merged = layout._merged_runs(COLUMN_STATS, records)
     assert merged is not None
     assert merged.column("key").to_pylist() == sorted(records.column("key").to_pylist())
+
+
+@pytest.mark.parametrize("tombstone", [False, True])
+def test_a_stats_file_cuts_its_row_groups_by_the_records_column_names_or_by_their_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tombstone: bool
+) -> None:
+    """Each column's records in row groups of their own: told by the records' ``column_name``
+    without splitting a key, or, when a record has none (a tombstone names its file alone), by
+    the column every key starts with."""
+    files = [("p1", "f"), ("p|2", "g"), ("p1", "h")]
+    records = sorted(
+        ((column_stats_key(c, p, n), c) for c in COLUMNS for p, n in files), key=lambda r: r[0]
+    )
+    names: list[str | None] = [c for _, c in records]
+    if tombstone:
+        names[3] = None
+    else:
+
+        def unsplit(keys: pa.Array) -> pa.Array:
+            raise AssertionError("a key split where every record names its column")
+
+        monkeypatch.setattr(layout, "key_columns", unsplit)
+    table = pa.table(
+        {"key": [k for k, _ in records], "column_name": names},
+        schema=pa.schema([("key", pa.string()), ("column_name", pa.string())]),
+    )
+    written = _written(tmp_path, COLUMN_STATS, table, "named")
+    assert _row_groups(written) == [len(files)] * len(COLUMNS)
+
+
+def test_a_stats_file_writes_its_distinct_columns_plain_and_the_others_as_dictionaries(
+    tmp_path: Path,
+) -> None:
+    """Keys, file names and bounds (about one value a record) are written plain: a dictionary of
+    them saves nothing and costs the write its time; names, counts and instants take one."""
+    rows = [
+        {
+            "key": column_stats_key("a", "p1", f"f{i}"),
+            "column_name": "a",
+            "partition": "p1",
+            "file_name": f"f{i}",
+            "value_type": "int",
+            "min_value": {"int": i},
+            "max_value": {"int": i + 1},
+            "value_count": 10,
+            "is_deleted": False,
+            "instant": "1",
+        }
+        for i in range(100)
+    ]
+    table = pa.Table.from_pylist(rows, schema=layout.schema_of(COLUMN_STATS))
+    chunks = _written(tmp_path, COLUMN_STATS, table, "encodings").metadata.row_group(0)
+    encodings = {
+        chunks.column(c).path_in_schema: chunks.column(c).encodings
+        for c in range(chunks.num_columns)
+    }
+    dictionary = {path for path, used in encodings.items() if "RLE_DICTIONARY" in used}
+    assert {"column_name", "partition", "value_count", "instant"} <= dictionary
+    assert not dictionary & {"key", "file_name", "min_value.int", "max_value.int"}
