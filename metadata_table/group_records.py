@@ -317,18 +317,18 @@ def run_build_local(
     memory_mb: int = 512,
 ) -> dict[str, dict[str, int]]:
     """The index build of ``builds`` over ``files`` without Spark, so no JVM to start (the
-    Spark job is :func:`metadata_table.spark_build.run_build`; both call :func:`file_records` and
-    :meth:`PartitionBuild.write_group`, so they write the same files). The chunks of data files are read by
-    ``workers`` workers (0: one per core, at most four; processes from
+    Spark job is :func:`metadata_table.spark_build.run_build`; both call :func:`file_records`
+    and :meth:`PartitionBuild.write_group`, so they write the same files). The chunks of data
+    files are read by ``workers`` workers (0: one per core, at most four; processes from
     :data:`~metadata_table.workers.PROCESS_MIN_FILES` data files on, else threads), their
-    records coming back to this process (from processes as Arrow IPC bytes) in chunk order (the
-    files taken in key order, so each file group's sorted runs follow one another). Past ``memory_mb`` of
-    records held, they are spilled per file group to Arrow files in a temporary folder (as
-    Spark's shuffle spills), so memory does not grow with the table. The file groups are then
-    written by up to twice as many threads (Parquet writes, hashing and sorting run outside the
-    GIL), each from its group's records alone; by ``workers`` threads when it is given, so that
-    one worker writes in one order. Progress counts chunks of data files read, then file
-    groups written."""
+    records coming back to this process (from processes as Arrow IPC bytes) in chunk order
+    (the files taken in key order, so each file group's sorted runs follow one another). Past
+    ``memory_mb`` of records held, they are spilled per file group to Arrow files in a
+    temporary folder (as Spark's shuffle spills), so memory does not grow with the table. The
+    file groups are then written by up to twice as many threads (Parquet writes, hashing and
+    sorting run outside the GIL), each from its group's records alone; by ``workers`` threads
+    when it is given, so that one worker writes in one order. Progress counts chunks of data
+    files read, then file groups written."""
     configured = workers
     workers, processes = workers_for(len(files), workers)
     chunks = read_chunks(in_key_order(files), workers, builds)
