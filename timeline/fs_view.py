@@ -992,7 +992,8 @@ def data_file_paths(storage: Storage, sizes: bool = False) -> pa.Table:
                 paths.extend(storage.file_paths(entry.path))
         else:
             paths.append(entry.path)
-            lengths.append(entry.size)
+            if sizes:
+                lengths.append(entry.size)
     if sizes:
         return _listed_paths(paths, pa.array(np.array(lengths, np.int64)))
     return _listed_paths(paths, pa.repeat(pa.scalar(0, pa.int64()), len(paths)))

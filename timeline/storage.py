@@ -186,7 +186,7 @@ class _LocalBackend(_Backend):
         return os.path.join(root, *rel.split("/"))
 
     def relative(self, root: str, full: str) -> str:
-        prefix = root.rstrip(os.sep) + os.sep
+        prefix = _folder_prefix(root)
         # a listing's entries all start with the root they were listed from: cut it off
         # instead of normalizing both paths (relpath), which was most of a large listing's time
         rel = full[len(prefix) :] if full.startswith(prefix) else os.path.relpath(full, root)
@@ -332,8 +332,13 @@ class _LocalBackend(_Backend):
         return st.st_size, os.path.isdir(path), st.st_mtime
 
 
+def _folder_prefix(root: str) -> str:
+    """What the paths of everything below the local folder ``root`` start with."""
+    return root.rstrip(os.sep) + os.sep
+
+
 def _is_below(root: str, path: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+    return path == root or path.startswith(_folder_prefix(root))
 
 
 def _walk_below(root: str, path: str) -> Iterator[tuple[str, str, list[str]]]:
@@ -341,7 +346,7 @@ def _walk_below(root: str, path: str) -> Iterator[tuple[str, str, list[str]]]:
     path below ``root`` ('/'-separated, ending in '/', or empty for the root) and the names of
     its files (no stat: the kinds come from the directory entries). A folder's relative path
     is worked out once for its files, not a join and a cut a file."""
-    prefix = root.rstrip(os.sep) + os.sep
+    prefix = _folder_prefix(root)
     for folder, _dirs, files in os.walk(path):
         below = folder[len(prefix) :].replace(os.sep, "/")
         names = [name for name in files if not name.startswith(_TEMP_PREFIX)]
