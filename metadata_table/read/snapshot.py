@@ -53,6 +53,7 @@ from metadata_table.layout import (
     RECORD_INDEX,
     SECONDARY_INDEX_PREFIX,
     column_prefix,
+    column_stats_key,
     data_partition,
     is_secondary_index,
     partition_prefix,
@@ -180,6 +181,7 @@ class IndexedSnapshot:
         self._unapplied: dict[str, list[Instant]] = {}
         self._lost: dict[str, str | None] = {}
         self._column_tables: dict[str, pa.Table] = {}
+        self._narrow_reads = 0  # (see _key_ranges)
         self._partition_tables: dict[str, pa.Table] = {}
         self._partition_aligned: dict[str, tuple[bool, ColumnArrays | None]] = {}
         #: column -> (whether any file has stats for it, its arrays aligned with the listing)
@@ -373,24 +375,56 @@ class IndexedSnapshot:
         return by_file
 
     def _column_records(self, column: str) -> pa.Table:
-        """One column's live stats records with each file's ``path``, read once per snapshot:
-        the fields :func:`_aligned` uses, and of min and max only the field of the value kind
-        the files' statistics say every record has (all fields when they do not say)."""
+        """One column's live stats records with each file's ``path``, read once per snapshot
+        (:meth:`_stats_records`)."""
         if column not in self._column_tables and self.from_hudi(COLUMN_STATS):
             assert self.hudi_index is not None
             records = self.hudi_index.column_records(column, self._partitions[0])
             self._column_tables[column] = _with_paths(records)
         if column not in self._column_tables:
-            prefix = column_prefix(column)
-            kinds = self.reader.column_values(COLUMN_STATS, prefix, "value_type")
-            fields = None
-            if kinds is not None and len(kinds) == 1:
-                kind = kinds.pop()
-                fields = [*_ALIGNED_FIELDS, f"min_value.{kind}", f"max_value.{kind}"]
-            self._column_tables[column] = self.reader.read(
-                COLUMN_STATS, prefix, fields, ordered=False, derive=_with_paths
-            )
+            self._column_tables[column] = self._stats_records(column_prefix(column))
         return self._column_tables[column]
+
+    def _stats_records(self, prefix: str) -> pa.Table:
+        """The live column_stats records whose keys start with ``prefix`` (of one column), with
+        each file's ``path``: the fields :func:`_aligned` uses, and of min and max only the
+        field of the value kind the files' statistics say every such record has (all fields
+        when they do not say)."""
+        kinds = self.reader.column_values(COLUMN_STATS, prefix, "value_type")
+        fields = None
+        if kinds is not None and len(kinds) == 1:
+            kind = kinds.pop()
+            fields = [*_ALIGNED_FIELDS, f"min_value.{kind}", f"max_value.{kind}"]
+        return self.reader.read(COLUMN_STATS, prefix, fields, ordered=False, derive=_with_paths)
+
+    def _key_ranges(
+        self, paths: pa.Array | pa.ChunkedArray, hashes: pa.Table | None
+    ) -> ColumnArrays | None:
+        """The record key ranges of the files ``paths`` (whose :data:`PATH_HASHES` are
+        ``hashes``, when known), aligned with them (None: not of one kind). From the column's
+        records the snapshot holds; or, for a few files whose keys share more than the column's
+        prefix (one file, files of one partition), from their records alone, until the
+        snapshot has read this way :data:`_FEW_FILES` times and then reads the whole column. A
+        one-key lookup at 100,000 files whose bloom filters keep one file so reads the row
+        groups that file's records are in, not every file's key range (45 ms, cold)."""
+        column = RECORD_KEY
+        if (
+            column in self._column_tables
+            or self.from_hudi(COLUMN_STATS)
+            or len(paths) > _FEW_FILES
+            or self._narrow_reads >= _FEW_FILES
+        ):
+            records = self._column_records(column)
+        else:
+            keys = [column_stats_key(column, *_split_path(p)) for p in paths.to_pylist()]
+            prefix = _common_prefix(keys)
+            if prefix == column_prefix(column):
+                records = self._column_records(column)
+            else:
+                self._narrow_reads += 1
+                records = self._stats_records(prefix)  # (kept decoded by the process)
+                records = records.filter(pc.is_in(records.column("key"), pa.array(keys)))
+        return _aligned(records, "path", paths, hashes) if records.num_rows else None
 
     def _arrow_stats(
         self,
@@ -1202,7 +1236,7 @@ class IndexedSnapshot:
             # key ranges, of the files some bloom filter kept (all of them without filters)
             at = np.flatnonzero(np.logical_or.reduce(list(keeps.values())))
             hashes = None if listing.path_hashes is None else take_rows(listing.path_hashes, at)
-            arrays = self._arrow_stats({RECORD_KEY}, take_rows(paths, at), hashes).get(RECORD_KEY)
+            arrays = self._key_ranges(take_rows(paths, at), hashes) if len(at) else None
             if arrays is not None and arrays.kind == "string":
                 stale = listing.written_by(self._unapplied_times(COLUMN_STATS))[at]
                 unknown = pc.or_(pc.invert(arrays.present), pa.array(stale))
@@ -1382,6 +1416,9 @@ def _as_slices(files: Sequence[BaseFile]) -> list[FileSlice]:
     return [FileSlice(b.partition_path, b.file_id, b.instant_time, b) for b in files]
 
 
+#: at most this many files' key ranges are read by their keys (see :meth:`_key_ranges`)
+_FEW_FILES = 64
+
 #: the column_stats fields :func:`_aligned` reads, besides min and max
 _ALIGNED_FIELDS = ("partition", "file_name", "value_type", "null_count", "value_count")
 
@@ -1436,6 +1473,21 @@ def _listing_of(records: pa.Table) -> pa.Table:
     data = pc.if_else(pc.equal(partition, NON_PARTITIONED), "", partition)
     listed = _with_paths(records).append_column("partition_path", data)
     return with_base_name_fields(listed)
+
+
+def _common_prefix(texts: list[str]) -> str:
+    """The longest prefix of every one of ``texts`` (not empty): their least and greatest's."""
+    low, high = min(texts), max(texts)
+    size = 0
+    while size < len(low) and low[size] == high[size]:
+        size += 1
+    return low[:size]
+
+
+def _split_path(path: str) -> tuple[str, str]:
+    """A data file's path as its partition path ("" at the base path) and its name."""
+    partition, _, name = path.rpartition("/")
+    return partition, name
 
 
 def _with_paths(records: pa.Table) -> pa.Table:

@@ -27,13 +27,15 @@ from metadata_table.layout import (
     COVERS_UPTO,
     FILES,
     column_prefix,
+    column_stats_key,
     column_values,
     read_records,
     write_records,
 )
 from metadata_table.maintenance import initialize
 from metadata_table.read.filters import col
-from metadata_table.read.snapshot import IndexedSnapshot, _aligned
+from metadata_table.read.snapshot import _FEW_FILES, IndexedSnapshot, _aligned
+from metadata_table.records import RECORD_KEY
 from metadata_table.table import MetadataTable
 from timeline import Table
 from timeline.config import Config
@@ -167,6 +169,44 @@ def test_a_kept_snapshot_aligns_its_bloom_filters_once(
     assert aligned["_listing_blooms"] == 1
     assert IndexedSnapshot(table).lookup_keys(["k0005", "k1099", "k9999"]) == first
     assert aligned["_listing_blooms"] == 2
+
+
+def test_a_lookup_reads_the_key_ranges_of_the_files_its_bloom_filters_keep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A one-key lookup whose bloom filters keep one file reads that file's column_stats
+    records by their key, not every file's key range; one they keep no file for reads none;
+    a snapshot that goes on answering reads the whole column once. The answers are those of a
+    snapshot that holds the whole column."""
+    table, client = _indexed(tmp_path)
+    client.insert(rows(keys(2000, 2100), city="ny"))  # three files in three partitions
+    prefixes: list[str | None] = []
+    read = reader_module.MetadataReader.read
+
+    def spied(self: Any, partition: str, prefix: str | None = None, *args: Any, **kw: Any) -> Any:
+        if partition == COLUMN_STATS:
+            prefixes.append(prefix)
+        return read(self, partition, prefix, *args, **kw)
+
+    monkeypatch.setattr(reader_module.MetadataReader, "read", spied)
+    asked = ["k0005", "k1099", "k2050", "k0100", "nope"]
+    snapshot = IndexedSnapshot(table)
+    (holder,) = snapshot.lookup_keys(["k1042"])["k1042"]
+    partition, _, name = holder.rpartition("/")
+    assert prefixes == [column_stats_key(RECORD_KEY, partition, name)]
+    prefixes.clear()
+    assert snapshot.lookup_keys(["k0100"]) == {"k0100": []}
+    assert prefixes == []
+    for number in range(_FEW_FILES - 1):  # (the first lookup read narrowly once)
+        snapshot.lookup_keys([f"k{number % 3}{number:03d}"])
+    assert len(prefixes) == _FEW_FILES - 1 and column_prefix(RECORD_KEY) not in prefixes
+    snapshot.lookup_keys(["k0007"])
+    assert prefixes[-1] == column_prefix(RECORD_KEY)
+    narrow = {k: IndexedSnapshot(table).lookup_keys([k])[k] for k in asked}
+    whole = IndexedSnapshot(table)
+    whole._column_records(RECORD_KEY)
+    assert narrow == whole.lookup_keys(asked)
+    assert narrow["k2050"] and narrow["k0100"] == narrow["nope"] == []
 
 
 def test_a_file_written_again_under_its_name_is_read_again(
