@@ -17,11 +17,13 @@ Hudi's view merges them. Which blocks of the log files count is decided when the
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import operator
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property, partial
 from typing import Any, TypeVar, cast
@@ -940,16 +942,50 @@ def parquet_file(
     """A Parquet file, its footer parsed (:class:`NotParquetError` if not one); the
     ``read_dictionary`` columns are decoded as dictionary arrays. A local file is opened for
     ranged reads (a lookup in a 27 MB record-index file reads its footer and one row group, not
-    the whole file); other storage reads it into memory (see :func:`read_parquet`)."""
+    the whole file); other storage reads it into memory (see :func:`read_parquet`). One thread
+    reads through it at a time (:class:`ParquetReaders` serves several)."""
     dictionary = list(read_dictionary) or None
-    try:
+    with _parquet_errors(path):
         if storage.is_local:
             return pq.ParquetFile(storage.uri(path), read_dictionary=dictionary)
         return pq.ParquetFile(pa.BufferReader(storage.read(path)), read_dictionary=dictionary)
-    except FileNotFoundError as e:
-        raise StorageFileNotFoundError(path) from e
-    except (pa.ArrowInvalid, OSError) as e:
-        raise NotParquetError(path, str(e).splitlines()[0]) from e
+
+
+class ParquetReaders:
+    """One Parquet file read from any number of threads, each through a reader of its own: a
+    ``pq.ParquetFile`` is not safe to share, its ranged reads going through one cache (two
+    threads decoding row groups through one failed with "ReadRangeCache did not find matching
+    cache entry", or crashed the process). The footer is parsed once, by the first reader, and
+    the others are given it; a file of other storage than local is read into memory once. The
+    ``read_dictionary`` columns are decoded as dictionary arrays."""
+
+    def __init__(self, storage: Storage, path: str, read_dictionary: Sequence[str] = ()) -> None:
+        self.path = path
+        self._dictionary = list(read_dictionary) or None
+        self._own = threading.local()
+        with _parquet_errors(path):
+            self._source: str | pa.Buffer = (
+                storage.uri(path) if storage.is_local else pa.py_buffer(storage.read(path))
+            )
+            first = self._open(None)
+        self.metadata: pq.FileMetaData = first.metadata
+        self._own.file = first
+
+    def _open(self, metadata: pq.FileMetaData | None) -> pq.ParquetFile:
+        source = self._source if isinstance(self._source, str) else pa.BufferReader(self._source)
+        return pq.ParquetFile(source, metadata=metadata, read_dictionary=self._dictionary)
+
+    def file(self) -> pq.ParquetFile:
+        """This thread's reader."""
+        file: pq.ParquetFile | None = getattr(self._own, "file", None)
+        if file is None:
+            with _parquet_errors(self.path):
+                file = self._own.file = self._open(self.metadata)
+        return file
+
+    def read_row_groups(self, row_groups: list[int], columns: list[str] | None = None) -> pa.Table:
+        """Some columns (all: None) of some row groups, through this thread's reader."""
+        return read_parquet_file(self.file(), self.path, columns, row_groups)
 
 
 def read_parquet_file(
@@ -960,10 +996,20 @@ def read_parquet_file(
 ) -> pa.Table:
     """Some columns (all: None) of some row groups (all: None) of ``file``, on this thread (see
     :func:`read_parquet`)."""
-    try:
+    with _parquet_errors(path):
         if row_groups is None:
             return file.read(columns=columns, use_threads=False)
         return file.read_row_groups(row_groups, columns=columns, use_threads=False)
+
+
+@contextlib.contextmanager
+def _parquet_errors(path: str) -> Iterator[None]:
+    """Reading ``path`` as Parquet: a missing file raises :class:`StorageFileNotFoundError`, one
+    that is not Parquet (truncated, zero bytes, another format) :class:`NotParquetError`."""
+    try:
+        yield
+    except FileNotFoundError as e:
+        raise StorageFileNotFoundError(path) from e
     except (pa.ArrowInvalid, OSError) as e:
         raise NotParquetError(path, str(e).splitlines()[0]) from e
 

@@ -8,6 +8,7 @@ may hold the keys asked for."""
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from indexer.indexer import AsyncIndexer, IndexerOptions
+from metadata_table import layout
 from metadata_table.layout import (
     BLOOM_FILTERS,
     FILES,
@@ -467,12 +469,20 @@ def test_hash_order_is_a_stable_sort_of_the_hashes_whatever_their_shape(shape: s
     assert got == sorted(zip(top.tolist(), keys.to_pylist(), strict=True))
 
 
-def test_files_are_sorted_by_hash_and_a_lookup_decodes_one_row_group(tmp_path: Path) -> None:
-    table = make_table(tmp_path / "t")
-    client = WriteClient(table)
-    count = 3 * ROW_GROUP_ROWS
-    client.insert(rows(keys(0, count)))
+@pytest.fixture(scope="module")
+def three_row_groups(tmp_path_factory: pytest.TempPathFactory) -> Table:
+    """A table of 3 x ROW_GROUP_ROWS keys with its record index (one file of 3 row groups)."""
+    table = make_table(tmp_path_factory.mktemp("three") / "t")
+    WriteClient(table).insert(rows(keys(0, 3 * ROW_GROUP_ROWS)))
     AsyncIndexer(table, IndexerOptions(engine="local")).run([RECORD_INDEX])
+    return table
+
+
+def test_files_are_sorted_by_hash_and_a_lookup_decodes_one_row_group(
+    three_row_groups: Table,
+) -> None:
+    table = three_row_groups
+    count = 3 * ROW_GROUP_ROWS
     mdt = MetadataTable(table)
     base = max(e.path for e in mdt.storage.list(RECORD_INDEX) if e.name.endswith(".parquet"))
     stored = pq.read_table(mdt.storage.uri(base))
@@ -487,6 +497,29 @@ def test_files_are_sorted_by_hash_and_a_lookup_decodes_one_row_group(tmp_path: P
     assert located["k0007"].partition_path == "la" and snapshot.record_lookup.decoded == 1
     assert snapshot.record_locations(["nope"]) == {}
     assert snapshot.lookup_keys(["nope"]) == {"nope": []}
+
+
+def test_one_snapshot_answers_lookups_from_several_threads_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot a query service keeps answers lookups from several threads at once, as one
+    thread would: each reads the index's row groups through a reader of its own (through one
+    shared reader, lookups failed with "ReadRangeCache did not find matching cache entry", or
+    crashed the process). A lookup that touches several row groups decodes them at once."""
+    table = make_table(tmp_path / "t")
+    WriteClient(table).insert(rows(keys(0, 20_000)))
+    monkeypatch.setattr(layout, "ROW_GROUP_ROWS", 200)  # an index file of 100 row groups
+    initialize(table, [RECORD_INDEX])
+    asked = keys(0, 20_000)[::7]
+    alone = IndexedSnapshot(table)
+    expected = alone.locate_keys(asked).sort_by("record_key")
+    assert expected.column("record_key").to_pylist() == sorted(asked)
+    assert alone.record_lookup.decoded == 100
+    with ThreadPoolExecutor(8) as threads:
+        for _ in range(20):
+            snapshot = IndexedSnapshot(table)
+            found = list(threads.map(snapshot.locate_keys, [asked[n::8] for n in range(8)]))
+            assert pa.concat_tables(found).sort_by("record_key").equals(expected)
 
 
 def test_keys_whose_stored_hashes_collide_are_each_found_once(tmp_path: Path) -> None:

@@ -9,16 +9,23 @@ answer without a sort."""
 from __future__ import annotations
 
 import itertools
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from threading import Barrier
 from types import SimpleNamespace
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from timeline.errors import NotParquetError, StorageFileNotFoundError
 from timeline.fs_view import (
     BaseFile,
     FileSystemView,
+    ParquetReaders,
     _order,
     base_files_of,
     by_partition,
@@ -335,3 +342,31 @@ def test_a_listing_by_name_counts_what_a_listing_with_sizes_does(tmp_path: Path)
         view.__dict__["pending_compactions"] = set()
         counts.append((view.latest_file_count(), sorted(view.latest_paths())))
     assert counts[0] == counts[1] and counts[0][0] == 5
+
+
+def test_parquet_readers_give_each_thread_a_reader_of_one_parsed_footer(tmp_path: Path) -> None:
+    """A file read from several threads: each has a reader of its own (one reader's ranged
+    reads share a cache, which two threads cannot), given the footer the first one parsed; a
+    file of another store is read into memory once. Missing and unreadable files raise ours."""
+    table = pa.table({"n": pa.array(range(1000), pa.int64())})
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, row_group_size=100)
+    for storage in (Storage(str(tmp_path)), Storage(f"memory://readers-{tmp_path.name}")):
+        storage.create("f.parquet", sink.getvalue().to_pybytes())
+        storage.create("not.parquet", b"PAR1 and no more")
+        readers = ParquetReaders(storage, "f.parquet")
+        with ThreadPoolExecutor(4) as threads:
+            got = list(threads.map(_read_together, [readers] * 4, range(4), [Barrier(4)] * 4))
+        files = [file for file, _ in got] + [readers.file()]
+        assert len({id(file) for file in files}) == 5
+        assert all(file.metadata.equals(readers.metadata) for file in files)
+        assert pa.concat_tables([rows for _, rows in got]).equals(table.slice(0, 400))
+        with pytest.raises(StorageFileNotFoundError):
+            ParquetReaders(storage, "gone.parquet")
+        with pytest.raises(NotParquetError, match=r"not\.parquet"):
+            ParquetReaders(storage, "not.parquet")
+
+
+def _read_together(readers: ParquetReaders, rg: int, together: Barrier) -> tuple[Any, pa.Table]:
+    together.wait()  # (the threads at once)
+    return readers.file(), readers.read_row_groups([rg])
