@@ -524,7 +524,7 @@ def test_one_snapshot_answers_lookups_from_several_threads_at_once(
 
 def test_keys_whose_stored_hashes_collide_are_each_found_once(tmp_path: Path) -> None:
     """Two keys may share the 32 bits of hash a file is sorted by (a 1M-key lookup meets about a
-    hundred such pairs): asked together, each is found once."""
+    hundred such pairs): asked together, each is found once; asked alone, the other is not."""
     candidates = keys(0, 300_000)
     tops = (key_hash64(pa.array(candidates)) >> 32).astype("int64")
     _, first, counts = np.unique(tops, return_index=True, return_counts=True)
@@ -535,6 +535,9 @@ def test_keys_whose_stored_hashes_collide_are_each_found_once(tmp_path: Path) ->
     initialize(table, [RECORD_INDEX])
     found = IndexedSnapshot(table).locate_keys([*pair, "k0003"])
     assert sorted(found.column("record_key").to_pylist()) == sorted([*pair, "k0003"])
+    for one in pair:  # the other's record, under the same hash, is not the one asked
+        found = IndexedSnapshot(table).locate_keys([one, "k0003"])
+        assert sorted(found.column("record_key").to_pylist()) == sorted([one, "k0003"])
 
 
 def test_a_file_without_the_key_field_of_a_table_without_meta_fields_is_named() -> None:
