@@ -882,10 +882,8 @@ def parquet_footer(storage: Storage, path: str, guess: int = 64 * 1024) -> bytes
 
 def read_parquet_schema_bytes(data: bytes, path: str) -> pa.Schema:
     """The schema of the Parquet file ``data`` (read from ``path``)."""
-    try:
+    with _parquet_errors(path):
         return pq.read_schema(pa.BufferReader(data))
-    except (pa.ArrowInvalid, OSError) as e:
-        raise NotParquetError(path, str(e).splitlines()[0]) from e
 
 
 def read_parquet(storage: Storage, path: str, columns: list[str] | None = None) -> pa.Table:
@@ -903,14 +901,9 @@ def read_parquet_head(storage: Storage, path: str, columns: list[str], rows: int
     """The first ``rows`` rows of some columns of a Parquet file, by ranged reads through
     Arrow's file system (the footer and the first pages of those columns), on this thread."""
     fs, root = storage.arrow_filesystem()
-    try:
-        with fs.open_input_file(f"{root.rstrip('/')}/{path}") as source:
-            file = pq.ParquetFile(source)
-            batch = next(file.iter_batches(rows, columns=columns, use_threads=False), None)
-    except FileNotFoundError as e:
-        raise StorageFileNotFoundError(path) from e
-    except (pa.ArrowInvalid, OSError) as e:
-        raise NotParquetError(path, str(e).splitlines()[0]) from e
+    with _parquet_errors(path), fs.open_input_file(f"{root.rstrip('/')}/{path}") as source:
+        file = pq.ParquetFile(source)
+        batch = next(file.iter_batches(rows, columns=columns, use_threads=False), None)
     if batch is None:
         return file.schema_arrow.empty_table().select(columns)
     return pa.Table.from_batches([batch])
@@ -927,13 +920,9 @@ def read_columns(
     spares reading it again. Other storage reads the whole file (:func:`read_parquet`)."""
     if not storage.is_local:
         return read_parquet(storage, path, columns)
-    try:
+    with _parquet_errors(path):
         file = pq.ParquetFile(storage.uri(path), metadata=metadata)
         return file.read(columns=columns, use_threads=False)
-    except FileNotFoundError as e:
-        raise StorageFileNotFoundError(path) from e
-    except (pa.ArrowInvalid, OSError) as e:
-        raise NotParquetError(path, str(e).splitlines()[0]) from e
 
 
 def parquet_file(
