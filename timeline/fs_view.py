@@ -933,11 +933,7 @@ def parquet_file(
     ranged reads (a lookup in a 27 MB record-index file reads its footer and one row group, not
     the whole file); other storage reads it into memory (see :func:`read_parquet`). One thread
     reads through it at a time (:class:`ParquetReaders` serves several)."""
-    dictionary = list(read_dictionary) or None
-    with _parquet_errors(path):
-        if storage.is_local:
-            return pq.ParquetFile(storage.uri(path), read_dictionary=dictionary)
-        return pq.ParquetFile(pa.BufferReader(storage.read(path)), read_dictionary=dictionary)
+    return ParquetReaders(storage, path, read_dictionary).file()
 
 
 class ParquetReaders:
