@@ -241,6 +241,8 @@ def section(
         f"object each call, {within('ours_fresh')} on a new snapshot each call\n"
     )
     figures: dict[str, Any] = {"queries": results, "memory": []}
+    if not memory_files:
+        return "\n".join(lines) + "\n", figures
     lines += [
         "Peak memory of a scan of the whole table, in a new process: through "
         "`to_arrow_batch_reader()` (batches dropped as they come) and through `to_arrow()`:\n",
@@ -267,7 +269,11 @@ def main() -> int:
     )
     parser.add_argument("--files", type=int, default=2000)
     parser.add_argument("--rows", type=int, default=10_000)
-    parser.add_argument("--memory-files", default="2000,20000")
+    parser.add_argument(
+        "--memory-files",
+        default="2000,20000",
+        help="file counts of the whole-table memory rows, comma-separated; '' for none",
+    )
     parser.add_argument("--tpch-scale", default="1", help="TPC-H scale factor; 0: no TPC-H")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-scan-"))
@@ -277,7 +283,7 @@ def main() -> int:
 
             print(tpch_section(root / "tpch", args.tpch_scale)[0])
         text, _ = section(
-            root, args.files, args.rows, [int(c) for c in args.memory_files.split(",")]
+            root, args.files, args.rows, [int(c) for c in args.memory_files.split(",") if c.strip()]
         )
         print(text)
     finally:
