@@ -12,7 +12,9 @@ Loading lists ``.hoodie/`` once (flat) and folds the state files of each instant
   they cannot check for conflicts);
 * two different actions at the same instant time break invariant 1; both are kept, with a warning
   (except a savepoint, which Hudi names after the commit it saves);
-* content is read lazily; unparsable content raises :class:`CorruptInstantError` naming the file.
+* content is read lazily; unparsable content raises :class:`CorruptInstantError` naming the file;
+  a completed instant's file found empty while its writer may still be writing it is read again
+  (:meth:`ActiveTimeline.read_content`).
 
 State transitions are write-once: the new state's file is created with create-if-absent, and only
 if the previous state's file exists. A completed instant's content is a JSON object that records
@@ -26,6 +28,7 @@ import datetime as dt
 import functools
 import json
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -54,6 +57,15 @@ logger = logging.getLogger(__name__)
 META_FOLDER = ".hoodie"
 _REMOVALS = frozenset({Action.CLEAN, Action.ROLLBACK, Action.RESTORE})
 COMPLETION_TIME_KEY = "completionTime"
+
+#: how long after its last write a completed instant's empty file may still be being written.
+#: Apache Hudi creates a completed instant's file and then writes its content into it (its
+#: ``createImmutableFileInPath``), so on a file system a reader can list the file and read nothing
+#: in between; an empty file older than this is all its writer wrote (another tool's: Hudi reads
+#: it as metadata with nothing in it)
+WRITING_SECONDS = 5.0
+#: how often such a file is read again meanwhile
+_REREAD_SECONDS = 0.02
 
 
 @dataclass(frozen=True)
@@ -267,12 +279,35 @@ class ActiveTimeline:
         return f"{META_FOLDER}/{instant.file_name_for(state or instant.state)}"
 
     def read_content(self, instant: Instant, state: State | None = None) -> bytes:
-        return self.storage.read(self.path(instant, state))
+        """The content of an instant file. A completed one found empty is read again while it
+        may still be being written (see :data:`WRITING_SECONDS`): read mid-write, a clean would
+        have deleted nothing and a commit written nothing, and whoever applied it (the index's
+        catch-up and sync, a file system view) would go on without what it did."""
+        path = self.path(instant, state)
+        data = self.storage.read(path)
+        if data or (state or instant.state) is not State.COMPLETED:
+            return data
+        return self._written(path)
+
+    def _written(self, path: str) -> bytes:
+        """The content of the completed instant file ``path``, found empty: once it has some,
+        or once it was last written :data:`WRITING_SECONDS` ago (a file with a time ahead of
+        this machine's clock is waited for that long at most)."""
+        deadline = time.monotonic() + WRITING_SECONDS
+        while True:
+            info = self.storage.info(path)
+            if info.size:
+                return self.storage.read(path)
+            written = info.mtime if info.mtime is not None else 0.0
+            age = time.time() - written - self.storage.mtime_resolution
+            if age >= WRITING_SECONDS or time.monotonic() >= deadline:
+                return b""
+            time.sleep(_REREAD_SECONDS)
 
     def read_json(self, instant: Instant, state: State | None = None) -> dict[str, Any]:
         """The content of an instant file as a JSON object (empty files read as ``{}``)."""
         path = self.path(instant, state)
-        raw = self.storage.read(path)
+        raw = self.read_content(instant, state)
         if not raw.strip():
             return {}
         try:

@@ -407,3 +407,42 @@ def test_sync_rolls_back_what_a_crashed_writer_left(tmp_path: Path) -> None:
     live.commit()
     assert_exact(table, [FILES, COLUMN_STATS])
     assert not AsyncIndexer(table).sync()
+
+
+def test_a_clean_read_while_its_writer_writes_its_file_is_applied_whole(tmp_path: Path) -> None:
+    """Apache Hudi creates a completed instant's file, then writes its content into it. A sync
+    that read a clean in between took it for a clean that deleted nothing, and the index went on
+    listing the files it deleted, for good (seen once in CI beside Hudi's writer: three files in
+    files, column_stats and bloom_filters). The read now waits for the content."""
+    import threading
+
+    from timeline.clean import clean
+    from timeline.config import Config
+
+    table = make_table(tmp_path / "t")
+    initialize(table, list(PARTITIONS))
+    for ts in (2, 3):  # two older versions of some file groups: the oldest is cleaned
+        WriteClient(table).upsert(rows(keys(0, 20), ts=ts))
+    keep_one = Config.resolve(
+        explicit={
+            "indexer.lock.url": table.config.get(LOCK_URL),
+            "hoodie.cleaner.commits.retained": "1",
+            "indexer.clean.grace.seconds": "0",
+        }
+    )
+    # another writer's clean (no index update), read between its file's creation and its content
+    (cleaned,) = clean(Table.open(table.base_uri, keep_one), force=True)
+    assert cleaned.plan.paths
+    done = Path(table.storage.uri(table.timeline.path(cleaned.instant)))
+    content = done.read_bytes()
+    done.write_bytes(b"")
+    writing = threading.Timer(0.3, done.write_bytes, [content])
+    writing.start()
+    try:
+        result = AsyncIndexer(table).sync()
+    finally:
+        writing.join()
+    assert cleaned.instant.timestamp in result.applied
+    assert indexer_cli(table, "validate").returncode == 0
+    assert_exact(table)
+    assert_reads_are_current(table)

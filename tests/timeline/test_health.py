@@ -3,6 +3,8 @@ what is wrong and what to do; a healthy Hudi timeline (empty commits, savepoints
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,6 +14,7 @@ from timeline.config import Config
 from timeline.health import timeline_problems
 from timeline.index_state import STATE_FILE
 from timeline.instant import State
+from timeline.timeline import WRITING_SECONDS
 
 
 def _table(tmp_path: Path) -> Table:
@@ -20,9 +23,15 @@ def _table(tmp_path: Path) -> Table:
 
 
 def _commit(table: Table, content: bytes = b"") -> str:
+    """A completed commit of ``content``; an empty one written a while ago (as another tool left
+    it: one written just now may still be being written, and is read again until it is not)."""
     timeline = table.timeline
     requested = timeline.create_requested(Action.COMMIT)
-    return timeline.complete(timeline.transition_to_inflight(requested), content).timestamp
+    done = timeline.complete(timeline.transition_to_inflight(requested), content)
+    if not content:
+        old = time.time() - WRITING_SECONDS - 1
+        os.utime(table.storage.uri(timeline.path(done)), (old, old))
+    return done.timestamp
 
 
 def _meta(table: Table) -> Path:

@@ -5,14 +5,18 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from timeline import timeline as timeline_module
 from timeline.errors import CorruptInstantError, InstantAlreadyExistsError, InvalidTransitionError
 from timeline.instant import Action, Instant, State
 from timeline.storage import Storage
-from timeline.timeline import COMPLETION_TIME_KEY, ActiveTimeline, Timeline, _fold
+from timeline.timeline import COMPLETION_TIME_KEY, WRITING_SECONDS, ActiveTimeline, Timeline, _fold
 
 
 def _t(n: int) -> str:
@@ -78,6 +82,50 @@ def test_completion_time_is_recorded_and_ordered(tmp_path: Any) -> None:
     assert c1 >= done1.timestamp and c2 >= done2.timestamp
     with pytest.raises(InvalidTransitionError):
         fresh.completion_time(first)
+
+
+def test_a_completed_file_found_empty_is_read_again_until_its_writer_wrote_it(
+    tmp_path: Path,
+) -> None:
+    """Apache Hudi creates a completed instant's file, then writes its content into it: a read
+    in between found nothing, and a clean read so had deleted nothing."""
+    storage = Storage(str(tmp_path))
+    storage.create(f".hoodie/{_t(1)}.clean", b"")
+    storage.create(f".hoodie/{_t(2)}.commit.requested", b"")
+    timeline = ActiveTimeline(storage)
+    done, requested = timeline.load().instants
+    avro = b"Obj\x01 the clean's metadata"
+    writing = threading.Timer(0.3, (tmp_path / ".hoodie" / f"{_t(1)}.clean").write_bytes, [avro])
+    writing.start()
+    try:
+        assert timeline.read_content(done) == avro
+    finally:
+        writing.join()
+    started = time.monotonic()
+    assert timeline.read_content(requested) == b""  # a plan's file may be empty: read at once
+    assert time.monotonic() - started < 0.2
+
+
+def test_a_completed_file_its_writer_left_empty_reads_as_empty(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Written long enough ago (another tool's), at once; written just now, once it has stayed
+    empty for WRITING_SECONDS since."""
+    storage = Storage(str(tmp_path))
+    storage.create(f".hoodie/{_t(1)}.commit", b"")
+    old = time.time() - WRITING_SECONDS - 1
+    os.utime(tmp_path / ".hoodie" / f"{_t(1)}.commit", (old, old))
+    timeline = ActiveTimeline(storage)
+    (settled,) = timeline.load().instants
+    started = time.monotonic()
+    assert timeline.read_content(settled) == b"" and timeline.read_json(settled) == {}
+    assert time.monotonic() - started < 0.2
+    monkeypatch.setattr(timeline_module, "WRITING_SECONDS", 0.4)
+    storage.create(f".hoodie/{_t(2)}.commit", b"")
+    fresh = timeline.load().instants[1]
+    started = time.monotonic()
+    assert timeline.read_json(fresh) == {}
+    assert 0.3 <= time.monotonic() - started < 2
 
 
 def test_completion_time_falls_back_to_mtime_for_foreign_files(tmp_path: Any) -> None:
