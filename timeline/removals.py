@@ -85,8 +85,10 @@ def read_avro_records(data: bytes) -> list[dict[str, Any]]:
 
 
 def parse_removal(instant: Instant, data: bytes, path: str) -> Removal:
-    """The files a completed clean, rollback or restore instant deleted. An empty file deleted
-    nothing; content that is neither Hudi's Avro nor our JSON raises CorruptInstantError."""
+    """The files a completed clean, rollback or restore instant deleted. An empty file (one its
+    writer left empty: ``ActiveTimeline.read_content`` waits for one still being written)
+    deleted nothing; content that is neither Hudi's Avro nor our JSON raises
+    CorruptInstantError."""
     if instant.action not in REMOVAL_ACTIONS:
         raise ValueError(f"{instant} is not a clean, rollback or restore")
     if not data.strip():
